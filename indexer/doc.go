@@ -1,0 +1,37 @@
+// Package indexer keeps named reverse indexes in memory: a pure data
+// structure that knows nothing of Kubernetes.
+//
+// # Vocabulary
+//
+// Four kinds of strings appear in this package, and each has one name:
+//
+//   - object key: the identity of one source object, unique within its
+//     source (metasync uses "namespace/name", or "name" for cluster-scoped
+//     objects).
+//   - index name: the name of one index, unique within a Store.
+//   - index key: what a lookup asks for ("model2").
+//   - index value: what a lookup answers ("base"). An object contributes
+//     (index key, index value) pairs, called entries, to each index of its
+//     source.
+//
+// A lookup of an index key answers the distinct index values that any
+// object contributes under that key, sorted. Two objects that contribute
+// the same value keep it alive until both have withdrawn it.
+//
+// # Sources
+//
+// Indexes are grouped by source: the objects of one source (one watched
+// resource) feed the indexes declared for it, and a replace-all of the
+// source (a relist) removes every object of that source that the new list
+// lacks. An object may also carry an opaque payload (metasync keeps the
+// projected fields there), readable by object key.
+//
+// # Concurrency
+//
+// Any number of readers run concurrently with writers and never block:
+// a reader loads an immutable snapshot with one atomic load. Writers are
+// serialized; a transaction ([Txn]) is published as a whole by Commit, so a
+// reader sees either none or all of it, never half of one object's update.
+// Indexes are split into shards that are copied on write, so the cost of a
+// write grows with the shard it touches, not with the whole index.
+package indexer

@@ -1,0 +1,301 @@
+package indexer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+)
+
+func newStore(t testing.TB) (*Store, *Source, Index) {
+	t.Helper()
+	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := s.Index("model-to-app")
+	return s, s.Source("apps"), ix
+}
+
+func put(src *Source, key string, es ...Entry) {
+	tx := src.Begin()
+	tx.Put(Object{Key: key, Entries: [][]Entry{es}})
+	tx.Commit()
+}
+
+func del(src *Source, key string) {
+	tx := src.Begin()
+	tx.Delete(key)
+	tx.Commit()
+}
+
+func e(k, v string) Entry { return Entry{Key: k, Value: v} }
+
+func TestKeysGrowShrinkMove(t *testing.T) {
+	s, src, ix := newStore(t)
+	check := func(step string, want map[string][]string) {
+		t.Helper()
+		snap := s.Snapshot()
+		got := map[string][]string{}
+		for _, k := range snap.Keys(ix) {
+			got[k] = snap.Lookup(ix, k)
+		}
+		if len(want) == 0 {
+			want = map[string][]string{}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: index = %v, want %v", step, got, want)
+		}
+		if snap.KeyCount(ix) != len(want) {
+			t.Fatalf("%s: KeyCount = %d, want %d", step, snap.KeyCount(ix), len(want))
+		}
+	}
+
+	put(src, "ns/base", e("model1", "base"), e("model2", "base"))
+	check("add", map[string][]string{"model1": {"base"}, "model2": {"base"}})
+
+	put(src, "ns/base", e("model1", "base"), e("model2", "base"), e("model3", "base"))
+	check("grow", map[string][]string{"model1": {"base"}, "model2": {"base"}, "model3": {"base"}})
+
+	put(src, "ns/base", e("model3", "base"))
+	check("shrink", map[string][]string{"model3": {"base"}})
+
+	put(src, "ns/base", e("model4", "base"))
+	check("move", map[string][]string{"model4": {"base"}})
+
+	put(src, "ns/other", e("model4", "other"), e("model4", "other"))
+	check("second object", map[string][]string{"model4": {"base", "other"}})
+	if got := s.Snapshot().Objects(ix, "model4"); !slices.Equal(got, []string{"ns/base", "ns/other"}) {
+		t.Fatalf("Objects = %v", got)
+	}
+
+	del(src, "ns/base")
+	check("delete", map[string][]string{"model4": {"other"}})
+	del(src, "ns/missing")
+	del(src, "ns/other")
+	check("delete all", nil)
+}
+
+func TestSharedValueNeedsEveryContributorGone(t *testing.T) {
+	s, src, ix := newStore(t)
+	// Two objects contribute the same (key, value): e.g. value = spec.type.
+	put(src, "a", e("model1", "model"))
+	put(src, "b", e("model1", "model"))
+	del(src, "a")
+	if got := s.Snapshot().Lookup(ix, "model1"); !slices.Equal(got, []string{"model"}) {
+		t.Fatalf("after one of two contributors left: %v", got)
+	}
+	if got := s.Snapshot().Objects(ix, "model1"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("objects: %v", got)
+	}
+	del(src, "b")
+	if got := s.Snapshot().Lookup(ix, "model1"); got != nil {
+		t.Fatalf("after both left: %v", got)
+	}
+}
+
+func TestReplaceRemovesWhatVanished(t *testing.T) {
+	s, src, ix := newStore(t)
+	put(src, "a", e("m1", "a"))
+	put(src, "b", e("m2", "b"))
+	src.Replace([]Object{
+		{Key: "b", Entries: [][]Entry{{e("m3", "b")}}},
+		{Key: "c", Payload: "pc", Entries: [][]Entry{{e("m3", "c")}}},
+	})
+	snap := s.Snapshot()
+	if got := snap.Keys(ix); !slices.Equal(got, []string{"m3"}) {
+		t.Fatalf("keys after replace = %v", got)
+	}
+	if got := snap.Lookup(ix, "m3"); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("m3 = %v", got)
+	}
+	if n := snap.ObjectCount(src); n != 2 {
+		t.Fatalf("objects = %d", n)
+	}
+	if p, ok := snap.Payload(src, "c"); !ok || p != "pc" {
+		t.Fatalf("payload = %v %v", p, ok)
+	}
+	// Incremental writes keep working on top of a replace.
+	del(src, "c")
+	if got := s.Snapshot().Lookup(ix, "m3"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("m3 after delete = %v", got)
+	}
+	src.Replace(nil)
+	if n := s.Snapshot().KeyCount(ix); n != 0 {
+		t.Fatalf("keys after empty replace = %d", n)
+	}
+}
+
+func TestResolveChain(t *testing.T) {
+	s, err := New(
+		SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}},
+		SourceSpec{Name: "slices", Indexes: []string{"service-to-addresses"}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps, slicesSrc := s.Source("apps"), s.Source("slices")
+	put(apps, "base", e("model1", "base"), e("model2", "base"))
+	put(apps, "iiot", e("model1", "iiot"))
+	put(slicesSrc, "base-1", e("base", "10.0.0.2"), e("base", "10.0.0.1"))
+	put(slicesSrc, "base-2", e("base", "10.0.0.1"), e("base", "10.0.0.3"))
+	put(slicesSrc, "iiot-1", e("iiot", "10.0.1.1"))
+	a, _ := s.Index("model-to-app")
+	b, _ := s.Index("service-to-addresses")
+	got := s.Snapshot().Resolve([]Index{a, b}, "model1")
+	want := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.1.1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Resolve = %v, want %v", got, want)
+	}
+	if got := s.Snapshot().Resolve([]Index{a, b}, "nope"); got != nil {
+		t.Fatalf("Resolve of a missing key = %v", got)
+	}
+}
+
+func TestNewRejectsDuplicates(t *testing.T) {
+	if _, err := New(SourceSpec{Name: "a", Indexes: []string{"x"}}, SourceSpec{Name: "b", Indexes: []string{"x"}}); err == nil {
+		t.Fatal("duplicate index name accepted")
+	}
+	if _, err := New(SourceSpec{Name: "a"}, SourceSpec{Name: "a"}); err == nil {
+		t.Fatal("duplicate source name accepted")
+	}
+}
+
+// model is the obvious implementation that the Store must agree with.
+type model map[string][]Entry
+
+func (m model) index() map[string][]string {
+	out := map[string][]string{}
+	for _, es := range m {
+		for _, e := range es {
+			if !slices.Contains(out[e.Key], e.Value) {
+				out[e.Key] = append(out[e.Key], e.Value)
+			}
+		}
+	}
+	for k := range out {
+		slices.Sort(out[k])
+	}
+	return out
+}
+
+func dump(s *Store, ix Index) map[string][]string {
+	snap := s.Snapshot()
+	out := map[string][]string{}
+	for _, k := range snap.Keys(ix) {
+		out[k] = snap.Lookup(ix, k)
+	}
+	return out
+}
+
+// TestIncrementalEqualsRebuild applies random puts, deletes and replaces,
+// batched in random transactions, and compares the index after each step
+// with the model and with a rebuild from scratch.
+func TestIncrementalEqualsRebuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"k0", "k1", "k2", "k3", "k4"}
+	vals := []string{"v0", "v1", "v2"}
+	randomEntries := func() []Entry {
+		var es []Entry
+		for range rng.IntN(5) {
+			es = append(es, e(keys[rng.IntN(len(keys))], vals[rng.IntN(len(vals))]))
+		}
+		return es
+	}
+	s, src, ix := newStore(t)
+	m := model{}
+	for step := range 3000 {
+		switch op := rng.IntN(20); {
+		case op == 0:
+			var objs []Object
+			m = model{}
+			for j := range rng.IntN(6) {
+				key := fmt.Sprintf("o%d", j)
+				es := randomEntries()
+				m[key] = slices.Clone(es)
+				objs = append(objs, Object{Key: key, Entries: [][]Entry{es}})
+			}
+			src.Replace(objs)
+		default:
+			tx := src.Begin()
+			for range 1 + rng.IntN(3) {
+				key := fmt.Sprintf("o%d", rng.IntN(6))
+				if rng.IntN(3) == 0 {
+					tx.Delete(key)
+					delete(m, key)
+					continue
+				}
+				es := randomEntries()
+				m[key] = slices.Clone(es)
+				tx.Put(Object{Key: key, Entries: [][]Entry{es}})
+			}
+			tx.Commit()
+		}
+		want := m.index()
+		if got := dump(s, ix); !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: index = %v, want %v", step, got, want)
+		}
+		if n := s.Snapshot().ObjectCount(src); n != len(m) {
+			t.Fatalf("step %d: objects = %d, want %d", step, n, len(m))
+		}
+	}
+}
+
+// TestReadersNeverSeeHalfAnUpdate moves an object's three keys together
+// while readers check that a snapshot holds all three or none.
+func TestReadersNeverSeeHalfAnUpdate(t *testing.T) {
+	s, src, ix := newStore(t)
+	sets := [][]Entry{
+		{e("a1", "x"), e("a2", "x"), e("a3", "x")},
+		{e("b1", "x"), e("b2", "x"), e("b3", "x")},
+	}
+	put(src, "x", sets[0]...)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				snap := s.Snapshot()
+				for _, set := range sets {
+					n := 0
+					for _, en := range set {
+						n += len(snap.Lookup(ix, en.Key))
+					}
+					if n != 0 && n != len(set) {
+						errs <- fmt.Errorf("a reader saw %d of %d keys of one update", n, len(set))
+						return
+					}
+				}
+				_ = ix.Lookup("a1")
+			}
+		})
+	}
+	for i := range 2000 {
+		put(src, "x", slices.Clone(sets[i%2])...)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestLookupAllocatesNothing(t *testing.T) {
+	s, src, ix := newStore(t)
+	put(src, "ns/base", e("model1", "base"))
+	if n := testing.AllocsPerRun(100, func() { _ = ix.Lookup("model1") }); n != 0 {
+		t.Fatalf("Index.Lookup allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Lookup("model-to-app", "model1") }); n != 0 {
+		t.Fatalf("Store.Lookup allocates %v times", n)
+	}
+}
