@@ -1,0 +1,157 @@
+// Package testenv starts a real control plane (kube-apiserver and etcd,
+// driven by controller-runtime's envtest) for metasync's integration tests,
+// and holds the helpers they share.
+//
+// The binaries come from hack/envtest-assets.sh, which `make test` runs and
+// points KUBEBUILDER_ASSETS at. Without KUBEBUILDER_ASSETS, Start skips the
+// calling test with a message saying so.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// Env is a running control plane.
+type Env struct {
+	env     *envtest.Environment
+	Config  *rest.Config
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
+// Available reports whether the control-plane binaries are configured.
+func Available() bool { return os.Getenv("KUBEBUILDER_ASSETS") != "" }
+
+// Root returns the repository's root folder.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Start starts a control plane. Call Stop when done (TestMain-style) or use
+// StartT.
+func Start() (*Env, error) {
+	if !Available() {
+		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, which builds the control plane")
+	}
+	env := &envtest.Environment{
+		ControlPlaneStartTimeout: 60 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	e := &Env{env: env, Config: cfg}
+	if e.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if e.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// Main runs a test binary's tests around one shared control plane, or
+// without one (integration tests then skip) when none is configured.
+func Main(m *testing.M, shared **Env) {
+	if !Available() {
+		fmt.Fprintln(os.Stderr, "testenv: KUBEBUILDER_ASSETS is not set; integration tests skip (run `make test`)")
+		os.Exit(m.Run())
+	}
+	env, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*shared = env
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+	}
+	os.Exit(code)
+}
+
+// Need skips t when no control plane runs.
+func Need(t testing.TB, env *Env) {
+	t.Helper()
+	if env == nil {
+		t.Skip("no control plane: KUBEBUILDER_ASSETS is not set (run `make test`)")
+	}
+}
+
+// InstallCRDFile installs the CRDs of a YAML file and waits until each is
+// established.
+func (e *Env) InstallCRDFile(t testing.TB, path string) {
+	t.Helper()
+	crds, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{
+		Paths:              []string{path},
+		ErrorIfPathMissing: true,
+	})
+	if err != nil {
+		t.Fatalf("install CRDs of %s: %v", path, err)
+	}
+	if len(crds) == 0 {
+		t.Fatalf("no CRD in %s", path)
+	}
+}
+
+// InstallCRD installs one CRD given as YAML and waits until it is served.
+func (e *Env) InstallCRD(t testing.TB, manifest string) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict([]byte(manifest), crd); err != nil {
+		t.Fatalf("CRD manifest: %v", err)
+	}
+	if err := envtest.CreateCRDs(e.Config, []*apiextensionsv1.CustomResourceDefinition{crd}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create CRD %s: %v", crd.Name, err)
+	}
+	if err := envtest.WaitForCRDs(e.Config, []*apiextensionsv1.CustomResourceDefinition{crd}, envtest.CRDInstallOptions{MaxTime: 30 * time.Second, PollInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("wait for CRD %s: %v", crd.Name, err)
+	}
+	return crd
+}
+
+// Namespace creates a namespace (if missing).
+func (e *Env) Namespace(t testing.TB, name string) {
+	t.Helper()
+	_, err := e.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+}
+
+// Eventually polls cond every 20 ms until it returns "" or 20 s pass, then
+// fails with the last message.
+func Eventually(t testing.TB, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var msg string
+	for time.Now().Before(deadline) {
+		if msg = cond(); msg == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: still %s after 20s", what, msg)
+}

@@ -1,0 +1,78 @@
+// Package schema holds metasync's configuration: the Go types of the config
+// file, its loading (koanf: defaults, file, environment, flags), its
+// validation (every problem at once, each with its field path) and its
+// compilation into a Plan of gjson rules that the engine runs.
+//
+// Library users may skip the file and build a Config as a Go literal:
+//
+//	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+//		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
+//		Namespace: "meta-test", LabelSelector: "iidp=iidp",
+//		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+//	}}})
+//
+// schema starts no goroutines and talks to no cluster, except for the CRD
+// helpers that say so.
+package schema
+
+import "time"
+
+// DefaultListen is the daemon's default listen address: loopback only.
+const DefaultListen = "127.0.0.1:8080"
+
+// Config is the whole configuration, as in the config file.
+type Config struct {
+	Server Server `koanf:"server"`
+	// CRDs lists CRD manifest files to install at start and wait for. Off
+	// unless listed: it needs create rights on CRDs.
+	CRDs      []string   `koanf:"crds"`
+	Resources []Resource `koanf:"resources"`
+	Chains    []Chain    `koanf:"chains"`
+}
+
+// Server configures the daemon's HTTP server.
+type Server struct {
+	// Listen is the address of the HTTP API (default DefaultListen).
+	Listen string `koanf:"listen"`
+}
+
+// Resource is one watched resource: one watch, with its own namespace and
+// selectors, feeding its indexes.
+type Resource struct {
+	// Name is unique in the config; metrics, logs and /readyz use it.
+	Name string `koanf:"name"`
+	// Group is the API group, "" for the core group.
+	Group    string `koanf:"group"`
+	Version  string `koanf:"version"`
+	Resource string `koanf:"resource"` // plural
+	// Namespace limits the watch to one namespace; "" watches all.
+	Namespace     string `koanf:"namespace"`
+	LabelSelector string `koanf:"labelSelector"`
+	FieldSelector string `koanf:"fieldSelector"`
+	// Resync, when positive, relists the resource that often: a full LIST
+	// whose result replaces the resource's indexes.
+	Resync time.Duration `koanf:"resync"`
+	// Fields projects each object for typed access: field name -> gjson
+	// path (or template). Only these fields are kept in memory.
+	Fields  map[string]string `koanf:"fields"`
+	Indexes []Index           `koanf:"indexes"`
+}
+
+// Index is one named reverse index over a resource's objects.
+type Index struct {
+	// Name is unique across the whole config.
+	Name string `koanf:"name"`
+	// Key is a gjson path, or a template of paths in ${...}, giving the index
+	// keys of an object; an array gives one key per element.
+	Key string `koanf:"key"`
+	// Value gives the index values, like Key. Empty means the object key
+	// (namespace/name, or name for cluster-scoped objects).
+	Value string `koanf:"value"`
+}
+
+// Chain resolves a key through several indexes: each step's values are the
+// next step's keys.
+type Chain struct {
+	Name    string   `koanf:"name"`
+	Indexes []string `koanf:"indexes"`
+}

@@ -1,0 +1,195 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Rule is a compiled key, value or field expression: one gjson path, or a
+// template that mixes literal text with paths written as ${path}.
+//
+// Evaluation rules: a missing path (or null) yields nothing; a string,
+// number or bool yields its text (a number as written in the JSON); an
+// array yields its elements, nested arrays flattened; an object, or an
+// array holding one, is a ShapeError. A template yields every combination
+// of its paths' values, and nothing if any path yields nothing.
+type Rule struct {
+	src   string
+	parts []rulePart
+}
+
+type rulePart struct {
+	literal string
+	path    string // "" for a literal part
+}
+
+// String returns the rule as written.
+func (r *Rule) String() string { return r.src }
+
+// ShapeError reports a path whose value is of a shape that cannot be an
+// index key or value.
+type ShapeError struct {
+	Path string
+	Kind string // "an object"
+}
+
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("%s is %s, want a string, number, bool or an array of them", e.Path, e.Kind)
+}
+
+// CompileRule parses a rule. A string without "${" is one gjson path.
+func CompileRule(src string) (*Rule, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("empty gjson path")
+	}
+	if !strings.Contains(src, "${") {
+		return &Rule{src: src, parts: []rulePart{{path: src}}}, nil
+	}
+	r := &Rule{src: src}
+	rest := src
+	for rest != "" {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			r.parts = append(r.parts, rulePart{literal: rest})
+			break
+		}
+		if i > 0 {
+			r.parts = append(r.parts, rulePart{literal: rest[:i]})
+		}
+		// Find the brace that closes "${", allowing braces inside the path
+		// (gjson multipaths and queries use them).
+		depth, end := 1, -1
+		for j := i + 2; j < len(rest) && end < 0; j++ {
+			switch rest[j] {
+			case '\\':
+				j++
+			case '{':
+				depth++
+			case '}':
+				depth--
+				if depth == 0 {
+					end = j
+				}
+			}
+		}
+		if end < 0 {
+			return nil, fmt.Errorf("template %q: \"${\" at offset %d is not closed", src, len(src)-len(rest)+i)
+		}
+		path := rest[i+2 : end]
+		if strings.TrimSpace(path) == "" {
+			return nil, fmt.Errorf("template %q: empty path in \"${}\"", src)
+		}
+		r.parts = append(r.parts, rulePart{path: path})
+		rest = rest[end+1:]
+	}
+	return r, nil
+}
+
+// Eval evaluates the rule on one JSON document and calls emit with each
+// value, in document order, possibly more than once with the same value.
+// Emitted strings may share memory with json: clone what you keep. Eval
+// emits nothing and returns a *ShapeError when a path has a bad shape.
+func (r *Rule) Eval(json string, emit func(string)) error {
+	if len(r.parts) == 1 && r.parts[0].path != "" {
+		return each(r.parts[0].path, gjson.Get(json, r.parts[0].path), emit)
+	}
+	// Template: gather each path's values, then emit every combination.
+	values := make([][]string, len(r.parts))
+	for i, p := range r.parts {
+		if p.path == "" {
+			values[i] = []string{p.literal}
+			continue
+		}
+		err := each(p.path, gjson.Get(json, p.path), func(s string) { values[i] = append(values[i], s) })
+		if err != nil {
+			return err
+		}
+		if len(values[i]) == 0 {
+			return nil
+		}
+	}
+	var walk func(i int, prefix string)
+	walk = func(i int, prefix string) {
+		if i == len(values) {
+			emit(prefix)
+			return
+		}
+		for _, v := range values[i] {
+			walk(i+1, prefix+v)
+		}
+	}
+	walk(0, "")
+	return nil
+}
+
+// each emits the text of a scalar, or of every scalar in an array.
+func each(path string, res gjson.Result, emit func(string)) error {
+	switch res.Type {
+	case gjson.Null:
+		return nil
+	case gjson.String:
+		emit(res.Str)
+		return nil
+	case gjson.Number:
+		emit(res.Raw)
+		return nil
+	case gjson.True:
+		emit("true")
+		return nil
+	case gjson.False:
+		emit("false")
+		return nil
+	}
+	switch {
+	case res.IsArray():
+		// Check the whole array before emitting anything, so that a bad
+		// element withdraws the whole rule for this object.
+		var bad error
+		res.ForEach(func(_, el gjson.Result) bool {
+			bad = shape(path, el)
+			return bad == nil
+		})
+		if bad != nil {
+			return bad
+		}
+		res.ForEach(func(_, el gjson.Result) bool {
+			_ = each(path, el, emit)
+			return true
+		})
+		return nil
+	case res.IsObject():
+		return &ShapeError{Path: path, Kind: "an object"}
+	default:
+		return &ShapeError{Path: path, Kind: "not valid JSON"}
+	}
+}
+
+// shape checks that a value is a scalar, null or an array of them.
+func shape(path string, res gjson.Result) error {
+	switch {
+	case res.IsObject():
+		return &ShapeError{Path: path, Kind: "an array holding an object"}
+	case res.IsArray():
+		var bad error
+		res.ForEach(func(_, el gjson.Result) bool {
+			bad = shape(path, el)
+			return bad == nil
+		})
+		return bad
+	case res.Type == gjson.JSON:
+		return &ShapeError{Path: path, Kind: "not valid JSON"}
+	}
+	return nil
+}
+
+// SinglePath returns the rule's gjson path when the rule is one path and no
+// template.
+func (r *Rule) SinglePath() (string, bool) {
+	if len(r.parts) == 1 && r.parts[0].path != "" {
+		return r.parts[0].path, true
+	}
+	return "", false
+}

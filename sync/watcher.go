@@ -1,0 +1,370 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/tidwall/gjson"
+	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/iidp/metasync/indexer"
+	"github.com/iidp/metasync/schema"
+)
+
+// watcher runs the watch of one resource entry and feeds its source in the
+// indexer. It is the reflector's store: the reflector hands it projected
+// objects, never raw ones.
+type watcher struct {
+	plan   *schema.ResourcePlan
+	log    *slog.Logger
+	client rest.Interface
+	src    *indexer.Source
+	store  *indexer.Store
+
+	synced     chan struct{} // closed after the first complete list
+	syncedOnce gosync.Once
+	syncedAt   atomic.Int64 // unix nanos of the first sync
+
+	mu        gosync.Mutex
+	lastErr   error
+	lastErrAt time.Time
+
+	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
+	ruleErrors                                                []atomic.Int64 // per index of the resource
+	ruleLog                                                   rate.Sometimes
+}
+
+func newWatcher(plan *schema.ResourcePlan, client rest.Interface, store *indexer.Store, log *slog.Logger) *watcher {
+	return &watcher{
+		plan:       plan,
+		log:        log.With("resource", plan.Name),
+		client:     client,
+		store:      store,
+		src:        store.Source(plan.Name),
+		synced:     make(chan struct{}),
+		ruleErrors: make([]atomic.Int64, len(plan.Indexes)),
+		ruleLog:    rate.Sometimes{First: 5, Interval: 30 * time.Second},
+	}
+}
+
+// project reduces one object's JSON to its object key, entries and payload.
+// It never fails: a rule that cannot be evaluated on this object is counted
+// and the object contributes nothing to that index.
+func (w *watcher) project(raw string) *object {
+	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion")
+	o := &object{}
+	o.Name = clone(meta[0].Str)
+	o.Namespace = clone(meta[1].Str)
+	o.UID = types.UID(clone(meta[2].Str))
+	o.ResourceVersion = clone(meta[3].Str)
+	o.key = o.Name
+	if o.Namespace != "" {
+		o.key = o.Namespace + "/" + o.Name
+	}
+	o.entries = make([][]indexer.Entry, len(w.plan.Indexes))
+	var keys, values []string
+	for i, ix := range w.plan.Indexes {
+		keys, values = keys[:0], values[:0]
+		err := ix.Key.Eval(raw, func(s string) { keys = append(keys, s) })
+		if err == nil && len(keys) > 0 {
+			if ix.Value == nil {
+				values = append(values, o.key)
+			} else {
+				err = ix.Value.Eval(raw, func(s string) { values = append(values, s) })
+			}
+		}
+		if err != nil {
+			w.ruleError(i, o.key, err)
+			continue
+		}
+		if len(keys) == 0 || len(values) == 0 {
+			continue
+		}
+		es := make([]indexer.Entry, 0, len(keys)*len(values))
+		for _, k := range keys {
+			k = clone(k)
+			for _, v := range values {
+				if v != o.key {
+					v = clone(v)
+				}
+				es = append(es, indexer.Entry{Key: k, Value: v})
+			}
+		}
+		o.entries[i] = es
+	}
+	if len(w.plan.Fields) > 0 {
+		o.payload = projectFields(raw, w.plan.Fields)
+	}
+	return o
+}
+
+// projectFields builds the compact JSON object of the configured fields.
+func projectFields(raw string, fields []schema.FieldRule) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	n := 0
+	for _, f := range fields {
+		var value string
+		if path, ok := f.Rule.SinglePath(); ok {
+			res := gjson.Get(raw, path)
+			if !res.Exists() {
+				continue
+			}
+			value = res.Raw
+		} else {
+			var vals []string
+			if err := f.Rule.Eval(raw, func(s string) { vals = append(vals, s) }); err != nil || len(vals) == 0 {
+				continue
+			}
+			if len(vals) == 1 {
+				value = strconv.Quote(vals[0])
+			} else {
+				quoted := make([]string, len(vals))
+				for i, v := range vals {
+					quoted[i] = strconv.Quote(v)
+				}
+				value = "[" + strings.Join(quoted, ",") + "]"
+			}
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Quote(f.Name))
+		b.WriteByte(':')
+		b.WriteString(value)
+		n++
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func (w *watcher) ruleError(i int, key string, err error) {
+	w.ruleErrors[i].Add(1)
+	w.ruleLog.Do(func() {
+		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Name, "object", key, "error", err.Error())
+	})
+}
+
+// --- cache.ReflectorStore: the reflector writes here ---
+
+func (w *watcher) Add(obj any) error {
+	w.added.Add(1)
+	return w.put(obj)
+}
+
+func (w *watcher) Update(obj any) error {
+	w.updated.Add(1)
+	return w.put(obj)
+}
+
+func (w *watcher) put(obj any) error {
+	o, ok := obj.(*object)
+	if !ok {
+		return fmt.Errorf("unexpected %T in the watch of %s", obj, w.plan.Name)
+	}
+	tx := w.src.Begin()
+	tx.Put(o.indexerObject())
+	tx.Commit()
+	return nil
+}
+
+func (w *watcher) Delete(obj any) error {
+	w.deleted.Add(1)
+	var key string
+	switch o := obj.(type) {
+	case *object:
+		key = o.key
+	case cache.DeletedFinalStateUnknown:
+		key = o.Key
+	case *cache.DeletedFinalStateUnknown:
+		key = o.Key
+	default:
+		return fmt.Errorf("unexpected %T deleted in the watch of %s", obj, w.plan.Name)
+	}
+	tx := w.src.Begin()
+	tx.Delete(key)
+	tx.Commit()
+	return nil
+}
+
+func (w *watcher) Replace(list []any, _ string) error {
+	objs := make([]indexer.Object, 0, len(list))
+	for _, it := range list {
+		o, ok := it.(*object)
+		if !ok {
+			return fmt.Errorf("unexpected %T in the list of %s", it, w.plan.Name)
+		}
+		objs = append(objs, o.indexerObject())
+	}
+	w.src.Replace(objs)
+	w.relists.Add(1)
+	w.syncedOnce.Do(func() {
+		w.syncedAt.Store(time.Now().UnixNano())
+		close(w.synced)
+		w.log.Info("resource synced", "objects", len(objs))
+	})
+	return nil
+}
+
+func (w *watcher) Resync() error { return nil }
+
+// --- cache.ListerWatcher: raw JSON in, projected objects out ---
+
+func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
+	opts.LabelSelector = w.plan.LabelSelector
+	opts.FieldSelector = w.plan.FieldSelector
+	req := w.client.Get().Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
+	if w.plan.Namespace != "" {
+		req = req.Namespace(w.plan.Namespace)
+	}
+	return req
+}
+
+func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	body, err := w.request(&opts).Do(ctx).Raw()
+	if err != nil {
+		w.listErrors.Add(1)
+		w.setErr(fmt.Errorf("list: %w", err))
+		return nil, err
+	}
+	list, err := decodeList(body, w.project)
+	if err != nil {
+		w.setErr(fmt.Errorf("list: %w", err))
+		return nil, err
+	}
+	w.setErr(nil)
+	return list, nil
+}
+
+func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	wi, err := w.request(&opts).Watch(ctx)
+	if err != nil {
+		w.watchErrors.Add(1)
+		w.setErr(fmt.Errorf("watch: %w", err))
+		return nil, err
+	}
+	w.setErr(nil)
+	return wi, nil
+}
+
+// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
+func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (w *watcher) setErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil && (w.lastErr == nil || w.lastErr.Error() != err.Error()) {
+		w.log.Warn("watch trouble", "error", err.Error())
+	}
+	if err == nil && w.lastErr != nil {
+		w.log.Info("watch recovered")
+	}
+	w.lastErr = err
+	if err != nil {
+		w.lastErrAt = time.Now()
+	}
+}
+
+// run keeps the resource listed and watched until ctx ends. A resync period
+// relists the resource that often.
+func (w *watcher) run(ctx context.Context) {
+	logger := logr.FromSlogHandler(w.log.Handler())
+	r := cache.NewReflectorWithOptions(w, &object{}, w, cache.ReflectorOptions{
+		Name:            w.plan.Name,
+		TypeDescription: w.plan.GVR.String(),
+		Logger:          &logger,
+	})
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
+	delay := backoff
+	for ctx.Err() == nil {
+		runCtx, cancel := ctx, context.CancelFunc(func() {})
+		if w.plan.Resync > 0 {
+			runCtx, cancel = context.WithTimeout(ctx, w.plan.Resync)
+		}
+		start := time.Now()
+		err := r.ListAndWatchWithContext(runCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			delay = backoff
+			continue // a resync: list again
+		}
+		// List and watch errors are recorded where they happen, without the
+		// reflector's wrapping; keep those.
+		w.mu.Lock()
+		recorded := w.lastErr != nil
+		w.mu.Unlock()
+		if !recorded {
+			w.setErr(err)
+		}
+		if time.Since(start) > 2*time.Minute {
+			delay = backoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay.Step()):
+		}
+	}
+}
+
+// status reports the watcher's state.
+func (w *watcher) status(snap *indexer.Snapshot) ResourceStatus {
+	st := ResourceStatus{
+		Name:        w.plan.Name,
+		GVR:         w.plan.GVR.String(),
+		Namespace:   w.plan.Namespace,
+		Objects:     snap.ObjectCount(w.src),
+		Added:       w.added.Load(),
+		Updated:     w.updated.Load(),
+		Deleted:     w.deleted.Load(),
+		Relists:     w.relists.Load(),
+		ListErrors:  w.listErrors.Load(),
+		WatchErrors: w.watchErrors.Load(),
+		RuleErrors:  map[string]int64{},
+	}
+	select {
+	case <-w.synced:
+		st.Synced = true
+		st.SyncedAt = time.Unix(0, w.syncedAt.Load())
+	default:
+	}
+	for i, ix := range w.plan.Indexes {
+		st.RuleErrors[ix.Name] = w.ruleErrors[i].Load()
+	}
+	w.mu.Lock()
+	if w.lastErr != nil {
+		st.Error = w.lastErr.Error()
+		st.ErrorSince = w.lastErrAt
+	}
+	w.mu.Unlock()
+	return st
+}
+
+// List is ListWithContext without a context, for cache.ListerWatcher.
+func (w *watcher) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return w.ListWithContext(context.Background(), opts)
+}
+
+// Watch is WatchWithContext without a context, for cache.ListerWatcher.
+func (w *watcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return w.WatchWithContext(context.Background(), opts)
+}
