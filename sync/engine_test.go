@@ -363,3 +363,23 @@ func TestWaitForSyncNamesTheMissingResource(t *testing.T) {
 	}
 }
 
+
+func TestResyncRelists(t *testing.T) {
+	testenv.Need(t, env)
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	ns := "meta-resync"
+	env.Namespace(t, ns)
+	apply(t, ns, "app", iidp, "r1")
+	cfg := seedConfig(ns)
+	cfg.Resources[0].Resync = 500 * time.Millisecond
+	e := startEngine(t, cfg)
+	testenv.Eventually(t, "relists >= 3", func() string {
+		if n := e.Status()[0].Relists; n < 3 {
+			return fmt.Sprintf("%d relists", n)
+		}
+		return ""
+	})
+	apply(t, ns, "app", iidp, "r2")
+	expect(t, e, "model-to-app", "r2", "app")
+	expect(t, e, "model-to-app", "r1")
+}

@@ -1,0 +1,78 @@
+package sync
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/iidp/metasync/indexer"
+	"github.com/iidp/metasync/schema"
+)
+
+func testWatcher(t *testing.T) (*watcher, *indexer.Store) {
+	t.Helper()
+	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+		Name: "apps", Version: "v1", Resource: "apps",
+		Fields:  map[string]string{"type": "spec.type", "tag": "v${spec.version}"},
+		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := indexer.New(indexer.SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newWatcher(plan.Resources()[0], nil, store, slog.New(slog.NewTextHandler(io.Discard, nil))), store
+}
+
+func TestProjection(t *testing.T) {
+	w, _ := testWatcher(t)
+	o := w.project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
+		"spec":{"type":"model","version":"1.7","models":["m1","m2"],"blob":"` + string(make([]byte, 0)) + `"}}`)
+	if o.key != "ns/base" || o.UID != "u1" || o.ResourceVersion != "7" {
+		t.Fatalf("meta = %q %q %q", o.key, o.UID, o.ResourceVersion)
+	}
+	want := []indexer.Entry{{Key: "m1", Value: "base"}, {Key: "m2", Value: "base"}}
+	if !slices.Equal(o.entries[0], want) {
+		t.Fatalf("entries = %v", o.entries[0])
+	}
+	if o.payload != `{"tag":"v1.7","type":"model"}` {
+		t.Fatalf("payload = %v", o.payload)
+	}
+}
+
+// TestTombstoneAndRecreate checks the store side of deletes: a
+// DeletedFinalStateUnknown tombstone deletes by key, and a relist that
+// brings a recreated object under the same name replaces the old one.
+func TestTombstoneAndRecreate(t *testing.T) {
+	w, store := testWatcher(t)
+	ix, _ := store.Index("model-to-app")
+	old := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"1"},"spec":{"models":["m1"]}}`)
+	if err := w.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: old}); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Snapshot().Lookup(ix, "m1"); got != nil {
+		t.Fatalf("after tombstone: %v", got)
+	}
+	if err := w.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	recreated := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"2"},"spec":{"models":["m2"]}}`)
+	if err := w.Replace([]any{recreated}, "10"); err != nil {
+		t.Fatal(err)
+	}
+	snap := store.Snapshot()
+	if snap.Lookup(ix, "m1") != nil || !slices.Equal(snap.Lookup(ix, "m2"), []string{"a"}) {
+		t.Fatalf("after recreate: m1=%v m2=%v", snap.Lookup(ix, "m1"), snap.Lookup(ix, "m2"))
+	}
+	if err := w.Delete("not an object"); err == nil {
+		t.Fatal("a delete of an unknown type was accepted")
+	}
+}
