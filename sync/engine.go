@@ -37,7 +37,13 @@ type Options struct {
 	// Logger receives the engine's logs, client-go's reflector logs
 	// included. Default: slog.Default().
 	Logger *slog.Logger
+	// StaleAfter is how long a synced resource's list/watch may keep
+	// failing before the resource stops being ready. Default 30s.
+	StaleAfter time.Duration
 }
+
+// DefaultStaleAfter is the default of Options.StaleAfter.
+const DefaultStaleAfter = 30 * time.Second
 
 // Engine keeps the indexes of a Plan in sync with a cluster.
 type Engine struct {
@@ -49,16 +55,22 @@ type Engine struct {
 	byIndex  map[string]*watcher // index name
 	chains   map[string][]indexer.Index
 	started  atomic.Bool
+
+	staleAfter time.Duration
 }
 
 // ResourceStatus is the state of one resource entry.
 type ResourceStatus struct {
-	Name      string    `json:"name"`
-	GVR       string    `json:"gvr"`
-	Namespace string    `json:"namespace,omitempty"`
-	Synced    bool      `json:"synced"`
-	SyncedAt  time.Time `json:"syncedAt,omitzero"`
-	Objects   int       `json:"objects"`
+	Name      string `json:"name"`
+	GVR       string `json:"gvr"`
+	Namespace string `json:"namespace,omitempty"`
+	// Ready is Synced, and the watch is not failing for longer than
+	// Options.StaleAfter; Reason says why not.
+	Ready    bool      `json:"ready"`
+	Reason   string    `json:"reason,omitempty"`
+	Synced   bool      `json:"synced"`
+	SyncedAt time.Time `json:"syncedAt,omitzero"`
+	Objects  int       `json:"objects"`
 	// Error is the last list or watch error, "" once the watch works again.
 	Error      string    `json:"error,omitempty"`
 	ErrorSince time.Time `json:"errorSince,omitzero"`
@@ -70,6 +82,11 @@ type ResourceStatus struct {
 	// Failed list and watch requests.
 	ListErrors  int64 `json:"listErrors"`
 	WatchErrors int64 `json:"watchErrors"`
+	// Watches counts the watch requests that started (restarts included).
+	Watches int64 `json:"watches"`
+	// Listed is the number of objects decoded by the current or last list,
+	// to show progress of a long initial sync.
+	Listed int64 `json:"listed"`
 	// RuleErrors counts, per index, objects whose rule could not be
 	// evaluated (an object where a string was wanted, say).
 	RuleErrors map[string]int64 `json:"ruleErrors"`
@@ -104,6 +121,11 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 		byName:  map[string]*watcher{},
 		byIndex: map[string]*watcher{},
 		chains:  map[string][]indexer.Index{},
+
+		staleAfter: opts.StaleAfter,
+	}
+	if e.staleAfter <= 0 {
+		e.staleAfter = DefaultStaleAfter
 	}
 
 	cfg = rest.CopyConfig(cfg)
@@ -201,12 +223,22 @@ func (e *Engine) Synced() bool {
 	return true
 }
 
+// Ready reports whether every resource is ready (see ResourceStatus.Ready).
+func (e *Engine) Ready() bool {
+	for _, st := range e.Status() {
+		if !st.Ready {
+			return false
+		}
+	}
+	return true
+}
+
 // Status returns the state of every resource, in config order.
 func (e *Engine) Status() []ResourceStatus {
 	snap := e.store.Snapshot()
 	out := make([]ResourceStatus, len(e.watchers))
 	for i, w := range e.watchers {
-		out[i] = w.status(snap)
+		out[i] = w.status(snap, e.staleAfter)
 	}
 	return out
 }

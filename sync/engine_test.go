@@ -363,7 +363,6 @@ func TestWaitForSyncNamesTheMissingResource(t *testing.T) {
 	}
 }
 
-
 func TestResyncRelists(t *testing.T) {
 	testenv.Need(t, env)
 	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))

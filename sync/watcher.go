@@ -40,9 +40,12 @@ type watcher struct {
 	syncedOnce gosync.Once
 	syncedAt   atomic.Int64 // unix nanos of the first sync
 
-	mu        gosync.Mutex
-	lastErr   error
-	lastErrAt time.Time
+	mu           gosync.Mutex
+	lastErr      error
+	failingSince time.Time    // first error since the watch last worked
+	listed       atomic.Int64 // objects decoded by the current list
+
+	watches atomic.Int64 // watch requests that started
 
 	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
 	ruleErrors                                                []atomic.Int64 // per index of the resource
@@ -236,6 +239,9 @@ func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
 }
 
 func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if opts.Continue == "" {
+		w.listed.Store(0)
+	}
 	body, err := w.request(&opts).Do(ctx).Raw()
 	if err != nil {
 		w.listErrors.Add(1)
@@ -243,6 +249,9 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 		return nil, err
 	}
 	list, err := decodeList(body, w.project)
+	if list != nil {
+		w.listed.Add(int64(len(list.Items)))
+	}
 	if err != nil {
 		w.setErr(fmt.Errorf("list: %w", err))
 		return nil, err
@@ -259,6 +268,7 @@ func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		w.setErr(fmt.Errorf("watch: %w", err))
 		return nil, err
 	}
+	w.watches.Add(1)
 	w.setErr(nil)
 	return wi, nil
 }
@@ -275,10 +285,13 @@ func (w *watcher) setErr(err error) {
 	if err == nil && w.lastErr != nil {
 		w.log.Info("watch recovered")
 	}
-	w.lastErr = err
-	if err != nil {
-		w.lastErrAt = time.Now()
+	switch {
+	case err == nil:
+		w.failingSince = time.Time{}
+	case w.lastErr == nil:
+		w.failingSince = time.Now()
 	}
+	w.lastErr = err
 }
 
 // run keeps the resource listed and watched until ctx ends. A resync period
@@ -290,7 +303,7 @@ func (w *watcher) run(ctx context.Context) {
 		TypeDescription: w.plan.GVR.String(),
 		Logger:          &logger,
 	})
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 7, Cap: 30 * time.Second}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 6, Cap: 10 * time.Second}
 	delay := backoff
 	for ctx.Err() == nil {
 		runCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -326,8 +339,10 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// status reports the watcher's state.
-func (w *watcher) status(snap *indexer.Snapshot) ResourceStatus {
+// status reports the watcher's state. A resource is ready once it has
+// synced, for as long as its list/watch has not been failing for longer
+// than staleAfter.
+func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) ResourceStatus {
 	st := ResourceStatus{
 		Name:        w.plan.Name,
 		GVR:         w.plan.GVR.String(),
@@ -339,6 +354,8 @@ func (w *watcher) status(snap *indexer.Snapshot) ResourceStatus {
 		Relists:     w.relists.Load(),
 		ListErrors:  w.listErrors.Load(),
 		WatchErrors: w.watchErrors.Load(),
+		Watches:     w.watches.Load(),
+		Listed:      w.listed.Load(),
 		RuleErrors:  map[string]int64{},
 	}
 	select {
@@ -353,9 +370,19 @@ func (w *watcher) status(snap *indexer.Snapshot) ResourceStatus {
 	w.mu.Lock()
 	if w.lastErr != nil {
 		st.Error = w.lastErr.Error()
-		st.ErrorSince = w.lastErrAt
+		st.ErrorSince = w.failingSince
 	}
 	w.mu.Unlock()
+	switch {
+	case !st.Synced && st.Error != "":
+		st.Reason = "not synced: " + st.Error
+	case !st.Synced:
+		st.Reason = "not synced: first list in progress"
+	case st.Error != "" && time.Since(st.ErrorSince) >= staleAfter:
+		st.Reason = fmt.Sprintf("watch failing for %s: %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
+	default:
+		st.Ready = true
+	}
 	return st
 }
 

@@ -1,0 +1,274 @@
+// Package api is the HTTP API of `metasync serve`: index and chain lookups,
+// health (/livez, /readyz) and Prometheus metrics, over an engine.
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// MaxKeys is the largest page of GET /v1/indexes/{index}/keys.
+const MaxKeys = 10000
+
+// Server serves the HTTP API of one engine.
+type Server struct {
+	engine   *msync.Engine
+	log      *slog.Logger
+	mux      *http.ServeMux
+	registry *prometheus.Registry
+	lookups  *prometheus.CounterVec
+	stopping atomic.Bool
+}
+
+// New builds the API over an engine.
+func New(e *msync.Engine, log *slog.Logger) *Server {
+	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry()}
+	s.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metasync_lookups_total",
+		Help: "Lookups served over HTTP, by kind (index, chain, keys), name and result (hit, miss).",
+	}, []string{"kind", "name", "result"})
+	s.registry.MustRegister(
+		s.lookups,
+		newEngineCollector(e),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	s.mux.HandleFunc("/v1/indexes", s.get(s.listIndexes))
+	s.mux.HandleFunc("/v1/indexes/{index}/keys", s.get(s.listKeys))
+	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key...}", s.get(s.lookup))
+	s.mux.HandleFunc("/v1/chains/{chain}/keys/{key...}", s.get(s.resolve))
+	s.mux.HandleFunc("/livez", s.get(s.livez))
+	s.mux.HandleFunc("/readyz", s.get(s.readyz))
+	s.mux.Handle("/metrics", s.get(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler. A panic in a handler answers 500
+// instead of dropping the connection.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+			writeError(w, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+// SetStopping makes /readyz fail from now on: the process is shutting down.
+func (s *Server) SetStopping() { s.stopping.Store(true) }
+
+// Registry returns the Prometheus registry behind /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// get allows GET and HEAD only, answering 405 with a JSON error otherwise.
+func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed; use GET", r.Method))
+			return
+		}
+		h(w, r)
+	}
+}
+
+type indexInfo struct {
+	Name     string `json:"name"`
+	Resource string `json:"resource"`
+	Keys     int    `json:"keys"`
+	Synced   bool   `json:"synced"`
+}
+
+func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
+	synced := map[string]bool{}
+	for _, st := range s.engine.Status() {
+		synced[st.Name] = st.Synced
+	}
+	snap := s.engine.Store().Snapshot()
+	out := []indexInfo{}
+	for _, name := range s.engine.IndexNames() {
+		res, _ := s.engine.IndexResource(name)
+		ix, _ := s.engine.Store().Index(name)
+		out = append(out, indexInfo{Name: name, Resource: res, Keys: snap.KeyCount(ix), Synced: synced[res]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"indexes": out})
+}
+
+type keysAnswer struct {
+	Index string   `json:"index"`
+	Keys  []string `json:"keys"`
+	// Continue, when set, is the value of ?continue= for the next page.
+	Continue string `json:"continue,omitempty"`
+}
+
+// listKeys answers the sorted keys of an index, at most ?limit= of them
+// (default and maximum MaxKeys), after the key given in ?continue=.
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
+	index := r.PathValue("index")
+	if !s.engine.HasIndex(index) {
+		s.lookups.WithLabelValues("keys", "", "unknown").Inc()
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q", index))
+		return
+	}
+	limit := MaxKeys
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a positive integer", v))
+			return
+		}
+		limit = min(n, MaxKeys)
+	}
+	keys := s.engine.Keys(index)
+	if after := r.URL.Query().Get("continue"); after != "" {
+		keys = keys[sort.SearchStrings(keys, after):]
+		if len(keys) > 0 && keys[0] == after {
+			keys = keys[1:]
+		}
+	}
+	ans := keysAnswer{Index: index, Keys: keys}
+	if len(keys) > limit {
+		ans.Keys = keys[:limit]
+		ans.Continue = keys[limit-1]
+	}
+	if ans.Keys == nil {
+		ans.Keys = []string{}
+	}
+	s.lookups.WithLabelValues("keys", index, "hit").Inc()
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
+	index, key := r.PathValue("index"), r.PathValue("key")
+	if !s.engine.HasIndex(index) {
+		s.lookups.WithLabelValues("index", "", "unknown").Inc()
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q", index))
+		return
+	}
+	values := s.engine.Lookup(index, key)
+	s.count("index", index, values)
+	writeJSON(w, http.StatusOK, struct {
+		Index  string   `json:"index"`
+		Key    string   `json:"key"`
+		Values []string `json:"values"`
+	}{index, key, nonNil(values)})
+}
+
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	chain, key := r.PathValue("chain"), r.PathValue("key")
+	if !s.engine.HasChain(chain) {
+		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q", chain))
+		return
+	}
+	values := s.engine.Resolve(chain, key)
+	s.count("chain", chain, values)
+	writeJSON(w, http.StatusOK, struct {
+		Chain  string   `json:"chain"`
+		Key    string   `json:"key"`
+		Values []string `json:"values"`
+	}{chain, key, nonNil(values)})
+}
+
+func (s *Server) count(kind, name string, values []string) {
+	result := "hit"
+	if len(values) == 0 {
+		result = "miss"
+	}
+	s.lookups.WithLabelValues(kind, name, result).Inc()
+}
+
+func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type resourceHealth struct {
+	Name    string `json:"name"`
+	Ready   bool   `json:"ready"`
+	Synced  bool   `json:"synced"`
+	Objects int    `json:"objects"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// readyz is 200 once every resource is ready, else 503; ?verbose lists
+// every resource with its state and reason.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ready := !s.stopping.Load()
+	var resources []resourceHealth
+	var reasons []string
+	if s.stopping.Load() {
+		reasons = append(reasons, "shutting down")
+	}
+	for _, st := range s.engine.Status() {
+		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason})
+		if !st.Ready {
+			ready = false
+			reasons = append(reasons, st.Name+": "+st.Reason)
+		}
+	}
+	ans := map[string]any{"status": "ok"}
+	code := http.StatusOK
+	if !ready {
+		ans["status"] = "not ready"
+		ans["reasons"] = reasons
+		code = http.StatusServiceUnavailable
+	}
+	if _, verbose := r.URL.Query()["verbose"]; verbose {
+		ans["resources"] = resources
+	}
+	writeJSON(w, code, ans)
+}
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// HTTPServer returns an http.Server for the API with timeouts and limits
+// fit for a daemon next to untrusted callers.
+func (s *Server) HTTPServer(addr string, errorLog *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           http.MaxBytesHandler(s, 1<<20),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(errorLog.Handler(), slog.LevelWarn),
+	}
+}

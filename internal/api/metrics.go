@@ -1,0 +1,75 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// engineCollector reads the engine's status at scrape time. No label ever
+// carries an index key or value: only resource, index and event names from
+// the config.
+type engineCollector struct {
+	e *msync.Engine
+
+	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
+}
+
+func newEngineCollector(e *msync.Engine) *engineCollector {
+	res := []string{"resource"}
+	return &engineCollector{
+		e:           e,
+		objects:     prometheus.NewDesc("metasync_resource_objects", "Objects held per resource.", res, nil),
+		synced:      prometheus.NewDesc("metasync_resource_synced", "1 once the resource's first list completed.", res, nil),
+		ready:       prometheus.NewDesc("metasync_resource_ready", "1 while the resource is ready (synced, watch not failing too long).", res, nil),
+		keys:        prometheus.NewDesc("metasync_index_keys", "Keys per index.", []string{"index", "resource"}, nil),
+		events:      prometheus.NewDesc("metasync_events_total", "Watch events applied, by type.", []string{"resource", "type"}, nil),
+		relists:     prometheus.NewDesc("metasync_relists_total", "Complete lists applied (initial sync, relists after faults, resyncs).", res, nil),
+		listErrors:  prometheus.NewDesc("metasync_list_errors_total", "Failed list requests.", res, nil),
+		watchErrors: prometheus.NewDesc("metasync_watch_errors_total", "Failed watch requests.", res, nil),
+		watches:     prometheus.NewDesc("metasync_watch_starts_total", "Watch requests started (the first and every restart).", res, nil),
+		ruleErrors:  prometheus.NewDesc("metasync_rule_errors_total", "Objects whose rule could not be evaluated, per index.", []string{"resource", "index"}, nil),
+	}
+}
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, st := range c.e.Status() {
+		gauge(c.objects, float64(st.Objects), st.Name)
+		gauge(c.synced, b(st.Synced), st.Name)
+		gauge(c.ready, b(st.Ready), st.Name)
+		counter(c.events, st.Added, st.Name, "added")
+		counter(c.events, st.Updated, st.Name, "updated")
+		counter(c.events, st.Deleted, st.Name, "deleted")
+		counter(c.relists, st.Relists, st.Name)
+		counter(c.listErrors, st.ListErrors, st.Name)
+		counter(c.watchErrors, st.WatchErrors, st.Name)
+		counter(c.watches, st.Watches, st.Name)
+		for index, n := range st.RuleErrors {
+			counter(c.ruleErrors, n, st.Name, index)
+		}
+	}
+	snap := c.e.Store().Snapshot()
+	for _, name := range c.e.IndexNames() {
+		ix, _ := c.e.Store().Index(name)
+		res, _ := c.e.IndexResource(name)
+		gauge(c.keys, float64(snap.KeyCount(ix)), name, res)
+	}
+}
