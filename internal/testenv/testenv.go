@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
@@ -33,6 +34,8 @@ type Env struct {
 	Config  *rest.Config
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
+	// KubeConfig is a kubeconfig file's content for the control plane.
+	KubeConfig []byte
 }
 
 // Available reports whether the control-plane binaries are configured.
@@ -59,7 +62,7 @@ func Start() (*Env, error) {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	e := &Env{env: env, Config: cfg}
+	e := &Env{env: env, Config: cfg, KubeConfig: env.KubeConfig}
 	if e.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -139,6 +142,27 @@ func (e *Env) Namespace(t testing.TB, name string) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
+}
+
+// WriteKubeconfig writes the control plane's kubeconfig into a temporary
+// file and returns its path. A non-empty server replaces the apiserver's
+// address (host:port), to go through a proxy, say.
+func (e *Env) WriteKubeconfig(t testing.TB, server string) string {
+	t.Helper()
+	kc, err := clientcmd.Load(e.KubeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server != "" {
+		for _, c := range kc.Clusters {
+			c.Server = "https://" + server
+		}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // Eventually polls cond every 20 ms until it returns "" or 20 s pass, then

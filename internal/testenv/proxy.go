@@ -1,0 +1,117 @@
+package testenv
+
+import (
+	"io"
+	"net"
+	gosync "sync"
+	"sync/atomic"
+)
+
+// Proxy is a TCP proxy in front of the apiserver that can reset its
+// connections or black-hole them (connections stay open, no bytes pass).
+type Proxy struct {
+	ln        net.Listener
+	target    string
+	blackHole atomic.Bool
+
+	mu     gosync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     gosync.WaitGroup
+}
+
+// NewProxy listens on addr ("127.0.0.1:0" for any port) and forwards to
+// target.
+func NewProxy(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			return
+		}
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
+	}
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// pipe copies from src to dst, dropping the bytes while black-holed.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.blackHole.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+// Reset closes every open connection (clients see a reset or EOF).
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// BlackHole makes every connection, open or new, swallow all bytes while on.
+func (p *Proxy) BlackHole(on bool) { p.blackHole.Store(on) }
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.Reset()
+	p.wg.Wait()
+}
