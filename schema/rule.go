@@ -193,3 +193,14 @@ func (r *Rule) SinglePath() (string, bool) {
 	}
 	return "", false
 }
+
+// Paths returns the gjson paths of the rule, in order.
+func (r *Rule) Paths() []string {
+	var out []string
+	for _, p := range r.parts {
+		if p.path != "" {
+			out = append(out, p.path)
+		}
+	}
+	return out
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/tidwall/gjson"
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +47,7 @@ type watcher struct {
 	listed       atomic.Int64 // objects decoded by the current list
 
 	watches atomic.Int64 // watch requests that started
+	gone    atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
 
 	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
 	ruleErrors                                                []atomic.Int64 // per index of the resource
@@ -244,6 +246,7 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	}
 	body, err := w.request(&opts).Do(ctx).Raw()
 	if err != nil {
+		w.checkGone(err)
 		w.listErrors.Add(1)
 		w.setErr(fmt.Errorf("list: %w", err))
 		return nil, err
@@ -252,6 +255,7 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	if list != nil {
 		w.listed.Add(int64(len(list.Items)))
 	}
+	w.gone.Store(false)
 	if err != nil {
 		w.setErr(fmt.Errorf("list: %w", err))
 		return nil, err
@@ -264,6 +268,7 @@ func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	opts.Watch = true
 	wi, err := w.request(&opts).Watch(ctx)
 	if err != nil {
+		w.checkGone(err)
 		w.watchErrors.Add(1)
 		w.setErr(fmt.Errorf("watch: %w", err))
 		return nil, err
@@ -271,6 +276,18 @@ func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	w.watches.Add(1)
 	w.setErr(nil)
 	return wi, nil
+}
+
+// checkGone clears the resource's keys when the apiserver stops serving it
+// (its CRD was deleted, say): nothing can be known of it any more, and
+// stale answers would route calls to what is gone. The next successful
+// list brings everything back.
+func (w *watcher) checkGone(err error) {
+	if !apierrors.IsNotFound(err) || w.gone.Swap(true) {
+		return
+	}
+	w.src.Replace(nil)
+	w.log.Warn("resource not served any more: its keys are cleared until it returns", "error", err.Error())
 }
 
 // IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
@@ -374,6 +391,8 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	}
 	w.mu.Unlock()
 	switch {
+	case w.gone.Load() && st.Error != "":
+		st.Reason = "not served: " + st.Error
 	case !st.Synced && st.Error != "":
 		st.Reason = "not synced: " + st.Error
 	case !st.Synced:

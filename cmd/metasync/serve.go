@@ -92,6 +92,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Error("no cluster to talk to", "error", err.Error())
 		return exitError{1}
 	}
+	if len(plan.CRDs()) > 0 {
+		if err := installCRDs(plan, restCfg, log); err != nil {
+			for _, p := range schema.Problems(err) {
+				fmt.Fprintln(stderr, p)
+			}
+			log.Error("CRDs not installed: nothing started", "error", err.Error())
+			return exitError{1}
+		}
+	}
 	engine, err := msync.New(plan, restCfg, msync.Options{Logger: log, StaleAfter: *staleAfter})
 	if err != nil {
 		log.Error("engine", "error", err.Error())
@@ -153,6 +162,34 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Warn("watches did not stop in time")
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// installCRDs checks the config's paths against the CRD files it lists,
+// installs them and waits until each is established.
+func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
+	crds, err := schema.ReadCRDs(plan.CRDs())
+	if err != nil {
+		return err
+	}
+	notes, err := schema.CheckPaths(plan, crds)
+	for _, n := range notes {
+		log.Info("path check", "note", n)
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := schema.InstallCRDs(ctx, cfg, crds, 60*time.Second); err != nil {
+		return err
+	}
+	names := make([]string, len(crds))
+	for i, c := range crds {
+		names[i] = c.Name
+	}
+	log.Info("CRDs installed and established", "crds", names, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 

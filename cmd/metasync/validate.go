@@ -1,23 +1,34 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/iidp/metasync/schema"
 )
 
 // validate checks a config file: every problem on its own line and exit 1,
-// or a one-line summary and exit 0.
+// or a one-line summary and exit 0. CRD files listed under crds: are read
+// and every path is checked against their schemas; --cluster also checks
+// the cluster (served resources, RBAC, schemas of installed CRDs).
 func validate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	config := fs.String("config", "", "config file (required)")
+	cluster := fs.Bool("cluster", false, "also check against the cluster: resources served, list/watch allowed, paths in CRD schemas")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, with --cluster")
+	kubecontext := fs.String("context", "", "kubeconfig context, with --cluster")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	if *config == "" {
-		fmt.Fprintln(stderr, "metasync validate: --config is required")
+	if err := envForFlags(fs); err != nil {
+		fmt.Fprintln(stderr, "metasync validate:", err)
+		return exitError{2}
+	}
+	if *config == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "metasync validate: --config FILE is required, and nothing else")
 		return exitError{2}
 	}
 	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ()})
@@ -27,10 +38,44 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		return exitError{1}
 	}
+	var problems []error
+	var notes []string
+	if len(plan.CRDs()) > 0 {
+		crds, err := schema.ReadCRDs(plan.CRDs())
+		problems = append(problems, schema.Problems(err)...)
+		n, err := schema.CheckPaths(plan, crds)
+		notes = append(notes, n...)
+		problems = append(problems, schema.Problems(err)...)
+	}
+	if *cluster {
+		cfg, _, err := restConfig(*kubeconfig, *kubecontext)
+		if err != nil {
+			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
+			return exitError{1}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := schema.CheckCluster(ctx, plan, cfg)
+		notes = append(notes, n...)
+		problems = append(problems, schema.Problems(err)...)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stdout, "note:", n)
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return exitError{1}
+	}
 	indexes := 0
 	for _, r := range plan.Resources() {
 		indexes += len(r.Indexes)
 	}
-	fmt.Fprintf(stdout, "%s: valid: %d resources, %d indexes, %d chains\n", *config, len(plan.Resources()), indexes, len(plan.Chains()))
+	where := ""
+	if *cluster {
+		where = " (checked against the cluster)"
+	}
+	fmt.Fprintf(stdout, "%s: valid: %d resources, %d indexes, %d chains%s\n", *config, len(plan.Resources()), indexes, len(plan.Chains()), where)
 	return nil
 }

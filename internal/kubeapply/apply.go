@@ -57,10 +57,23 @@ func Objects(path string) ([]*unstructured.Unstructured, error) {
 }
 
 // Files applies every object of the files, in order, with server-side apply
-// and force. The REST mapping is refreshed between objects, so a file may
-// create a CRD (wait for it to be established before using it) or a
-// namespace used further down.
+// and force. The REST mapping is refreshed when a kind is not found, so a
+// file may create a CRD (wait for it to be established before using it) or
+// a namespace used further down.
 func Files(ctx context.Context, cfg *rest.Config, paths ...string) error {
+	var all []*unstructured.Unstructured
+	for _, path := range paths {
+		objs, err := Objects(path)
+		if err != nil {
+			return err
+		}
+		all = append(all, objs...)
+	}
+	return Apply(ctx, cfg, all...)
+}
+
+// Apply applies objects, in order, as Files does.
+func Apply(ctx context.Context, cfg *rest.Config, objs ...*unstructured.Unstructured) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -70,31 +83,25 @@ func Files(ctx context.Context, cfg *rest.Config, paths ...string) error {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	for _, path := range paths {
-		objs, err := Objects(path)
+	for _, u := range objs {
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return err
+			mapper.Reset()
+			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				return fmt.Errorf("%s %s: %w", gvk, u.GetName(), err)
+			}
 		}
-		for _, u := range objs {
-			gvk := u.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				mapper.Reset()
-				if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-					return fmt.Errorf("%s: %s %s: %w", path, gvk, u.GetName(), err)
-				}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := u.GetNamespace()
+			if ns == "" {
+				ns = "default"
 			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if m.Scope.Name() == meta.RESTScopeNameNamespace {
-				ns := u.GetNamespace()
-				if ns == "" {
-					ns = "default"
-				}
-				ri = dyn.Resource(m.Resource).Namespace(ns)
-			}
-			if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-				return fmt.Errorf("%s: apply %s %s: %w", path, gvk.Kind, u.GetName(), err)
-			}
+			ri = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+			return fmt.Errorf("apply %s %s: %w", gvk.Kind, u.GetName(), err)
 		}
 	}
 	return nil

@@ -1,0 +1,370 @@
+package schema
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// CRD is a CustomResourceDefinition.
+type CRD = apiextensionsv1.CustomResourceDefinition
+
+// ReadCRDs reads the CRDs of YAML files (several documents per file are
+// fine; documents of other kinds are an error).
+func ReadCRDs(paths []string) ([]*CRD, error) {
+	var out []*CRD
+	var p problems
+	for i, path := range paths {
+		at := fmt.Sprintf("crds[%d]", i)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			p.add(at, "%v", err)
+			continue
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
+		for n := 0; ; n++ {
+			var raw map[string]any
+			if err := dec.Decode(&raw); err != nil {
+				if err.Error() != "EOF" {
+					p.add(at, "%s: %v", path, err)
+				}
+				break
+			}
+			if len(raw) == 0 {
+				continue
+			}
+			if raw["kind"] != "CustomResourceDefinition" {
+				p.add(at, "%s: document %d is a %v, not a CustomResourceDefinition", path, n, raw["kind"])
+				continue
+			}
+			b, _ := json.Marshal(raw)
+			crd := &CRD{}
+			if err := json.Unmarshal(b, crd); err != nil {
+				p.add(at, "%s: %v", path, err)
+				continue
+			}
+			out = append(out, crd)
+		}
+	}
+	return out, p.result()
+}
+
+// InstallCRDs creates or updates the CRDs (server-side apply, field manager
+// "metasync") and waits until each is Established, or timeout passes.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*CRD, timeout time.Duration) error {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		body, err := json.Marshal(struct {
+			APIVersion string                                       `json:"apiVersion"`
+			Kind       string                                       `json:"kind"`
+			Metadata   map[string]any                               `json:"metadata"`
+			Spec       apiextensionsv1.CustomResourceDefinitionSpec `json:"spec"`
+		}{"apiextensions.k8s.io/v1", "CustomResourceDefinition", map[string]any{"name": crd.Name}, crd.Spec})
+		if err != nil {
+			return err
+		}
+		force := true
+		_, err = client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, "application/apply-patch+yaml", body,
+			metav1.PatchOptions{FieldManager: "metasync", Force: &force})
+		if err != nil {
+			return fmt.Errorf("install CRD %s: %w", crd.Name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, crd := range crds {
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established after %s", crd.Name, timeout)
+		}
+	}
+	return nil
+}
+
+// CheckPaths checks every index and field path of the plan's resources
+// that a CRD in crds defines against that CRD's OpenAPI v3 schema. A path
+// through a field the schema lacks is a problem (the message lists the
+// fields that exist); paths under x-kubernetes-preserve-unknown-fields, or
+// past a gjson query or modifier, cannot be checked and yield a note.
+// Resources that no CRD in crds defines are not checked.
+func CheckPaths(plan *Plan, crds []*CRD) (notes []string, err error) {
+	var p problems
+	for i, r := range plan.Resources() {
+		crd := findCRD(crds, r.GVR.Group, r.GVR.Resource)
+		if crd == nil {
+			continue
+		}
+		at := fmt.Sprintf("resources[%d]", i)
+		var version *apiextensionsv1.CustomResourceDefinitionVersion
+		var names []string
+		for j := range crd.Spec.Versions {
+			names = append(names, crd.Spec.Versions[j].Name)
+			if crd.Spec.Versions[j].Name == r.GVR.Version {
+				version = &crd.Spec.Versions[j]
+			}
+		}
+		switch {
+		case version == nil:
+			p.add(at+".version", "CRD %s has no version %q (versions: %s)", crd.Name, r.GVR.Version, strings.Join(names, ", "))
+			continue
+		case !version.Served:
+			p.add(at+".version", "CRD %s does not serve version %q", crd.Name, r.GVR.Version)
+			continue
+		case version.Schema == nil || version.Schema.OpenAPIV3Schema == nil:
+			notes = append(notes, fmt.Sprintf("%s: CRD %s %s has no schema; paths not checked", at, crd.Name, r.GVR.Version))
+			continue
+		}
+		root := version.Schema.OpenAPIV3Schema
+		checkRule := func(field string, rule *Rule) {
+			for _, path := range rule.Paths() {
+				problem, note := checkPath(root, path)
+				if problem != "" {
+					p.add(field, "%s: %s in CRD %s %s", path, problem, crd.Name, r.GVR.Version)
+				}
+				if note != "" {
+					notes = append(notes, fmt.Sprintf("%s: %s: %s", field, path, note))
+				}
+			}
+		}
+		for _, f := range r.Fields {
+			checkRule(fmt.Sprintf("%s.fields.%s", at, f.Name), f.Rule)
+		}
+		for j, ix := range r.Indexes {
+			checkRule(fmt.Sprintf("%s.indexes[%d].key", at, j), ix.Key)
+			if ix.Value != nil {
+				checkRule(fmt.Sprintf("%s.indexes[%d].value", at, j), ix.Value)
+			}
+		}
+	}
+	return notes, p.result()
+}
+
+func findCRD(crds []*CRD, group, resource string) *CRD {
+	for _, c := range crds {
+		if c.Spec.Group == group && c.Spec.Names.Plural == resource {
+			return c
+		}
+	}
+	return nil
+}
+
+// pathSegments splits a gjson path on unescaped dots. complete is false
+// when the path goes on past something this check does not follow (a
+// query, a modifier, a pipe, a wildcard, a multipath).
+func pathSegments(path string) (segs []string, complete bool) {
+	var cur strings.Builder
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case c == '\\' && i+1 < len(path):
+			i++
+			cur.WriteByte(path[i])
+		case c == '.':
+			segs = append(segs, cur.String())
+			cur.Reset()
+		case strings.IndexByte("|@*?{[(!=<>%", c) >= 0 || (c == '#' && i+1 < len(path) && path[i+1] == '('):
+			return segs, false
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(segs, cur.String()), true
+}
+
+// checkPath follows path through an OpenAPI schema.
+func checkPath(root *apiextensionsv1.JSONSchemaProps, path string) (problem, note string) {
+	segs, complete := pathSegments(path)
+	if len(segs) > 0 && (segs[0] == "metadata" || segs[0] == "apiVersion" || segs[0] == "kind") {
+		return "", "" // the same for every object; not in CRD schemas
+	}
+	s := root
+	for i, seg := range segs {
+		where := strings.Join(segs[:i], ".")
+		if where == "" {
+			where = "the root"
+		}
+		if s.XPreserveUnknownFields != nil && *s.XPreserveUnknownFields && len(s.Properties) == 0 {
+			return "", fmt.Sprintf("%s keeps unknown fields (x-kubernetes-preserve-unknown-fields); not checked past it", where)
+		}
+		if s.Type == "array" || s.Items != nil {
+			if seg != "#" && !isIndex(seg) {
+				return fmt.Sprintf("%s is an array: use # for its elements (%s.#.%s)", where, where, seg), ""
+			}
+			if s.Items == nil || s.Items.Schema == nil {
+				return "", ""
+			}
+			s = s.Items.Schema
+			continue
+		}
+		if seg == "#" {
+			return fmt.Sprintf("%s is not an array", where), ""
+		}
+		if prop, ok := s.Properties[seg]; ok {
+			s = &prop
+			continue
+		}
+		if s.AdditionalProperties != nil && (s.AdditionalProperties.Allows || s.AdditionalProperties.Schema != nil) {
+			if s.AdditionalProperties.Schema == nil {
+				return "", ""
+			}
+			s = s.AdditionalProperties.Schema
+			continue
+		}
+		if s.XPreserveUnknownFields != nil && *s.XPreserveUnknownFields {
+			return "", fmt.Sprintf("%s keeps unknown fields (x-kubernetes-preserve-unknown-fields); %q not checked", where, seg)
+		}
+		fields := make([]string, 0, len(s.Properties))
+		for name := range s.Properties {
+			fields = append(fields, name)
+		}
+		sort.Strings(fields)
+		if len(fields) == 0 {
+			return fmt.Sprintf("no field %q at %s, which declares no fields", seg, where), ""
+		}
+		return fmt.Sprintf("no field %q at %s (fields: %s)", seg, where, strings.Join(fields, ", ")), ""
+	}
+	if !complete {
+		return "", "checked up to a gjson query or modifier"
+	}
+	return "", ""
+}
+
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckCluster checks the plan against a cluster: each resource's group,
+// version and resource are served and can be listed and watched; the
+// caller may list and watch each (SelfSubjectAccessReview); and each path
+// fits the CRD's schema where a CRD defines the resource. It reports every
+// problem at once; notes are things it could not check.
+func CheckCluster(ctx context.Context, plan *Plan, cfg *rest.Config) (notes []string, err error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var p problems
+	var crds []*CRD
+	for i, r := range plan.Resources() {
+		at := fmt.Sprintf("resources[%d]", i)
+		gv := r.GVR.GroupVersion().String()
+		list, err := dc.ServerResourcesForGroupVersion(gv)
+		switch {
+		case apierrors.IsNotFound(err):
+			p.add(at, "%s is not served by the cluster: no API %s", r.GVR.Resource, gv)
+		case err != nil:
+			p.add(at, "discovery of %s: %v", gv, err)
+		default:
+			var served []string
+			found := false
+			for _, res := range list.APIResources {
+				if strings.Contains(res.Name, "/") {
+					continue
+				}
+				served = append(served, res.Name)
+				if res.Name != r.GVR.Resource {
+					continue
+				}
+				found = true
+				for _, verb := range []string{"list", "watch"} {
+					if !slices.Contains(res.Verbs, verb) {
+						p.add(at+".resource", "%s in %s does not support %s", res.Name, gv, verb)
+					}
+				}
+				if r.Namespace != "" && !res.Namespaced {
+					p.add(at+".namespace", "%s is cluster-scoped: remove the namespace", res.Name)
+				}
+			}
+			if !found {
+				sort.Strings(served)
+				p.add(at+".resource", "%q is not served in %s (served: %s)", r.GVR.Resource, gv, strings.Join(served, ", "))
+			}
+		}
+		for _, verb := range []string{"list", "watch"} {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+				},
+			}}
+			got, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				p.add(at, "access review of %s %s: %v", verb, r.GVR.Resource, err)
+				continue
+			}
+			if !got.Status.Allowed {
+				scope := "in all namespaces"
+				if r.Namespace != "" {
+					scope = "in namespace " + r.Namespace
+				}
+				reason := got.Status.Reason
+				if reason == "" {
+					reason = "no RBAC rule allows it"
+				}
+				p.add(at, "RBAC denies %s on %s %s: %s", verb, r.GVR.GroupResource(), scope, reason)
+			}
+		}
+		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") {
+			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, r.GVR.Resource+"."+r.GVR.Group, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				crds = append(crds, crd)
+			case apierrors.IsNotFound(err):
+			default:
+				notes = append(notes, fmt.Sprintf("%s: cannot read CRD %s.%s to check paths: %v", at, r.GVR.Resource, r.GVR.Group, err))
+			}
+		}
+	}
+	pathNotes, pathErr := CheckPaths(plan, crds)
+	notes = append(notes, pathNotes...)
+	for _, e := range Problems(pathErr) {
+		p.err = multierror.Append(p.err, e)
+	}
+	return notes, p.result()
+}
