@@ -525,3 +525,141 @@ func TestApiserverUnreachableThenBack(t *testing.T) {
 }
 
 func base(addr string) string { return "http://" + addr }
+
+// TestValidateCluster catches, in one run, a path typo (against the CRD's
+// schema), a resource the cluster does not serve, and list/watch that RBAC
+// denies to the caller.
+func TestValidateCluster(t *testing.T) {
+	testenv.Need(t, env)
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	kubeconfig, _ := env.UserKubeconfig(t, "validator")
+	rbac := `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metasync-validator}
+rules:
+- apiGroups: [iidp.com]
+  resources: [appmodels]
+  verbs: [get, list, watch]
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metasync-validator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metasync-validator}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: validator}
+`
+	rbacPath := filepath.Join(t.TempDir(), "rbac.yaml")
+	_ = os.WriteFile(rbacPath, []byte(rbac), 0o600)
+	if err := kubeapply.Files(context.Background(), env.Config, rbacPath); err != nil {
+		t.Fatal(err)
+	}
+	config := `
+resources:
+  - name: appmodels
+    group: iidp.com
+    version: v1
+    resource: appmodels
+    namespace: meta-test
+    indexes:
+      - name: model-to-app
+        key: spec.modelz
+        value: metadata.name
+  - name: endpointslices
+    group: discovery.k8s.io
+    version: v1
+    resource: endpointslices
+    indexes:
+      - name: service-to-addresses
+        key: 'metadata.labels.kubernetes\.io/service-name'
+  - name: ghosts
+    group: nothere.iidp.com
+    version: v1
+    resource: ghosts
+    indexes:
+      - name: ghost
+        key: spec.x
+`
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(path, []byte(config), 0o600)
+	_, errOut, code := metasync(t, "validate", "--config", path, "--cluster", "--kubeconfig", kubeconfig)
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		`resources[0].indexes[0].key: spec.modelz: no field "modelz" at spec (fields: models, type, version) in CRD appmodels.iidp.com v1`,
+		`resources[1]: RBAC denies list on endpointslices.discovery.k8s.io in all namespaces`,
+		`resources[1]: RBAC denies watch on endpointslices.discovery.k8s.io in all namespaces`,
+		`resources[2]: ghosts is not served by the cluster: no API nothere.iidp.com/v1`,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate --cluster lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "resources[0]: RBAC") {
+		t.Errorf("appmodels is allowed, yet:\n%s", errOut)
+	}
+
+	// The same config without the mistakes passes as that user.
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	_ = os.WriteFile(good, []byte(strings.Split(strings.ReplaceAll(config, "spec.modelz", "spec.models"), "  - name: endpointslices")[0]), 0o600)
+	out, errOut, code := metasync(t, "validate", "--config", good, "--cluster", "--kubeconfig", kubeconfig)
+	if code != 0 || !strings.Contains(out, "valid: 1 resources, 1 indexes, 0 chains (checked against the cluster)") {
+		t.Fatalf("good config: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestServeCustomCRD onboards the Gateway CRD with YAML only: serve
+// installs the CRD listed under crds:, and answers lookups over nested
+// arrays, a dotted label key, a number key and all namespaces.
+func TestServeCustomCRD(t *testing.T) {
+	testenv.Need(t, env)
+	dir := filepath.Join(testenv.Root(), "examples", "custom-crd")
+	body, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cfg := strings.Replace(string(body), "listen: 127.0.0.1:8080", "listen: "+addr, 1)
+	cfg = "crds: [" + filepath.Join(dir, "crd.yaml") + "]\n" + cfg
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(config, []byte(cfg), 0o600)
+
+	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""))
+	waitHTTP(t, d, addr)
+	if err := kubeapply.Files(context.Background(), env.Config, filepath.Join(dir, "samples.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + addr
+	get := func(index, key string) string {
+		out, errOut, code := metasync(t, "get", "--server", base, index, key)
+		if code != 0 {
+			t.Fatalf("get %s %s: %s", index, key, errOut)
+		}
+		return strings.ReplaceAll(strings.TrimSpace(out), "\n", " ")
+	}
+	testenv.Eventually(t, "gateways indexed", func() string {
+		if got := get("host-to-gateway", "api.example.com"); got != "edge-a/public edge-b/internal" {
+			return got
+		}
+		return ""
+	})
+	for _, c := range []struct{ index, key, want string }{
+		{"host-to-gateway", "www.shop.example.com", "edge-a/public"},
+		{"tier-to-gateway", "frontline", "edge-a/public"},
+		{"tier-to-gateway", "backoffice", "edge-b/internal"},
+		{"priority-to-gateway", "20", "edge-b/internal"},
+		{"namespaced-host-to-backend", "edge-b/api.example.com", "internal-api"},
+		{"namespaced-host-to-backend", "edge-a/shop.example.com", "api-svc shop-svc"},
+	} {
+		if got := get(c.index, c.key); got != c.want {
+			t.Errorf("%s %s = %q, want %q", c.index, c.key, got, c.want)
+		}
+	}
+	if !strings.Contains(d.stderr.String(), `"msg":"CRDs installed and established"`) {
+		t.Errorf("no CRD install in the logs")
+	}
+}

@@ -165,6 +165,25 @@ func (e *Env) WriteKubeconfig(t testing.TB, server string) string {
 	return path
 }
 
+// UserKubeconfig adds a user authenticated by a client certificate, with
+// the given groups and no other rights, and writes a kubeconfig for it.
+func (e *Env) UserKubeconfig(t testing.TB, name string, groups ...string) (string, *rest.Config) {
+	t.Helper()
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		t.Fatalf("add user %s: %v", name, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, u.Config()
+}
+
 // Eventually polls cond every 20 ms until it returns "" or 20 s pass, then
 // fails with the last message.
 func Eventually(t testing.TB, what string, cond func() string) {

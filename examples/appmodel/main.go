@@ -1,0 +1,133 @@
+// Command appmodel walks through the reference setup with the library:
+//
+//  1. an app registers its models in an AppModel with server-side apply and
+//     a field manager, the seed's write path, and another writer that
+//     claims the same field without force gets a conflict;
+//  2. an engine built from config.yaml resolves model -> app -> pod IPs
+//     from memory, with typed access to the app's fields.
+//
+// Run it against a cluster that has crd.yaml and routing.yaml applied:
+//
+//	go run ./examples/appmodel --kubeconfig ~/.kube/config
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	mschema "github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// AppModel is the typed view of the fields that config.yaml projects.
+type AppModel struct {
+	Type    string   `json:"type"`
+	Version string   `json:"version"`
+	Models  []string `json:"models"`
+}
+
+var appModelGVR = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "appmodel:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
+	config := flag.String("config", "examples/appmodel/config.yaml", "metasync config")
+	namespace := flag.String("namespace", "meta-test", "namespace of the AppModels (as in the config)")
+	flag.Parse()
+
+	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	appModels := client.Resource(appModelGVR).Namespace(*namespace)
+
+	// 1. The app registers its models: server-side apply, its own field
+	// manager, and force, so that it owns spec.models whatever was there.
+	iiot := appModel("iiot", "2.8.2", "iiot_dataservice", "iiot_edge_project", "iiot_data_query")
+	if _, err := appModels.Apply(ctx, "iiot", iiot, metav1.ApplyOptions{FieldManager: "iiot-registrar", Force: true}); err != nil {
+		return fmt.Errorf("register iiot: %w", err)
+	}
+	fmt.Println("registered app iiot: models iiot_dataservice, iiot_edge_project, iiot_data_query (field manager iiot-registrar)")
+
+	// Another writer claims the same field without force: the apiserver
+	// refuses with a conflict that names the owner, and changes nothing.
+	intruder := appModel("iiot", "9.9", "stolen_model")
+	_, err = appModels.Apply(ctx, "iiot", intruder, metav1.ApplyOptions{FieldManager: "another-team"})
+	switch {
+	case apierrors.IsConflict(err):
+		fmt.Printf("another-team without force: conflict, nothing changed (%v)\n", err)
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("another-team took spec.models without force")
+	}
+
+	// 2. Resolve from memory with the library.
+	plan, err := mschema.LoadPlan(*config, mschema.LoadOptions{Environ: os.Environ()})
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	engine, err := msync.New(plan, restCfg, msync.Options{Logger: quiet})
+	if err != nil {
+		return err
+	}
+	engineCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = engine.Start(engineCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	if err := engine.WaitForSync(ctx); err != nil {
+		return err
+	}
+
+	for _, model := range []string{"iiot_dataservice", "model1"} {
+		apps := engine.Lookup("model-to-app", model)
+		fields, err := msync.Objects[AppModel](engine, "model-to-app", model)
+		if err != nil {
+			return err
+		}
+		for i, app := range apps {
+			fmt.Printf("model %s -> app %s (type %s, version %s)\n", model, app, fields[i].Type, fields[i].Version)
+			fmt.Printf("app %s -> %s\n", app, strings.Join(engine.Lookup("service-to-addresses", app), ", "))
+		}
+		fmt.Printf("chain model-to-addresses: %s -> %s\n", model, strings.Join(engine.Resolve("model-to-addresses", model), ", "))
+	}
+	return nil
+}
+
+func appModel(name, version string, models ...string) *unstructured.Unstructured {
+	ms := make([]any, len(models))
+	for i, m := range models {
+		ms[i] = m
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iidp.com/v1",
+		"kind":       "AppModel",
+		"metadata":   map[string]any{"name": name, "labels": map[string]any{"iidp": "iidp"}},
+		"spec":       map[string]any{"type": "model", "version": version, "models": ms},
+	}}
+}
