@@ -1,0 +1,129 @@
+package indexer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// benchKeys builds a store of n objects with 3 keys each, like AppModels
+// with 3 models, and the plain map[string][]string of the same content.
+func benchStore(b *testing.B, n int) (*Store, Index, map[string][]string, []string) {
+	b.Helper()
+	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := s.Source("apps")
+	objs := make([]Object, n)
+	plain := make(map[string][]string, 3*n)
+	keys := make([]string, 0, 3*n)
+	for i := range n {
+		name := fmt.Sprintf("app-%06d", i)
+		var es []Entry
+		for j := range 3 {
+			k := fmt.Sprintf("model-%06d-%d", i, j)
+			es = append(es, Entry{Key: k, Value: name})
+			plain[k] = []string{name}
+			keys = append(keys, k)
+		}
+		objs[i] = Object{Key: "ns/" + name, Entries: [][]Entry{es}}
+	}
+	src.Replace(objs)
+	ix, _ := s.Index("model-to-app")
+	rand.New(rand.NewPCG(1, 1)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return s, ix, plain, keys
+}
+
+var sink []string
+
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		_, ix, plain, keys := benchStore(b, n)
+		hot := keys[0]
+		b.Run(fmt.Sprintf("objects=%d/hot/map", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = plain[hot]
+			}
+		})
+		b.Run(fmt.Sprintf("objects=%d/hot/index", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sink = ix.Lookup(hot)
+			}
+		})
+		b.Run(fmt.Sprintf("objects=%d/random/map", n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sink = plain[keys[i%len(keys)]]
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("objects=%d/random/index", n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sink = ix.Lookup(keys[i%len(keys)])
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("objects=%d/random-parallel/map", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := rand.IntN(len(keys))
+				var s []string
+				for pb.Next() {
+					s = plain[keys[i%len(keys)]]
+					i++
+				}
+				_ = s
+			})
+		})
+		b.Run(fmt.Sprintf("objects=%d/random-parallel/index", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := rand.IntN(len(keys))
+				var s []string
+				for pb.Next() {
+					s = ix.Lookup(keys[i%len(keys)])
+					i++
+				}
+				_ = s
+			})
+		})
+	}
+}
+
+func BenchmarkPut(b *testing.B) {
+	s, _, _, _ := benchStore(b, 100_000)
+	src := s.Source("apps")
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tx := src.Begin()
+		name := fmt.Sprintf("app-%06d", i%100_000)
+		tx.Put(Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: fmt.Sprintf("moved-%d", i%7), Value: name}}}})
+		tx.Commit()
+		i++
+	}
+}
+
+func BenchmarkReplace(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			s, _, _, _ := benchStore(b, n)
+			src := s.Source("apps")
+			objs := make([]Object, n)
+			for i := range n {
+				name := fmt.Sprintf("app-%06d", i)
+				objs[i] = Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: "m-" + name, Value: name}, {Key: "n-" + name, Value: name}}}}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				src.Replace(objs)
+			}
+		})
+	}
+}
