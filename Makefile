@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: all build test unit lint fmt vet envtest clean run
+.PHONY: all build test unit lint fmt vet envtest clean run bench bench-micro
 
 all: build
 
@@ -50,3 +50,15 @@ run: build
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
 	  KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync
+
+## bench: metasync side by side with the plain informer on one control
+## plane; N=100000 for the large run (see BENCHMARKS.md).
+N ?= 10000
+bench:
+	@assets=$$(bash hack/envtest-assets.sh) && \
+	  $(GO) build -o $(BIN)/bench ./hack/bench && \
+	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N)
+
+## bench-micro: the indexer's Go benchmarks, with allocations.
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./indexer/ | tee bench-micro.txt

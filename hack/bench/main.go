@@ -1,0 +1,533 @@
+// Command bench measures metasync side by side with the plain client-go
+// approach (a dynamic informer with a cache.Indexers index func) on one
+// real control plane, with the same AppModels, in one run, and prints one
+// table with both columns and their ratios. `make bench` runs it; see
+// BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/iidp/metasync/internal/api"
+	mschema "github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+var (
+	n            = flag.Int("n", 10000, "AppModels to create (3 models each)")
+	workers      = flag.Int("workers", 16, "parallel writers while populating")
+	writes       = flag.Int("writes", 300, "writes for the write-to-visible latency")
+	fanout       = flag.Int("fanout", 50, "engines in one process for the fan-out test (0: skip)")
+	fanoutWrites = flag.Int("fanout-writes", 100, "writes for the fan-out latency")
+	httpDur      = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
+	httpConns    = flag.Int("http-conns", 8, "concurrent HTTP clients")
+)
+
+var gvr = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
+
+const ns = "bench"
+
+type row struct {
+	name, unit          string
+	baseline, metasync  float64
+	target              string
+	higherIsBetter, raw bool
+}
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run() error {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: use `make bench`")
+	}
+	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{"examples/appmodel/crd.yaml"}, ErrorIfPathMissing: true}}
+	cfg, err := env.Start()
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+	cfg.QPS, cfg.Burst = 5000, 10000
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	logf("creating %d AppModels by server-side apply (%d writers)", *n, *workers)
+	start := time.Now()
+	if err := populate(ctx, dyn); err != nil {
+		return err
+	}
+	logf("created in %s", time.Since(start).Round(time.Millisecond))
+
+	keys := make([]string, 0, 3**n)
+	for i := range *n {
+		for j := range 3 {
+			keys = append(keys, model(i, j))
+		}
+	}
+	rand.New(rand.NewPCG(7, 7)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+
+	var rows []row
+	listDur, listBytes, err := rawList(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	logf("raw LIST: %s, %d bytes", listDur, listBytes)
+
+	base, err := measureInformer(ctx, dyn, keys)
+	if err != nil {
+		return err
+	}
+	ms, engine, stopEngine, err := measureEngine(ctx, cfg, dyn, keys)
+	if err != nil {
+		return err
+	}
+	floorHot, floorRandom := plainMap(keys)
+
+	rows = append(rows,
+		row{name: "heap per indexed object", unit: "B", baseline: base.bytesPerObject, metasync: ms.bytesPerObject, target: "≤ 1/12"},
+		row{name: "initial sync", unit: "s", baseline: base.sync.Seconds(), metasync: ms.sync.Seconds(), target: "≤ 1.3 × raw LIST"},
+		row{name: "raw LIST (bytes only)", unit: "s", baseline: listDur.Seconds(), metasync: listDur.Seconds(), raw: true},
+		row{name: "lookup, hot key", unit: "ns", baseline: base.lookupHot, metasync: ms.lookupHot, target: "≤ 1.3 × map"},
+		row{name: "lookup, random keys", unit: "ns", baseline: base.lookupRandom, metasync: ms.lookupRandom, target: "≤ 1.3 × map"},
+		row{name: "lookup, random, 2 goroutines", unit: "ns", baseline: base.lookupParallel, metasync: ms.lookupParallel, target: "≤ 1.3 × map"},
+		row{name: "lookup allocs", unit: "allocs", baseline: base.lookupAllocs, metasync: ms.lookupAllocs, target: "0"},
+		row{name: "plain map, hot key (floor)", unit: "ns", baseline: floorHot, metasync: floorHot, raw: true},
+		row{name: "plain map, random keys (floor)", unit: "ns", baseline: floorRandom.single, metasync: floorRandom.single, raw: true},
+		row{name: "plain map, random, 2 goroutines", unit: "ns", baseline: floorRandom.parallel, metasync: floorRandom.parallel, raw: true},
+		row{name: "write → visible p50", unit: "ms", baseline: base.p50, metasync: ms.p50},
+		row{name: "write → visible p99", unit: "ms", baseline: base.p99, metasync: ms.p99, target: "≤ informer + 1 ms"},
+	)
+	if *fanout > 0 {
+		p50, p99, err := measureFanout(ctx, cfg, dyn)
+		if err != nil {
+			return err
+		}
+		rows = append(rows,
+			row{name: fmt.Sprintf("fan-out: %d engines, p50 all see", *fanout), unit: "ms", baseline: ms.p50, metasync: p50},
+			row{name: fmt.Sprintf("fan-out: %d engines, p99 all see", *fanout), unit: "ms", baseline: ms.p99, metasync: p99, target: "≤ 2 × one engine"})
+	}
+	if *httpDur > 0 {
+		bare, lookup := measureHTTP(engine, keys)
+		rows = append(rows, row{name: "HTTP lookups/s (bare net/http vs API)", unit: "req/s", baseline: bare, metasync: lookup, target: "≥ 70 %", higherIsBetter: true})
+	}
+	stopEngine()
+
+	fmt.Printf("\nmetasync vs plain dynamic informer — %d AppModels (3 models each), kube-apiserver v1.37.2, %d CPUs, %s\n\n", *n, runtime.NumCPU(), runtime.Version())
+	fmt.Printf("| %-40s | %14s | %14s | %8s | %-20s |\n", "measure", "informer", "metasync", "ratio", "target")
+	fmt.Printf("|%s|%s|%s|%s|%s|\n", dashes(42), dashes(16), dashes(16), dashes(10), dashes(22))
+	for _, r := range rows {
+		ratio := r.metasync / r.baseline
+		rs := fmt.Sprintf("%.2f", ratio)
+		if r.raw {
+			rs = "—"
+		}
+		if r.baseline == 0 {
+			rs = "—"
+		}
+		fmt.Printf("| %-40s | %14s | %14s | %8s | %-20s |\n", r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
+	}
+	fmt.Printf("\ninitial sync / raw LIST: informer %.2f, metasync %.2f (target ≤ 1.30)\n", base.sync.Seconds()/listDur.Seconds(), ms.sync.Seconds()/listDur.Seconds())
+	fmt.Printf("lookup / plain map: hot %.2f, random %.2f, parallel %.2f (target ≤ 1.30)\n", ms.lookupHot/floorHot, ms.lookupRandom/floorRandom.single, ms.lookupParallel/floorRandom.parallel)
+	fmt.Printf("memory: metasync uses 1/%.1f of the informer's heap per object (target ≥ 12)\n", base.bytesPerObject/ms.bytesPerObject)
+	return nil
+}
+
+func dashes(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = '-'
+	}
+	return string(b)
+}
+
+func format(v float64, unit string) string {
+	switch unit {
+	case "B":
+		return fmt.Sprintf("%.0f B", v)
+	case "s":
+		return fmt.Sprintf("%.3f s", v)
+	case "ns":
+		return fmt.Sprintf("%.1f ns", v)
+	case "ms":
+		return fmt.Sprintf("%.2f ms", v)
+	case "allocs":
+		return fmt.Sprintf("%.0f", v)
+	case "req/s":
+		return fmt.Sprintf("%.0f/s", v)
+	}
+	return fmt.Sprint(v)
+}
+
+func model(i, j int) string { return fmt.Sprintf("model-%06d-%d", i, j) }
+
+func appModel(i int, extra ...string) *unstructured.Unstructured {
+	models := []any{model(i, 0), model(i, 1), model(i, 2)}
+	for _, e := range extra {
+		models = append(models, e)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iidp.com/v1", "kind": "AppModel",
+		"metadata": map[string]any{"name": fmt.Sprintf("app-%06d", i), "labels": map[string]any{"iidp": "iidp"}},
+		"spec":     map[string]any{"type": "model", "version": "1.7", "models": models},
+	}}
+}
+
+func applyApp(ctx context.Context, dyn dynamic.Interface, i int, extra ...string) error {
+	_, err := dyn.Resource(gvr).Namespace(ns).Apply(ctx, fmt.Sprintf("app-%06d", i), appModel(i, extra...),
+		metav1.ApplyOptions{FieldManager: "appmodels-manager", Force: true})
+	return err
+}
+
+func populate(ctx context.Context, dyn dynamic.Interface) error {
+	var next atomic.Int64
+	var wg gosync.WaitGroup
+	errs := make(chan error, *workers)
+	for range *workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *n {
+					return
+				}
+				if err := applyApp(ctx, dyn, i); err != nil {
+					errs <- err
+					return
+				}
+				if i > 0 && i%10000 == 0 {
+					logf("  %d created", i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// rawList times the bytes of the same LIST the reflectors send (labels,
+// resourceVersion=0 from the watch cache), median of 5.
+func rawList(ctx context.Context, cfg *rest.Config) (time.Duration, int, error) {
+	c, err := rest.RESTClientFor(restCfgFor(cfg))
+	if err != nil {
+		return 0, 0, err
+	}
+	var durs []time.Duration
+	size := 0
+	for range 5 {
+		start := time.Now()
+		body, err := c.Get().AbsPath("/apis/iidp.com/v1/namespaces", ns, "appmodels").
+			Param("labelSelector", "iidp=iidp").Param("resourceVersion", "0").Do(ctx).Raw()
+		if err != nil {
+			return 0, 0, err
+		}
+		durs = append(durs, time.Since(start))
+		size = len(body)
+	}
+	slices.Sort(durs)
+	return durs[len(durs)/2], size, nil
+}
+
+func restCfgFor(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &schema.GroupVersion{Group: "iidp.com", Version: "v1"}
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
+	c.AcceptContentTypes = "application/json"
+	return c
+}
+
+type result struct {
+	sync                                                  time.Duration
+	bytesPerObject                                        float64
+	lookupHot, lookupRandom, lookupParallel, lookupAllocs float64
+	p50, p99                                              float64
+}
+
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	debug.FreeOSMemory()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// benchLookups benchmarks a lookup function over the keys: a hot key,
+// random keys on one goroutine, and random keys on every core.
+func benchLookups(keys []string, lookup func(string) int) (hot, random, parallel, allocs float64) {
+	h := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		k := keys[0]
+		for b.Loop() {
+			lookup(k)
+		}
+	})
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			lookup(keys[i%len(keys)])
+			i++
+		}
+	})
+	p := testing.Benchmark(func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			i := rand.IntN(len(keys))
+			for pb.Next() {
+				lookup(keys[i%len(keys)])
+				i++
+			}
+		})
+	})
+	return float64(h.NsPerOp()), nsPerOp(r), nsPerOp(p), float64(r.AllocsPerOp())
+}
+
+func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds()) / float64(r.N) }
+
+type floor struct{ single, parallel float64 }
+
+func plainMap(keys []string) (float64, floor) {
+	m := make(map[string][]string, len(keys))
+	for _, k := range keys {
+		m[k] = []string{"app"}
+	}
+	hot, random, parallel, _ := benchLookups(keys, func(k string) int { return len(m[k]) })
+	return hot, floor{random, parallel}
+}
+
+// latency applies writes one after the other, each adding a new model to
+// an existing AppModel, and times from the PATCH until visible returns true.
+func latency(ctx context.Context, dyn dynamic.Interface, tag string, count int, visible func(model string) bool) (p50, p99 float64, err error) {
+	var ds []float64
+	for w := range count {
+		i := (w * 7919) % *n
+		m := fmt.Sprintf("%s-%d", tag, w)
+		start := time.Now()
+		if err := applyApp(ctx, dyn, i, m); err != nil {
+			return 0, 0, err
+		}
+		deadline := start.Add(30 * time.Second)
+		for !visible(m) {
+			if time.Now().After(deadline) {
+				return 0, 0, fmt.Errorf("%s never became visible", m)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		ds = append(ds, float64(time.Since(start).Microseconds())/1000)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[(len(ds)*99)/100], nil
+}
+
+func measureInformer(ctx context.Context, dyn dynamic.Interface, keys []string) (result, error) {
+	var r result
+	before := heap()
+	logf("informer: syncing")
+	start := time.Now()
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = "iidp=iidp"
+	})
+	inf := factory.ForResource(gvr).Informer()
+	if err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
+		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
+		return models, nil
+	}}); err != nil {
+		return r, err
+	}
+	stop := make(chan struct{})
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		return r, fmt.Errorf("informer did not sync")
+	}
+	r.sync = time.Since(start)
+	r.bytesPerObject = float64(heap()-before) / float64(*n)
+	logf("informer: synced in %s, %.0f B per object", r.sync, r.bytesPerObject)
+	idx := inf.GetIndexer()
+	r.lookupHot, r.lookupRandom, r.lookupParallel, r.lookupAllocs = benchLookups(keys, func(k string) int {
+		objs, _ := idx.ByIndex("model", k)
+		return len(objs)
+	})
+	var err error
+	r.p50, r.p99, err = latency(ctx, dyn, "informer", *writes, func(m string) bool {
+		objs, _ := idx.ByIndex("model", m)
+		return len(objs) > 0
+	})
+	close(stop)
+	factory.Shutdown()
+	logf("informer: done")
+	return r, err
+}
+
+func plan() (*mschema.Plan, error) {
+	return mschema.Compile(&mschema.Config{Resources: []mschema.Resource{{
+		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
+		Namespace: ns, LabelSelector: "iidp=iidp",
+		Indexes: []mschema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+	}}})
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func startEngine(cfg *rest.Config) (*msync.Engine, func(), error) {
+	p, err := plan()
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := msync.New(p, cfg, msync.Options{Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Start(ctx); close(done) }()
+	return e, func() { cancel(); <-done }, nil
+}
+
+func measureEngine(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface, keys []string) (result, *msync.Engine, func(), error) {
+	var r result
+	before := heap()
+	logf("metasync: syncing")
+	start := time.Now()
+	e, stop, err := startEngine(cfg)
+	if err != nil {
+		return r, nil, nil, err
+	}
+	if err := e.WaitForSync(ctx); err != nil {
+		return r, nil, nil, err
+	}
+	r.sync = time.Since(start)
+	r.bytesPerObject = float64(heap()-before) / float64(*n)
+	logf("metasync: synced in %s, %.0f B per object", r.sync, r.bytesPerObject)
+	ix, _ := e.Store().Index("model-to-app")
+	r.lookupHot, r.lookupRandom, r.lookupParallel, r.lookupAllocs = benchLookups(keys, func(k string) int {
+		return len(ix.Lookup(k))
+	})
+	r.p50, r.p99, err = latency(ctx, dyn, "metasync", *writes, func(m string) bool {
+		return len(ix.Lookup(m)) > 0
+	})
+	logf("metasync: done")
+	return r, e, stop, err
+}
+
+func measureFanout(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) (p50, p99 float64, err error) {
+	logf("fan-out: starting %d engines", *fanout)
+	var engines []*msync.Engine
+	var stops []func()
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	for range *fanout {
+		e, stop, err := startEngine(cfg)
+		if err != nil {
+			return 0, 0, err
+		}
+		engines = append(engines, e)
+		stops = append(stops, stop)
+	}
+	for _, e := range engines {
+		if err := e.WaitForSync(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	logf("fan-out: all synced; writing")
+	ixs := make([]func(string) []string, len(engines))
+	for i, e := range engines {
+		ix, _ := e.Store().Index("model-to-app")
+		ixs[i] = ix.Lookup
+	}
+	return latency(ctx, dyn, "fanout", *fanoutWrites, func(m string) bool {
+		for _, l := range ixs {
+			if len(l(m)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// measureHTTP drives a bare net/http handler that returns a fixed JSON body
+// and the API's lookup endpoint with the same load generator.
+func measureHTTP(e *msync.Engine, keys []string) (bare, lookup float64) {
+	body := []byte(`{"index":"model-to-app","key":"model-000001-0","values":["app-000001"]}` + "\n")
+	bareSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	defer bareSrv.Close()
+	apiSrv := httptest.NewServer(api.New(e, quiet))
+	defer apiSrv.Close()
+	logf("HTTP: bare handler")
+	bare = load(bareSrv.URL+"/v1/indexes/model-to-app/keys/", keys)
+	logf("HTTP: metasync API")
+	lookup = load(apiSrv.URL+"/v1/indexes/model-to-app/keys/", keys)
+	return bare, lookup
+}
+
+func load(prefix string, keys []string) float64 {
+	tr := &http.Transport{MaxIdleConnsPerHost: *httpConns, MaxConnsPerHost: *httpConns}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var total atomic.Int64
+	deadline := time.Now().Add(*httpDur)
+	var wg gosync.WaitGroup
+	for c := range *httpConns {
+		wg.Go(func() {
+			i := c * 1000
+			for time.Now().Before(deadline) {
+				resp, err := client.Get(prefix + keys[i%len(keys)])
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				total.Add(1)
+				i++
+			}
+		})
+	}
+	wg.Wait()
+	return float64(total.Load()) / httpDur.Seconds()
+}
