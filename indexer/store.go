@@ -2,11 +2,11 @@ package indexer
 
 import (
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // shardBits sets the number of shards per index (1<<shardBits). A write
@@ -32,18 +32,25 @@ type Object struct {
 	Key     string
 	Payload any
 	Entries [][]Entry
+
+	// Set by Source.Prepare.
+	enc      string
+	prepared [][]Entry
 }
 
 // SourceSpec declares a source and the names of the indexes it feeds.
 type SourceSpec struct {
 	Name    string
 	Indexes []string
+	// Objects keeps, for each index key, the object keys of the objects
+	// behind it (Snapshot.Objects). It costs memory; leave it off unless
+	// the objects' payloads are read by index key.
+	Objects bool
 }
 
 // Store holds the indexes of every source. Its zero value is not usable;
 // build one with New.
 type Store struct {
-	seed    maphash.Seed
 	current atomic.Pointer[Snapshot]
 
 	mu      sync.Mutex // serializes writers
@@ -61,34 +68,31 @@ type Index struct {
 
 // Source is the writer's handle on one source of a Store.
 type Source struct {
-	s       *Store
-	id      int
-	name    string
-	indexes []int // index ids, in SourceSpec order
+	s           *Store
+	id          int
+	name        string
+	indexes     []int // index ids, in SourceSpec order
+	withObjects bool
 
-	// Writer state, guarded by s.mu.
-	objects map[string]*objectState
-	dups    []map[Entry]int32 // per source index: extra contributors of an entry
+	// Writer state, guarded by s.mu. objects maps each object key to the
+	// object's normalized entries, encoded into one string (see encode), so
+	// that an update or delete can withdraw exactly them. The published
+	// keys and values are substrings of those strings: an entry costs no
+	// memory of its own.
+	objects  map[string]string
+	dups     []map[Entry]int32 // per source index: extra contributors of an entry
+	payloads bool              // some object has had a payload
 }
 
-// objectState is what the writer remembers of an object: its normalized
-// entries, so that an update or delete can withdraw exactly them.
-type objectState struct {
-	payload any
-	entries [][]Entry // sorted by (Key, Value), distinct
-}
-
-// posting is the published answer for one index key.
-type posting struct {
-	values  []string // distinct, sorted
-	objects []string // object keys that contribute under this key; distinct, sorted
-}
-
-type shard = map[string]posting
+// shard maps index keys to their values: distinct, sorted.
+type shard = map[string][]string
 
 type indexSnap struct {
 	keys   int
 	shards [numShards]shard
+	// objects, when the source tracks them, maps index keys to the object
+	// keys behind them: distinct, sorted.
+	objects *[numShards]shard
 }
 
 type sourceSnap struct {
@@ -109,7 +113,6 @@ type Snapshot struct {
 // across all sources, source names among sources.
 func New(sources ...SourceSpec) (*Store, error) {
 	s := &Store{
-		seed:    maphash.MakeSeed(),
 		byName:  map[string]int{},
 		srcName: map[string]int{},
 	}
@@ -118,7 +121,7 @@ func New(sources ...SourceSpec) (*Store, error) {
 		if _, dup := s.srcName[spec.Name]; dup {
 			return nil, fmt.Errorf("source %q declared twice", spec.Name)
 		}
-		src := &Source{s: s, id: len(s.sources), name: spec.Name, objects: map[string]*objectState{}}
+		src := &Source{s: s, id: len(s.sources), name: spec.Name, objects: map[string]string{}, withObjects: spec.Objects}
 		s.srcName[spec.Name] = src.id
 		for _, name := range spec.Indexes {
 			if _, dup := s.byName[name]; dup {
@@ -128,7 +131,11 @@ func New(sources ...SourceSpec) (*Store, error) {
 			s.byName[name] = id
 			src.indexes = append(src.indexes, id)
 			src.dups = append(src.dups, map[Entry]int32{})
-			snap.indexes = append(snap.indexes, &indexSnap{})
+			is := &indexSnap{}
+			if spec.Objects {
+				is.objects = &[numShards]shard{}
+			}
+			snap.indexes = append(snap.indexes, is)
 		}
 		s.sources = append(s.sources, src)
 		snap.sources = append(snap.sources, &sourceSnap{})
@@ -166,32 +173,51 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok {
 		return nil
 	}
-	return s.current.Load().lookup(id, key).values
+	return s.current.Load().indexes[id].shards[shardOf(key)][key]
 }
 
 // Lookup returns the values of key in this index; see Store.Lookup. It
-// allocates nothing.
+// allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	return ix.s.current.Load().lookup(ix.id, key).values
+	return ix.s.current.Load().indexes[ix.id].shards[shardOf(key)][key]
 }
 
-func (s *Store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) >> (64 - shardBits))
-}
-
-func (snap *Snapshot) lookup(id int, key string) posting {
-	return snap.indexes[id].shards[snap.s.shardOf(key)][key]
+// shardOf picks a key's shard from its length and its first and last
+// eight bytes: a few instructions, where a full hash of the key would cost
+// as much as the map lookup that follows. The choice only spreads the cost
+// of writes; keys that collide still land in a correct map.
+func shardOf(key string) int {
+	n := len(key)
+	var h uint64
+	if n >= 8 {
+		p := unsafe.Pointer(unsafe.StringData(key))
+		h = *(*uint64)(p)*0x9E3779B97F4A7C15 ^ *(*uint64)(unsafe.Add(p, n-8))*0xC2B2AE3D27D4EB4F
+	} else {
+		for i := 0; i < n; i++ {
+			h = h<<8 | uint64(key[i])
+		}
+		h *= 0x9E3779B97F4A7C15
+	}
+	h ^= uint64(n) * 0x165667B19E3779F9
+	h ^= h >> 29
+	h *= 0xBF58476D1CE4E5B9
+	return int(h >> (64 - shardBits))
 }
 
 // Lookup returns the values of key in ix as of this snapshot.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	return snap.lookup(ix.id, key).values
+	return snap.indexes[ix.id].shards[shardOf(key)][key]
 }
 
 // Objects returns the object keys of the objects that contribute under key
-// in ix: distinct, sorted, shared (do not modify).
+// in ix: distinct, sorted, shared (do not modify). It is nil unless the
+// source was declared with SourceSpec.Objects.
 func (snap *Snapshot) Objects(ix Index, key string) []string {
-	return snap.lookup(ix.id, key).objects
+	objs := snap.indexes[ix.id].objects
+	if objs == nil {
+		return nil
+	}
+	return objs[shardOf(key)][key]
 }
 
 // KeyCount returns the number of index keys in ix.
@@ -212,7 +238,7 @@ func (snap *Snapshot) Keys(ix Index) []string {
 
 // Payload returns the payload of an object of src, if it has one.
 func (snap *Snapshot) Payload(src *Source, objectKey string) (any, bool) {
-	p, ok := snap.sources[src.id].payload[snap.s.shardOf(objectKey)][objectKey]
+	p, ok := snap.sources[src.id].payload[shardOf(objectKey)][objectKey]
 	return p, ok
 }
 

@@ -11,7 +11,7 @@ import (
 
 func newStore(t testing.TB) (*Store, *Source, Index) {
 	t.Helper()
-	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}, Objects: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +154,34 @@ func TestResolveChain(t *testing.T) {
 	}
 }
 
+func TestObjectsOnlyWhenAskedFor(t *testing.T) {
+	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"i"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(s.Source("apps"), "ns/a", e("k", "a"))
+	ix, _ := s.Index("i")
+	if got := s.Snapshot().Objects(ix, "k"); got != nil {
+		t.Fatalf("Objects = %v without SourceSpec.Objects", got)
+	}
+	if got := ix.Lookup("k"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Lookup = %v", got)
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	long := string(make([]byte, 300))
+	in := [][]Entry{{e("k1", "ns/o"), e("k2", "v2"), e("", "")}, nil, {e(long, long), e("k\x00", "ns/o")}}
+	got := decode(encode("ns/o", in), "ns/o", 3)
+	if len(got[1]) != 0 {
+		t.Fatalf("empty index decoded as %v", got[1])
+	}
+	got[1] = nil
+	if !reflect.DeepEqual(got, in) {
+		t.Fatalf("decode(encode) = %q, want %q", got, in)
+	}
+}
+
 func TestNewRejectsDuplicates(t *testing.T) {
 	if _, err := New(SourceSpec{Name: "a", Indexes: []string{"x"}}, SourceSpec{Name: "b", Indexes: []string{"x"}}); err == nil {
 		t.Fatal("duplicate index name accepted")
@@ -172,6 +200,21 @@ func (m model) index() map[string][]string {
 		for _, e := range es {
 			if !slices.Contains(out[e.Key], e.Value) {
 				out[e.Key] = append(out[e.Key], e.Value)
+			}
+		}
+	}
+	for k := range out {
+		slices.Sort(out[k])
+	}
+	return out
+}
+
+func (m model) objects() map[string][]string {
+	out := map[string][]string{}
+	for obj, es := range m {
+		for _, e := range es {
+			if !slices.Contains(out[e.Key], obj) {
+				out[e.Key] = append(out[e.Key], obj)
 			}
 		}
 	}
@@ -236,6 +279,12 @@ func TestIncrementalEqualsRebuild(t *testing.T) {
 		want := m.index()
 		if got := dump(s, ix); !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: index = %v, want %v", step, got, want)
+		}
+		wantObjs := m.objects()
+		for k := range want {
+			if got := s.Snapshot().Objects(ix, k); !slices.Equal(got, wantObjs[k]) {
+				t.Fatalf("step %d: objects of %s = %v, want %v", step, k, got, wantObjs[k])
+			}
 		}
 		if n := s.Snapshot().ObjectCount(src); n != len(m) {
 			t.Fatalf("step %d: objects = %d, want %d", step, n, len(m))

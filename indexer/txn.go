@@ -1,9 +1,11 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // Txn is one write transaction on a Source: any number of Put and Delete
@@ -18,9 +20,9 @@ type Txn struct {
 
 // work collects a transaction's pending changes to one index key.
 type work struct {
-	base       posting
-	addV, remV map[string]struct{}
-	addO, remO map[string]struct{}
+	values, objects []string // as published before the transaction
+	addV, remV      map[string]struct{}
+	addO, remO      map[string]struct{}
 }
 
 // Begin starts a transaction on the source, waiting for other writers.
@@ -29,47 +31,156 @@ func (src *Source) Begin() *Txn {
 	return &Txn{src: src, work: make([]map[string]*work, len(src.indexes))}
 }
 
+// Marks of encode for a value that is not written out.
+const (
+	sameAsObjectKey = 0 // the value is the object key
+	sameAsPrevious  = 1 // the value is the previous entry's value
+	valueOffset     = 2 // otherwise: length + valueOffset, then the bytes
+)
+
+// encode packs an object's normalized entries into one string: per index,
+// the number of entries, then each key and value with its length. A value
+// equal to the object key, or to the previous value, is stored as a mark,
+// not a copy.
+func encode(objectKey string, entries [][]Entry) string {
+	size := 0
+	for _, es := range entries {
+		size++
+		for _, e := range es {
+			size += 2 + len(e.Key) + 2 + len(e.Value)
+		}
+	}
+	b := make([]byte, 0, size)
+	for _, es := range entries {
+		b = binary.AppendUvarint(b, uint64(len(es)))
+		prev := ""
+		for j, e := range es {
+			b = binary.AppendUvarint(b, uint64(len(e.Key)))
+			b = append(b, e.Key...)
+			switch {
+			case e.Value == objectKey:
+				b = append(b, sameAsObjectKey)
+			case j > 0 && e.Value == prev:
+				b = append(b, sameAsPrevious)
+			default:
+				b = binary.AppendUvarint(b, uint64(len(e.Value))+valueOffset)
+				b = append(b, e.Value...)
+			}
+			prev = e.Value
+		}
+	}
+	return string(b)
+}
+
+// decode unpacks what encode packed, for n indexes. The strings it returns
+// are substrings of enc (or objectKey).
+func decode(enc, objectKey string, n int) [][]Entry {
+	out := make([][]Entry, n)
+	next := func() int {
+		var v uint64
+		for shift := 0; ; shift += 7 {
+			c := enc[0]
+			enc = enc[1:]
+			v |= uint64(c&0x7f) << shift
+			if c < 0x80 {
+				return int(v)
+			}
+		}
+	}
+	for i := range n {
+		if enc == "" {
+			break
+		}
+		count := next()
+		es := make([]Entry, count)
+		for j := range count {
+			l := next()
+			es[j].Key, enc = enc[:l], enc[l:]
+			switch l := next(); l {
+			case sameAsObjectKey:
+				es[j].Value = objectKey
+			case sameAsPrevious:
+				es[j].Value = es[j-1].Value
+			default:
+				es[j].Value, enc = enc[:l-valueOffset], enc[l-valueOffset:]
+			}
+		}
+		out[i] = es
+	}
+	return out
+}
+
+// Prepare does, without any lock, the work of Put and Replace that needs
+// none: it copies the object key, sorts and de-duplicates the entries
+// (in place) and encodes them into the one string that the index will keep
+// (every key and value the index holds is a substring of it). Call it where
+// objects are decoded to take that work off the writer's path; Put and
+// Replace prepare what was not.
+func (src *Source) Prepare(o *Object) {
+	if o.prepared != nil {
+		return
+	}
+	o.Key = strings.Clone(o.Key)
+	entries := o.Entries
+	for i := range entries {
+		entries[i] = normalize(entries[i])
+	}
+	for len(entries) < len(src.indexes) {
+		entries = append(entries, nil)
+	}
+	o.enc = encode(o.Key, entries)
+	o.prepared = decode(o.enc, o.Key, len(src.indexes))
+	o.Entries = o.prepared
+}
+
 // Put sets an object: its entries replace whatever it contributed before,
 // and its payload replaces the previous one. Put sorts o.Entries in place.
 func (t *Txn) Put(o Object) {
 	src := t.src
-	old := src.objects[o.Key]
-	st := &objectState{payload: o.Payload, entries: make([][]Entry, len(src.indexes))}
-	for i := range src.indexes {
-		if i < len(o.Entries) {
-			st.entries[i] = normalize(o.Entries[i])
-		}
-		var before []Entry
-		if old != nil {
-			before = old.entries[i]
-		}
-		t.diff(i, o.Key, before, st.entries[i])
+	src.Prepare(&o)
+	old, had := src.objects[o.Key]
+	after := o.prepared
+	var before [][]Entry
+	if had {
+		before = decode(old, o.Key, len(src.indexes))
 	}
-	if old == nil {
+	for i := range src.indexes {
+		var b []Entry
+		if had {
+			b = before[i]
+		}
+		t.diff(i, o.Key, b, after[i])
+	}
+	if !had {
 		t.count++
 	}
-	src.objects[o.Key] = st
-	t.setPayload(o.Key, o.Payload, old != nil && old.payload != nil)
+	src.objects[o.Key] = o.enc
+	t.setPayload(o.Key, o.Payload)
 }
 
 // Delete removes an object and everything it contributed. Deleting an
 // unknown object does nothing.
 func (t *Txn) Delete(objectKey string) {
 	src := t.src
-	old := src.objects[objectKey]
-	if old == nil {
+	old, had := src.objects[objectKey]
+	if !had {
 		return
 	}
+	before := decode(old, objectKey, len(src.indexes))
 	for i := range src.indexes {
-		t.diff(i, objectKey, old.entries[i], nil)
+		t.diff(i, objectKey, before[i], nil)
 	}
 	t.count--
 	delete(src.objects, objectKey)
-	t.setPayload(objectKey, nil, old.payload != nil)
+	t.setPayload(objectKey, nil)
 }
 
-func (t *Txn) setPayload(objectKey string, p any, had bool) {
-	if p == nil && !had {
+// setPayload records a payload change; nil removes the payload.
+func (t *Txn) setPayload(objectKey string, p any) {
+	if p != nil {
+		t.src.payloads = true
+	}
+	if !t.src.payloads {
 		return
 	}
 	if t.payloads == nil {
@@ -95,16 +206,21 @@ func (t *Txn) diff(i int, object string, before, after []Entry) {
 			b++
 		}
 	}
+	if !t.src.withObjects {
+		return
+	}
 	// The object is listed under the distinct keys of its entries.
 	oldKeys, newKeys := distinctKeys(before), distinctKeys(after)
 	a, b = 0, 0
 	for a < len(oldKeys) || b < len(newKeys) {
 		switch {
 		case b == len(newKeys) || (a < len(oldKeys) && oldKeys[a] < newKeys[b]):
-			toggle(&t.workFor(i, oldKeys[a]).remO, &t.workFor(i, oldKeys[a]).addO, object)
+			w := t.workFor(i, oldKeys[a])
+			toggle(&w.remO, &w.addO, object)
 			a++
 		case a == len(oldKeys) || oldKeys[a] > newKeys[b]:
-			toggle(&t.workFor(i, newKeys[b]).addO, &t.workFor(i, newKeys[b]).remO, object)
+			w := t.workFor(i, newKeys[b])
+			toggle(&w.addO, &w.remO, object)
 			b++
 		default:
 			a++
@@ -144,8 +260,9 @@ func (t *Txn) workFor(i int, key string) *work {
 	}
 	w := m[key]
 	if w == nil {
-		s := t.src.s
-		w = &work{base: s.current.Load().lookup(t.src.indexes[i], key)}
+		snap := t.src.s.current.Load()
+		ix := Index{id: t.src.indexes[i]}
+		w = &work{values: snap.Lookup(ix, key), objects: snap.Objects(ix, key)}
 		m[key] = w
 	}
 	return w
@@ -160,7 +277,7 @@ func (w *work) has(value string) bool {
 	if _, ok := w.remV[value]; ok {
 		return false
 	}
-	_, found := slices.BinarySearch(w.base.values, value)
+	_, found := slices.BinarySearch(w.values, value)
 	return found
 }
 
@@ -183,7 +300,8 @@ func (t *Txn) removeValue(i int, e Entry) {
 		}
 		return
 	}
-	toggle(&t.workFor(i, e.Key).remV, &t.workFor(i, e.Key).addV, e.Value)
+	w := t.workFor(i, e.Key)
+	toggle(&w.remV, &w.addV, e.Value)
 }
 
 // apply returns base with rem removed and add added, sorted. It returns
@@ -225,27 +343,43 @@ func (t *Txn) Commit() {
 		}
 		id := t.src.indexes[i]
 		is := *old.indexes[id]
-		var cloned [numShards]bool
+		var objs [numShards]shard
+		if is.objects != nil {
+			objs = *is.objects
+		}
+		var cloned, clonedO [numShards]bool
 		for key, w := range m {
-			sh := s.shardOf(key)
+			sh := shardOf(key)
 			if !cloned[sh] {
 				is.shards[sh] = cloneShard(is.shards[sh])
 				cloned[sh] = true
 			}
-			p := posting{values: apply(w.base.values, w.addV, w.remV), objects: apply(w.base.objects, w.addO, w.remO)}
+			values := apply(w.values, w.addV, w.remV)
 			_, had := is.shards[sh][key]
 			switch {
-			case len(p.values) == 0 && len(p.objects) == 0:
-				if had {
-					delete(is.shards[sh], key)
-					is.keys--
-				}
-			default:
+			case len(values) == 0 && had:
+				delete(is.shards[sh], key)
+				is.keys--
+			case len(values) > 0:
 				if !had {
 					is.keys++
 				}
-				is.shards[sh][key] = p
+				is.shards[sh][key] = values
 			}
+			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
+				if !clonedO[sh] {
+					objs[sh] = cloneShard(objs[sh])
+					clonedO[sh] = true
+				}
+				if o := apply(w.objects, w.addO, w.remO); len(o) > 0 {
+					objs[sh][key] = o
+				} else {
+					delete(objs[sh], key)
+				}
+			}
+		}
+		if is.objects != nil {
+			is.objects = &objs
 		}
 		next.indexes[id] = &is
 	}
@@ -255,7 +389,7 @@ func (t *Txn) Commit() {
 		ss.objects += t.count
 		var cloned [numShards]bool
 		for key, p := range t.payloads {
-			sh := s.shardOf(key)
+			sh := shardOf(key)
 			if !cloned[sh] {
 				ss.payload[sh] = maps.Clone(ss.payload[sh])
 				if ss.payload[sh] == nil {
@@ -272,6 +406,22 @@ func (t *Txn) Commit() {
 		next.sources[t.src.id] = &ss
 	}
 	s.current.Store(next)
+}
+
+// sized returns shards sized for the keys of m, so that a rebuilt index
+// holds no room to grow.
+func sized(m map[string][]string) [numShards]shard {
+	var counts [numShards]int
+	for key := range m {
+		counts[shardOf(key)]++
+	}
+	var out [numShards]shard
+	for i, c := range counts {
+		if c > 0 {
+			out[i] = make(shard, c)
+		}
+	}
+	return out
 }
 
 func cloneShard(sh shard) shard {
@@ -292,67 +442,81 @@ func (src *Source) Replace(objs []Object) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	objects := make(map[string]*objectState, len(objs))
-	for _, o := range objs {
-		st := &objectState{payload: o.Payload, entries: make([][]Entry, len(src.indexes))}
-		for i := range src.indexes {
-			if i < len(o.Entries) {
-				st.entries[i] = normalize(o.Entries[i])
-			}
+	objects := make(map[string]string, len(objs))
+	entries := make(map[string][][]Entry, len(objs))
+	payloads := map[string]any{}
+	for i := range objs {
+		o := &objs[i]
+		src.Prepare(o)
+		key := o.Key
+		objects[key], entries[key] = o.enc, o.prepared
+		if o.Payload != nil {
+			payloads[key] = o.Payload
+			src.payloads = true
+		} else {
+			delete(payloads, key)
 		}
-		objects[o.Key] = st
 	}
 
 	old := s.current.Load()
 	next := &Snapshot{s: s, indexes: slices.Clone(old.indexes), sources: slices.Clone(old.sources)}
-	type acc struct{ values, objects []string }
 	for i, id := range src.indexes {
-		byKey := map[string]*acc{}
-		for objKey, st := range objects {
-			for j, e := range st.entries[i] {
-				a := byKey[e.Key]
-				if a == nil {
-					a = &acc{}
-					byKey[e.Key] = a
-				}
-				a.values = append(a.values, e.Value)
-				if j == 0 || st.entries[i][j-1].Key != e.Key {
-					a.objects = append(a.objects, objKey)
+		values := map[string][]string{}
+		var objectsOf map[string][]string
+		if src.withObjects {
+			objectsOf = map[string][]string{}
+		}
+		for objKey, es := range entries {
+			for j, e := range es[i] {
+				values[e.Key] = append(values[e.Key], e.Value)
+				if objectsOf != nil && (j == 0 || es[i][j-1].Key != e.Key) {
+					objectsOf[e.Key] = append(objectsOf[e.Key], objKey)
 				}
 			}
 		}
 		dups := map[Entry]int32{}
-		is := &indexSnap{keys: len(byKey)}
-		for key, a := range byKey {
-			sort.Strings(a.values)
-			distinct := a.values[:0]
-			for _, v := range a.values {
+		is := &indexSnap{keys: len(values), shards: sized(values)}
+		single := map[string][]string{} // one shared slice per lone value
+		for key, vs := range values {
+			sort.Strings(vs)
+			distinct := vs[:0]
+			for _, v := range vs {
 				if len(distinct) > 0 && distinct[len(distinct)-1] == v {
 					dups[Entry{Key: key, Value: v}]++
 					continue
 				}
 				distinct = append(distinct, v)
 			}
-			sort.Strings(a.objects)
-			sh := s.shardOf(key)
-			if is.shards[sh] == nil {
-				is.shards[sh] = shard{}
+			if len(distinct) == 1 {
+				one, ok := single[distinct[0]]
+				if !ok {
+					one = []string{distinct[0]}
+					single[distinct[0]] = one
+				}
+				distinct = one
+			} else {
+				distinct = slices.Clone(distinct)
 			}
-			is.shards[sh][key] = posting{values: slices.Clip(distinct), objects: a.objects}
+			is.shards[shardOf(key)][key] = distinct
+		}
+		if objectsOf != nil {
+			objs := sized(objectsOf)
+			for key, os := range objectsOf {
+				sort.Strings(os)
+				objs[shardOf(key)][key] = slices.Clip(os)
+			}
+			is.objects = &objs
 		}
 		src.dups[i] = dups
 		next.indexes[id] = is
 	}
 	ss := &sourceSnap{objects: len(objects)}
-	for key, st := range objects {
-		if st.payload == nil {
-			continue
-		}
-		sh := s.shardOf(key)
+	for key, p := range payloads {
+		sh := shardOf(key)
 		if ss.payload[sh] == nil {
 			ss.payload[sh] = map[string]any{}
 		}
-		ss.payload[sh][key] = st.payload
+		ss.payload[sh][key] = p
 	}
 	next.sources[src.id] = ss
 	src.objects = objects

@@ -21,9 +21,9 @@ import (
 // raw JSON is never kept.
 type object struct {
 	metav1.ObjectMeta // only Name, Namespace, UID and ResourceVersion are set
-	key               string
-	payload           any // projected fields as compact JSON (string), or nil
-	entries           [][]indexer.Entry
+	// ix is the object as the indexer takes it: key, entries and payload
+	// (the projected fields as compact JSON, a string), already prepared.
+	ix indexer.Object
 }
 
 func (o *object) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyObjectKind }
@@ -34,9 +34,6 @@ func (o *object) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-func (o *object) indexerObject() indexer.Object {
-	return indexer.Object{Key: o.key, Payload: o.payload, Entries: o.entries}
-}
 
 // objectList is a page of a LIST, already projected.
 type objectList struct {
@@ -118,9 +115,7 @@ func (c *codec) Encode(runtime.Object, io.Writer) error {
 
 func (c *codec) Identifier() runtime.Identifier { return "metasync-projection" }
 
-// watchEventCodec decodes the envelope of one watch event. The object's
-// bytes are left in place for the object decoder, which runs before the
-// next frame is read.
+// watchEventCodec decodes the envelope of one watch event.
 type watchEventCodec struct{}
 
 func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
@@ -134,12 +129,9 @@ func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into r
 		return nil, nil, fmt.Errorf("watch event without an object: %.200s", raw)
 	}
 	ev.Type = res[0].Str
-	obj := res[1]
-	if obj.Index > 0 && obj.Index+len(obj.Raw) <= len(data) {
-		ev.Object = runtime.RawExtension{Raw: data[obj.Index : obj.Index+len(obj.Raw)]}
-	} else {
-		ev.Object = runtime.RawExtension{Raw: []byte(obj.Raw)}
-	}
+	// A copy: the stream decoder reuses data for the next event while the
+	// reflector still applies this one, and the projection points into it.
+	ev.Object = runtime.RawExtension{Raw: []byte(res[1].Raw)}
 	return ev, nil, nil
 }
 
@@ -149,12 +141,132 @@ func (watchEventCodec) Encode(runtime.Object, io.Writer) error {
 
 func (watchEventCodec) Identifier() runtime.Identifier { return "metasync-watch-event" }
 
+// streamList reads one LIST response page from r and projects each item
+// as soon as its bytes have arrived, so that decoding overlaps the
+// transfer, and the page is never held whole in memory. project must copy
+// whatever it keeps: the buffer is reused.
+func streamList(r io.Reader, project func(string) *object) (*objectList, error) {
+	list := &objectList{}
+	var (
+		buf      = make([]byte, 0, 256<<10)
+		chunk    = make([]byte, 128<<10)
+		depth    int  // nesting depth at pos
+		inString bool // inside a string
+		escaped  bool // the previous byte was a backslash in a string
+		keyStart int  // start of the last string at depth 1
+		lastKey  string
+		valStart = -1 // start of the current value at depth 1 (metadata)
+		inItems  bool // inside the top-level "items" array
+		itemFrom = -1 // start of the current item
+		sawItems bool
+		sawMeta  bool
+		pos      int
+	)
+	for {
+		n, rerr := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		for ; pos < len(buf); pos++ {
+			c := buf[pos]
+			if inString {
+				switch {
+				case escaped:
+					escaped = false
+				case c == '\\':
+					escaped = true
+				case c == '"':
+					inString = false
+					if depth == 1 && valStart < 0 {
+						lastKey = string(buf[keyStart+1 : pos])
+					}
+				}
+				continue
+			}
+			switch c {
+			case '"':
+				inString = true
+				if depth == 1 {
+					keyStart = pos
+				}
+			case '{', '[':
+				if depth == 1 && lastKey != "" && valStart < 0 {
+					valStart = pos
+					if lastKey == "items" && c == '[' {
+						inItems, sawItems = true, true
+					}
+				}
+				if depth == 2 && inItems && c == '{' {
+					itemFrom = pos
+				}
+				depth++
+			case '}', ']':
+				depth--
+				switch {
+				case depth == 2 && inItems && itemFrom >= 0:
+					list.Items = append(list.Items, project(unsafeString(buf[itemFrom:pos+1])))
+					itemFrom = -1
+				case depth == 1 && valStart >= 0:
+					if lastKey == "metadata" {
+						meta := gjson.GetManyBytes(buf[valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
+						list.ResourceVersion = meta[0].Str
+						list.Continue = meta[1].Str
+						if meta[2].Exists() {
+							rc := meta[2].Int()
+							list.RemainingItemCount = &rc
+						}
+						sawMeta = true
+					}
+					inItems, valStart, lastKey = false, -1, ""
+				}
+			case ',':
+				if depth == 1 {
+					valStart, lastKey = -1, ""
+				}
+			}
+		}
+		// Keep only what a pending item, key or value still needs.
+		keep := pos
+		switch {
+		case itemFrom >= 0:
+			keep = itemFrom
+		case valStart >= 0 && !inItems:
+			keep = valStart
+		case inString && depth == 1:
+			keep = keyStart
+		}
+		if keep > 0 {
+			rest := copy(buf, buf[keep:])
+			buf = buf[:rest]
+			pos -= keep
+			if itemFrom >= 0 {
+				itemFrom -= keep
+			}
+			if valStart >= 0 {
+				valStart -= keep
+			}
+			keyStart -= keep
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+	}
+	if depth != 0 || inString {
+		return nil, errors.New("list response ends before its JSON does")
+	}
+	if !sawMeta || list.ResourceVersion == "" {
+		return nil, errors.New("list response has no metadata.resourceVersion")
+	}
+	if !sawItems && list.Items == nil {
+		list.Items = []runtime.Object{}
+	}
+	return list, nil
+}
+
 // decodeList parses one LIST response page and projects its items.
 func decodeList(body []byte, project func(string) *object) (*objectList, error) {
 	raw := unsafeString(body)
-	if !gjson.Valid(raw) {
-		return nil, errors.New("list response is not valid JSON")
-	}
 	res := gjson.GetMany(raw, "metadata.resourceVersion", "metadata.continue", "metadata.remainingItemCount", "items")
 	list := &objectList{}
 	list.ResourceVersion = res[0].Str
@@ -163,8 +275,8 @@ func decodeList(body []byte, project func(string) *object) (*objectList, error) 
 		n := res[2].Int()
 		list.RemainingItemCount = &n
 	}
-	if res[0].Str == "" {
-		return nil, errors.New("list response has no metadata.resourceVersion")
+	if res[0].Str == "" || !res[3].IsArray() {
+		return nil, errors.New("list response has no metadata.resourceVersion or no items")
 	}
 	res[3].ForEach(func(_, item gjson.Result) bool {
 		list.Items = append(list.Items, project(item.Raw))

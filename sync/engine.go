@@ -104,7 +104,8 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	}
 	var specs []indexer.SourceSpec
 	for _, r := range plan.Resources() {
-		spec := indexer.SourceSpec{Name: r.Name}
+		// Object keys per index key serve typed access, which needs fields.
+		spec := indexer.SourceSpec{Name: r.Name, Objects: len(r.Fields) > 0}
 		for _, ix := range r.Indexes {
 			spec.Indexes = append(spec.Indexes, ix.Name)
 		}

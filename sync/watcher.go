@@ -72,29 +72,32 @@ func newWatcher(plan *schema.ResourcePlan, client rest.Interface, store *indexer
 // and the object contributes nothing to that index.
 func (w *watcher) project(raw string) *object {
 	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion")
+	// raw may be reused once project returns: everything kept is copied,
+	// the entries by Prepare into the indexer's encoding.
 	o := &object{}
 	o.Name = clone(meta[0].Str)
 	o.Namespace = clone(meta[1].Str)
 	o.UID = types.UID(clone(meta[2].Str))
 	o.ResourceVersion = clone(meta[3].Str)
-	o.key = o.Name
+	key := o.Name
 	if o.Namespace != "" {
-		o.key = o.Namespace + "/" + o.Name
+		key = o.Namespace + "/" + o.Name
 	}
-	o.entries = make([][]indexer.Entry, len(w.plan.Indexes))
+	o.ix.Key = key
+	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
 	var keys, values []string
 	for i, ix := range w.plan.Indexes {
 		keys, values = keys[:0], values[:0]
 		err := ix.Key.Eval(raw, func(s string) { keys = append(keys, s) })
 		if err == nil && len(keys) > 0 {
 			if ix.Value == nil {
-				values = append(values, o.key)
+				values = append(values, key)
 			} else {
 				err = ix.Value.Eval(raw, func(s string) { values = append(values, s) })
 			}
 		}
 		if err != nil {
-			w.ruleError(i, o.key, err)
+			w.ruleError(i, key, err)
 			continue
 		}
 		if len(keys) == 0 || len(values) == 0 {
@@ -102,19 +105,16 @@ func (w *watcher) project(raw string) *object {
 		}
 		es := make([]indexer.Entry, 0, len(keys)*len(values))
 		for _, k := range keys {
-			k = clone(k)
 			for _, v := range values {
-				if v != o.key {
-					v = clone(v)
-				}
 				es = append(es, indexer.Entry{Key: k, Value: v})
 			}
 		}
-		o.entries[i] = es
+		o.ix.Entries[i] = es
 	}
 	if len(w.plan.Fields) > 0 {
-		o.payload = projectFields(raw, w.plan.Fields)
+		o.ix.Payload = projectFields(raw, w.plan.Fields)
 	}
+	w.src.Prepare(&o.ix)
 	return o
 }
 
@@ -183,7 +183,7 @@ func (w *watcher) put(obj any) error {
 		return fmt.Errorf("unexpected %T in the watch of %s", obj, w.plan.Name)
 	}
 	tx := w.src.Begin()
-	tx.Put(o.indexerObject())
+	tx.Put(o.ix)
 	tx.Commit()
 	return nil
 }
@@ -193,7 +193,7 @@ func (w *watcher) Delete(obj any) error {
 	var key string
 	switch o := obj.(type) {
 	case *object:
-		key = o.key
+		key = o.ix.Key
 	case cache.DeletedFinalStateUnknown:
 		key = o.Key
 	case *cache.DeletedFinalStateUnknown:
@@ -214,9 +214,11 @@ func (w *watcher) Replace(list []any, _ string) error {
 		if !ok {
 			return fmt.Errorf("unexpected %T in the list of %s", it, w.plan.Name)
 		}
-		objs = append(objs, o.indexerObject())
+		objs = append(objs, o.ix)
 	}
+	start := time.Now()
 	w.src.Replace(objs)
+	w.log.Debug("replaced", "objects", len(objs), "took", time.Since(start).String())
 	w.relists.Add(1)
 	w.syncedOnce.Do(func() {
 		w.syncedAt.Store(time.Now().UnixNano())
@@ -244,16 +246,27 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	if opts.Continue == "" {
 		w.listed.Store(0)
 	}
-	body, err := w.request(&opts).Do(ctx).Raw()
+	if opts.ResourceVersion == "0" {
+		// The reflector's first list asks for "any" version, which the
+		// apiserver's watch cache may serve stale. Ask for the current
+		// state instead (served from the cache too, once it has caught up),
+		// in one response: after WaitForSync, every write made before Start
+		// is visible.
+		opts.ResourceVersion, opts.ResourceVersionMatch, opts.Limit = "", "", 0
+	}
+	start := time.Now()
+	body, err := w.request(&opts).Stream(ctx)
 	if err != nil {
 		w.checkGone(err)
 		w.listErrors.Add(1)
 		w.setErr(fmt.Errorf("list: %w", err))
 		return nil, err
 	}
-	list, err := decodeList(body, w.project)
+	list, err := streamList(body, w.project)
+	body.Close()
 	if list != nil {
 		w.listed.Add(int64(len(list.Items)))
+		w.log.Debug("list page", "objects", len(list.Items), "took", time.Since(start).String())
 	}
 	w.gone.Store(false)
 	if err != nil {

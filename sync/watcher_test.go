@@ -26,22 +26,24 @@ func testWatcher(t *testing.T) (*watcher, *indexer.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newWatcher(plan.Resources()[0], nil, store, slog.New(slog.NewTextHandler(io.Discard, nil))), store
+	return newWatcher(plan.Resources()[0], nil, store, testLog()), store
 }
+
+func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestProjection(t *testing.T) {
 	w, _ := testWatcher(t)
 	o := w.project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
 		"spec":{"type":"model","version":"1.7","models":["m1","m2"],"blob":"` + string(make([]byte, 0)) + `"}}`)
-	if o.key != "ns/base" || o.UID != "u1" || o.ResourceVersion != "7" {
-		t.Fatalf("meta = %q %q %q", o.key, o.UID, o.ResourceVersion)
+	if o.ix.Key != "ns/base" || o.UID != "u1" || o.ResourceVersion != "7" {
+		t.Fatalf("meta = %q %q %q", o.ix.Key, o.UID, o.ResourceVersion)
 	}
 	want := []indexer.Entry{{Key: "m1", Value: "base"}, {Key: "m2", Value: "base"}}
-	if !slices.Equal(o.entries[0], want) {
-		t.Fatalf("entries = %v", o.entries[0])
+	if !slices.Equal(o.ix.Entries[0], want) {
+		t.Fatalf("entries = %v", o.ix.Entries[0])
 	}
-	if o.payload != `{"tag":"v1.7","type":"model"}` {
-		t.Fatalf("payload = %v", o.payload)
+	if o.ix.Payload != `{"tag":"v1.7","type":"model"}` {
+		t.Fatalf("payload = %v", o.ix.Payload)
 	}
 }
 

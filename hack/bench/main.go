@@ -17,7 +17,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -49,6 +51,7 @@ var (
 	fanoutWrites = flag.Int("fanout-writes", 100, "writes for the fan-out latency")
 	httpDur      = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
 	httpConns    = flag.Int("http-conns", 8, "concurrent HTTP clients")
+	memProfile   = flag.String("memprofile", "", "write a heap profile after metasync's sync to this file")
 )
 
 var gvr = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
@@ -245,8 +248,8 @@ func populate(ctx context.Context, dyn dynamic.Interface) error {
 	return <-errs
 }
 
-// rawList times the bytes of the same LIST the reflectors send (labels,
-// resourceVersion=0 from the watch cache), median of 5.
+// rawList times the bytes of the LIST that metasync's first list sends
+// (label selector, current state, one response), median of 5.
 func rawList(ctx context.Context, cfg *rest.Config) (time.Duration, int, error) {
 	c, err := rest.RESTClientFor(restCfgFor(cfg))
 	if err != nil {
@@ -257,13 +260,14 @@ func rawList(ctx context.Context, cfg *rest.Config) (time.Duration, int, error) 
 	for range 5 {
 		start := time.Now()
 		body, err := c.Get().AbsPath("/apis/iidp.com/v1/namespaces", ns, "appmodels").
-			Param("labelSelector", "iidp=iidp").Param("resourceVersion", "0").Do(ctx).Raw()
+			Param("labelSelector", "iidp=iidp").Do(ctx).Raw()
 		if err != nil {
 			return 0, 0, err
 		}
 		durs = append(durs, time.Since(start))
 		size = len(body)
 	}
+	logf("raw LIST runs: %v", durs)
 	slices.Sort(durs)
 	return durs[len(durs)/2], size, nil
 }
@@ -328,9 +332,11 @@ func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds
 type floor struct{ single, parallel float64 }
 
 func plainMap(keys []string) (float64, floor) {
+	// The map owns copies of its keys, as any index built from decoded
+	// objects does: a query's key never shares memory with the stored one.
 	m := make(map[string][]string, len(keys))
 	for _, k := range keys {
-		m[k] = []string{"app"}
+		m[strings.Clone(k)] = []string{"app"}
 	}
 	hot, random, parallel, _ := benchLookups(keys, func(k string) int { return len(m[k]) })
 	return hot, floor{random, parallel}
@@ -409,12 +415,21 @@ func plan() (*mschema.Plan, error) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+var verbose = flag.Bool("v", false, "log the engine's debug lines")
+
+func engineLogger() *slog.Logger {
+	if *verbose {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return quiet
+}
+
 func startEngine(cfg *rest.Config) (*msync.Engine, func(), error) {
 	p, err := plan()
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := msync.New(p, cfg, msync.Options{Logger: quiet})
+	e, err := msync.New(p, cfg, msync.Options{Logger: engineLogger()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -439,6 +454,14 @@ func measureEngine(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface,
 	r.sync = time.Since(start)
 	r.bytesPerObject = float64(heap()-before) / float64(*n)
 	logf("metasync: synced in %s, %.0f B per object", r.sync, r.bytesPerObject)
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return r, nil, nil, err
+		}
+		_ = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
 	ix, _ := e.Store().Index("model-to-app")
 	r.lookupHot, r.lookupRandom, r.lookupParallel, r.lookupAllocs = benchLookups(keys, func(k string) int {
 		return len(ix.Lookup(k))
