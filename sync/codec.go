@@ -34,7 +34,6 @@ func (o *object) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-
 // objectList is a page of a LIST, already projected.
 type objectList struct {
 	metav1.ListMeta
