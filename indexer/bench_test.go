@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"testing"
 )
@@ -24,7 +25,9 @@ func benchStore(b *testing.B, n int) (*Store, Index, map[string][]string, []stri
 		for j := range 3 {
 			k := fmt.Sprintf("model-%06d-%d", i, j)
 			es = append(es, Entry{Key: k, Value: name})
-			plain[k] = []string{name}
+			// The map owns copies of its keys, as any index built from
+			// decoded objects does: a query never shares its key's memory.
+			plain[strings.Clone(k)] = []string{name}
 			keys = append(keys, k)
 		}
 		objs[i] = Object{Key: "ns/" + name, Entries: [][]Entry{es}}

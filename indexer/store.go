@@ -9,13 +9,25 @@ import (
 	"unsafe"
 )
 
-// shardBits sets the number of shards per index (1<<shardBits). A write
-// copies the shards it touches, so more shards make writes to large indexes
-// cheaper; reads cost the same whatever the number.
+// An index is split into 1<<bits shards, bits chosen for about
+// keysPerShard keys per shard when the index is rebuilt, and raised when it
+// outgrows that fourfold. A write copies the shards it touches, so shards
+// keep writes to large indexes cheap; few shards keep reads of small ones
+// in the cache.
 const (
-	shardBits = 8
-	numShards = 1 << shardBits
+	maxShardBits  = 8
+	keysPerShard  = 1024
+	payloadShards = 256
 )
+
+// bitsFor returns the shard bits for an index of n keys.
+func bitsFor(n int) uint {
+	var bits uint
+	for bits < maxShardBits && n>>bits > keysPerShard {
+		bits++
+	}
+	return bits
+}
 
 // Entry is one (index key, index value) pair that an object contributes to
 // one index.
@@ -52,6 +64,9 @@ type SourceSpec struct {
 // build one with New.
 type Store struct {
 	current atomic.Pointer[Snapshot]
+	// heads[id] is current's index id, published with it: one load less
+	// for a single lookup than going through the snapshot.
+	heads []*atomic.Pointer[indexSnap]
 
 	mu      sync.Mutex // serializes writers
 	sources []*Source
@@ -62,8 +77,9 @@ type Store struct {
 // Index is a handle on one index of a Store, cheaper to look up with than
 // its name.
 type Index struct {
-	s  *Store
-	id int
+	s    *Store
+	id   int
+	head *atomic.Pointer[indexSnap]
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -89,15 +105,19 @@ type shard = map[string][]string
 
 type indexSnap struct {
 	keys   int
-	shards [numShards]shard
+	bits   uint
+	shards []shard // 1<<bits of them
 	// objects, when the source tracks them, maps index keys to the object
-	// keys behind them: distinct, sorted.
-	objects *[numShards]shard
+	// keys behind them: distinct, sorted; sharded as shards.
+	objects []shard
 }
+
+// shard returns the shard of a key.
+func (is *indexSnap) shard(key string) int { return int(hashOf(key) >> (64 - is.bits)) }
 
 type sourceSnap struct {
 	objects int
-	payload [numShards]map[string]any
+	payload [payloadShards]map[string]any
 }
 
 // Snapshot is an immutable view of every index of a Store at one instant.
@@ -131,11 +151,14 @@ func New(sources ...SourceSpec) (*Store, error) {
 			s.byName[name] = id
 			src.indexes = append(src.indexes, id)
 			src.dups = append(src.dups, map[Entry]int32{})
-			is := &indexSnap{}
+			is := &indexSnap{shards: make([]shard, 1)}
 			if spec.Objects {
-				is.objects = &[numShards]shard{}
+				is.objects = make([]shard, 1)
 			}
 			snap.indexes = append(snap.indexes, is)
+			head := &atomic.Pointer[indexSnap]{}
+			head.Store(is)
+			s.heads = append(s.heads, head)
 		}
 		s.sources = append(s.sources, src)
 		snap.sources = append(snap.sources, &sourceSnap{})
@@ -150,7 +173,7 @@ func (s *Store) Index(name string) (Index, bool) {
 	if !ok {
 		return Index{}, false
 	}
-	return Index{s: s, id: id}, true
+	return Index{s: s, id: id, head: s.heads[id]}, true
 }
 
 // Source returns the writer handle of the named source, or nil.
@@ -160,6 +183,18 @@ func (s *Store) Source(name string) *Source {
 		return nil
 	}
 	return s.sources[id]
+}
+
+// publish makes next the current snapshot. A reader of one index may see
+// it before or after the snapshot as a whole; either is a state that a
+// commit produced.
+func (s *Store) publish(next *Snapshot) {
+	s.current.Store(next)
+	for id, is := range next.indexes {
+		if s.heads[id].Load() != is {
+			s.heads[id].Store(is)
+		}
+	}
 }
 
 // Snapshot returns the current snapshot. It never blocks.
@@ -173,20 +208,22 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok {
 		return nil
 	}
-	return s.current.Load().indexes[id].shards[shardOf(key)][key]
+	is := s.heads[id].Load()
+	return is.shards[hashOf(key)>>(64-is.bits)][key]
 }
 
 // Lookup returns the values of key in this index; see Store.Lookup. It
 // allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	return ix.s.current.Load().indexes[ix.id].shards[shardOf(key)][key]
+	is := ix.head.Load()
+	return is.shards[hashOf(key)>>(64-is.bits)][key]
 }
 
-// shardOf picks a key's shard from its length and its first and last
+// hashOf picks a key's shard from its length and its first and last
 // eight bytes: a few instructions, where a full hash of the key would cost
 // as much as the map lookup that follows. The choice only spreads the cost
 // of writes; keys that collide still land in a correct map.
-func shardOf(key string) int {
+func hashOf(key string) uint64 {
 	n := len(key)
 	var h uint64
 	if n >= 8 {
@@ -201,23 +238,24 @@ func shardOf(key string) int {
 	h ^= uint64(n) * 0x165667B19E3779F9
 	h ^= h >> 29
 	h *= 0xBF58476D1CE4E5B9
-	return int(h >> (64 - shardBits))
+	return h
 }
 
 // Lookup returns the values of key in ix as of this snapshot.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	return snap.indexes[ix.id].shards[shardOf(key)][key]
+	is := snap.indexes[ix.id]
+	return is.shards[is.shard(key)][key]
 }
 
 // Objects returns the object keys of the objects that contribute under key
 // in ix: distinct, sorted, shared (do not modify). It is nil unless the
 // source was declared with SourceSpec.Objects.
 func (snap *Snapshot) Objects(ix Index, key string) []string {
-	objs := snap.indexes[ix.id].objects
-	if objs == nil {
+	is := snap.indexes[ix.id]
+	if is.objects == nil {
 		return nil
 	}
-	return objs[shardOf(key)][key]
+	return is.objects[is.shard(key)][key]
 }
 
 // KeyCount returns the number of index keys in ix.
@@ -238,7 +276,7 @@ func (snap *Snapshot) Keys(ix Index) []string {
 
 // Payload returns the payload of an object of src, if it has one.
 func (snap *Snapshot) Payload(src *Source, objectKey string) (any, bool) {
-	p, ok := snap.sources[src.id].payload[shardOf(objectKey)][objectKey]
+	p, ok := snap.sources[src.id].payload[hashOf(objectKey)>>56][objectKey]
 	return p, ok
 }
 

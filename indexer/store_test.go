@@ -348,3 +348,29 @@ func TestLookupAllocatesNothing(t *testing.T) {
 		t.Fatalf("Store.Lookup allocates %v times", n)
 	}
 }
+
+// TestGrowsShards puts keys one by one, far past one shard's worth: the
+// index reshards as it grows, and every key stays found.
+func TestGrowsShards(t *testing.T) {
+	s, src, ix := newStore(t)
+	const n = 10_000
+	for i := range n {
+		put(src, fmt.Sprintf("o%d", i), e(fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)))
+	}
+	snap := s.Snapshot()
+	if bits := snap.indexes[ix.id].bits; bits < 3 {
+		t.Fatalf("bits = %d after %d keys", bits, n)
+	}
+	for i := range n {
+		k := fmt.Sprintf("k%d", i)
+		if got := snap.Lookup(ix, k); !slices.Equal(got, []string{fmt.Sprintf("v%d", i)}) {
+			t.Fatalf("%s = %v", k, got)
+		}
+		if got := snap.Objects(ix, k); !slices.Equal(got, []string{fmt.Sprintf("o%d", i)}) {
+			t.Fatalf("objects of %s = %v", k, got)
+		}
+	}
+	if snap.KeyCount(ix) != n || len(snap.Keys(ix)) != n {
+		t.Fatalf("KeyCount = %d", snap.KeyCount(ix))
+	}
+}

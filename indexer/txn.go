@@ -343,13 +343,13 @@ func (t *Txn) Commit() {
 		}
 		id := t.src.indexes[i]
 		is := *old.indexes[id]
-		var objs [numShards]shard
+		is.shards = slices.Clone(is.shards)
 		if is.objects != nil {
-			objs = *is.objects
+			is.objects = slices.Clone(is.objects)
 		}
-		var cloned, clonedO [numShards]bool
+		cloned := make([]bool, 2*len(is.shards)) // values, then objects
 		for key, w := range m {
-			sh := shardOf(key)
+			sh := is.shard(key)
 			if !cloned[sh] {
 				is.shards[sh] = cloneShard(is.shards[sh])
 				cloned[sh] = true
@@ -367,19 +367,19 @@ func (t *Txn) Commit() {
 				is.shards[sh][key] = values
 			}
 			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
-				if !clonedO[sh] {
-					objs[sh] = cloneShard(objs[sh])
-					clonedO[sh] = true
+				if !cloned[len(is.shards)+sh] {
+					is.objects[sh] = cloneShard(is.objects[sh])
+					cloned[len(is.shards)+sh] = true
 				}
 				if o := apply(w.objects, w.addO, w.remO); len(o) > 0 {
-					objs[sh][key] = o
+					is.objects[sh][key] = o
 				} else {
-					delete(objs[sh], key)
+					delete(is.objects[sh], key)
 				}
 			}
 		}
-		if is.objects != nil {
-			is.objects = &objs
+		if bits := bitsFor(is.keys); bits > is.bits+1 {
+			is.reshard(bits)
 		}
 		next.indexes[id] = &is
 	}
@@ -387,9 +387,9 @@ func (t *Txn) Commit() {
 		next.sources = slices.Clone(old.sources)
 		ss := *old.sources[t.src.id]
 		ss.objects += t.count
-		var cloned [numShards]bool
+		var cloned [payloadShards]bool
 		for key, p := range t.payloads {
-			sh := shardOf(key)
+			sh := hashOf(key) >> 56
 			if !cloned[sh] {
 				ss.payload[sh] = maps.Clone(ss.payload[sh])
 				if ss.payload[sh] == nil {
@@ -405,23 +405,44 @@ func (t *Txn) Commit() {
 		}
 		next.sources[t.src.id] = &ss
 	}
-	s.current.Store(next)
+	s.publish(next)
 }
 
-// sized returns shards sized for the keys of m, so that a rebuilt index
-// holds no room to grow.
-func sized(m map[string][]string) [numShards]shard {
-	var counts [numShards]int
+// sized returns 1<<bits shards sized for the keys of m, so that a rebuilt
+// index holds no room to grow.
+func sized(m map[string][]string, bits uint) []shard {
+	counts := make([]int, 1<<bits)
 	for key := range m {
-		counts[shardOf(key)]++
+		counts[hashOf(key)>>(64-bits)]++
 	}
-	var out [numShards]shard
+	out := make([]shard, 1<<bits)
 	for i, c := range counts {
 		if c > 0 {
 			out[i] = make(shard, c)
 		}
 	}
 	return out
+}
+
+// reshard spreads an index over 1<<bits shards (the slices are new; the
+// maps are rebuilt).
+func (is *indexSnap) reshard(bits uint) {
+	regroup := func(shards []shard) []shard {
+		all := map[string][]string{}
+		for _, sh := range shards {
+			maps.Copy(all, sh)
+		}
+		out := sized(all, bits)
+		for k, v := range all {
+			out[hashOf(k)>>(64-bits)][k] = v
+		}
+		return out
+	}
+	is.shards = regroup(is.shards)
+	if is.objects != nil {
+		is.objects = regroup(is.objects)
+	}
+	is.bits = bits
 }
 
 func cloneShard(sh shard) shard {
@@ -475,7 +496,8 @@ func (src *Source) Replace(objs []Object) {
 			}
 		}
 		dups := map[Entry]int32{}
-		is := &indexSnap{keys: len(values), shards: sized(values)}
+		bits := bitsFor(len(values))
+		is := &indexSnap{keys: len(values), bits: bits, shards: sized(values, bits)}
 		single := map[string][]string{} // one shared slice per lone value
 		for key, vs := range values {
 			sort.Strings(vs)
@@ -497,22 +519,21 @@ func (src *Source) Replace(objs []Object) {
 			} else {
 				distinct = slices.Clone(distinct)
 			}
-			is.shards[shardOf(key)][key] = distinct
+			is.shards[is.shard(key)][key] = distinct
 		}
 		if objectsOf != nil {
-			objs := sized(objectsOf)
+			is.objects = sized(objectsOf, bits)
 			for key, os := range objectsOf {
 				sort.Strings(os)
-				objs[shardOf(key)][key] = slices.Clip(os)
+				is.objects[is.shard(key)][key] = slices.Clip(os)
 			}
-			is.objects = &objs
 		}
 		src.dups[i] = dups
 		next.indexes[id] = is
 	}
 	ss := &sourceSnap{objects: len(objects)}
 	for key, p := range payloads {
-		sh := shardOf(key)
+		sh := hashOf(key) >> 56
 		if ss.payload[sh] == nil {
 			ss.payload[sh] = map[string]any{}
 		}
@@ -520,5 +541,5 @@ func (src *Source) Replace(objs []Object) {
 	}
 	next.sources[src.id] = ss
 	src.objects = objects
-	s.current.Store(next)
+	s.publish(next)
 }

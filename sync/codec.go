@@ -263,33 +263,3 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 	return list, nil
 }
 
-// decodeList parses one LIST response page and projects its items.
-func decodeList(body []byte, project func(string) *object) (*objectList, error) {
-	raw := unsafeString(body)
-	res := gjson.GetMany(raw, "metadata.resourceVersion", "metadata.continue", "metadata.remainingItemCount", "items")
-	list := &objectList{}
-	list.ResourceVersion = res[0].Str
-	list.Continue = res[1].Str
-	if res[2].Exists() {
-		n := res[2].Int()
-		list.RemainingItemCount = &n
-	}
-	if res[0].Str == "" || !res[3].IsArray() {
-		return nil, errors.New("list response has no metadata.resourceVersion or no items")
-	}
-	res[3].ForEach(func(_, item gjson.Result) bool {
-		list.Items = append(list.Items, project(item.Raw))
-		return true
-	})
-	// Strings in list point into body; clone the ones we keep.
-	list.ResourceVersion = clone(list.ResourceVersion)
-	list.Continue = clone(list.Continue)
-	return list, nil
-}
-
-func clone(s string) string {
-	if s == "" {
-		return ""
-	}
-	return string([]byte(s))
-}
