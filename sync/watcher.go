@@ -75,10 +75,10 @@ func (w *watcher) project(raw string) *object {
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
 	o := &object{}
-	o.Name = clone(meta[0].Str)
-	o.Namespace = clone(meta[1].Str)
-	o.UID = types.UID(clone(meta[2].Str))
-	o.ResourceVersion = clone(meta[3].Str)
+	o.Name = strings.Clone(meta[0].Str)
+	o.Namespace = strings.Clone(meta[1].Str)
+	o.UID = types.UID(strings.Clone(meta[2].Str))
+	o.ResourceVersion = strings.Clone(meta[3].Str)
 	key := o.Name
 	if o.Namespace != "" {
 		key = o.Namespace + "/" + o.Name
