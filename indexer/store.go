@@ -16,7 +16,7 @@ import (
 // in the cache.
 const (
 	maxShardBits  = 8
-	keysPerShard  = 1024
+	keysPerShard  = 128
 	payloadShards = 256
 )
 
