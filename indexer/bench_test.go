@@ -99,6 +99,8 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
+// BenchmarkPut updates one object of 100k per op, moving it to a key of
+// its own: the cost of a watch event.
 func BenchmarkPut(b *testing.B) {
 	s, _, _, _ := benchStore(b, 100_000)
 	src := s.Source("apps")
@@ -107,7 +109,29 @@ func BenchmarkPut(b *testing.B) {
 	for b.Loop() {
 		tx := src.Begin()
 		name := fmt.Sprintf("app-%06d", i%100_000)
-		tx.Put(Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: fmt.Sprintf("moved-%d", i%7), Value: name}}}})
+		tx.Put(Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: fmt.Sprintf("moved-%06d-%d", i%100_000, i), Value: name}}}})
+		tx.Commit()
+		i++
+	}
+}
+
+// BenchmarkPutHotKey adds and removes values of one key that 10k objects
+// share: the write copies that key's values.
+func BenchmarkPutHotKey(b *testing.B) {
+	s, _, _, _ := benchStore(b, 100_000)
+	src := s.Source("apps")
+	tx := src.Begin()
+	for i := range 10_000 {
+		name := fmt.Sprintf("app-%06d", i)
+		tx.Put(Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: "hot", Value: name}}}})
+	}
+	tx.Commit()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tx := src.Begin()
+		name := fmt.Sprintf("app-%06d", i%10_000)
+		tx.Put(Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: "hot", Value: fmt.Sprintf("v-%d", i)}}}})
 		tx.Commit()
 		i++
 	}

@@ -15,7 +15,7 @@ import (
 // keep writes to large indexes cheap; few shards keep reads of small ones
 // in the cache.
 const (
-	maxShardBits  = 8
+	maxShardBits  = 12
 	keysPerShard  = 128
 	payloadShards = 256
 )

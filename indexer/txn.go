@@ -304,22 +304,31 @@ func (t *Txn) removeValue(i int, e Entry) {
 	toggle(&w.remV, &w.addV, e.Value)
 }
 
-// apply returns base with rem removed and add added, sorted. It returns
-// base itself when nothing changes.
+// apply returns base with rem removed and add added, sorted: a merge of
+// the sorted base with the few sorted additions. It returns base itself
+// when nothing changes.
 func apply(base []string, add, rem map[string]struct{}) []string {
 	if len(add) == 0 && len(rem) == 0 {
 		return base
 	}
-	out := make([]string, 0, len(base)+len(add))
-	for _, v := range base {
-		if _, gone := rem[v]; !gone {
-			out = append(out, v)
-		}
-	}
+	adds := make([]string, 0, len(add))
 	for v := range add {
+		adds = append(adds, v)
+	}
+	sort.Strings(adds)
+	out := make([]string, 0, len(base)+len(adds))
+	j := 0
+	for _, v := range base {
+		if _, gone := rem[v]; gone {
+			continue
+		}
+		for j < len(adds) && adds[j] < v {
+			out = append(out, adds[j])
+			j++
+		}
 		out = append(out, v)
 	}
-	sort.Strings(out)
+	out = append(out, adds[j:]...)
 	if len(out) == 0 {
 		return nil
 	}
