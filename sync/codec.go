@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -127,7 +128,7 @@ func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into r
 	if !res[1].IsObject() {
 		return nil, nil, fmt.Errorf("watch event without an object: %.200s", raw)
 	}
-	ev.Type = res[0].Str
+	ev.Type = strings.Clone(res[0].Str) // data is reused for the next event
 	// A copy: the stream decoder reuses data for the next event while the
 	// reflector still applies this one, and the projection points into it.
 	ev.Object = runtime.RawExtension{Raw: []byte(res[1].Raw)}

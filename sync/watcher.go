@@ -185,6 +185,7 @@ func (w *watcher) put(obj any) error {
 	tx := w.src.Begin()
 	tx.Put(o.ix)
 	tx.Commit()
+	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.ResourceVersion)
 	return nil
 }
 
@@ -287,6 +288,7 @@ func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 		return nil, err
 	}
 	w.watches.Add(1)
+	w.log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
 	w.setErr(nil)
 	return wi, nil
 }

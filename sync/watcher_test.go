@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/iidp/metasync/indexer"
@@ -76,5 +77,21 @@ func TestTombstoneAndRecreate(t *testing.T) {
 	}
 	if err := w.Delete("not an object"); err == nil {
 		t.Fatal("a delete of an unknown type was accepted")
+	}
+}
+
+// TestWatchEventOutlivesItsBuffer: the stream decoder reuses its buffer
+// for the next event while the reflector still holds this one.
+func TestWatchEventOutlivesItsBuffer(t *testing.T) {
+	data := []byte(`{"type":"ADDED","object":{"metadata":{"name":"a"}}}`)
+	var ev metav1.WatchEvent
+	if _, _, err := (watchEventCodec{}).Decode(data, nil, &ev); err != nil {
+		t.Fatal(err)
+	}
+	for i := range data {
+		data[i] = 'x'
+	}
+	if ev.Type != "ADDED" || string(ev.Object.Raw) != `{"metadata":{"name":"a"}}` {
+		t.Fatalf("event changed with its buffer: %q %q", ev.Type, ev.Object.Raw)
 	}
 }

@@ -63,13 +63,19 @@ func Start() (*Env, error) {
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	e := &Env{env: env, Config: cfg, KubeConfig: env.KubeConfig}
-	if e.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if e.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+	if err := e.clients(); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+func (e *Env) clients() error {
+	var err error
+	if e.Kube, err = kubernetes.NewForConfig(e.Config); err != nil {
+		return err
+	}
+	e.Dynamic, err = dynamic.NewForConfig(e.Config)
+	return err
 }
 
 // Stop stops the control plane.
