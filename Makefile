@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: all build test unit lint fmt vet envtest clean run bench bench-micro
+.PHONY: fuzz all build test unit lint fmt vet envtest clean run bench bench-micro chaos
 
 all: build
 
@@ -20,11 +20,26 @@ build:
 envtest:
 	@bash hack/envtest-assets.sh
 
-## test: lint, then every test with -race on a real control plane.
+## test: lint, every test with -race on a real control plane (the short
+## convergence-under-faults test included), then a short run of each fuzzer.
 test: lint
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  echo "KUBEBUILDER_ASSETS=$$assets" && \
-	  KUBEBUILDER_ASSETS=$$assets $(GO) test -race -count=1 $(PKGS)
+	  KUBEBUILDER_ASSETS=$$assets $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=500x
+
+## fuzz: run each fuzz target for FUZZTIME (default 1m); the seed corpora
+## are in testdata/fuzz.
+FUZZTIME ?= 1m
+FUZZ_TARGETS = schema:FuzzLoad schema:FuzzRuleEval indexer:FuzzIncrementalEqualsRebuild sync:FuzzStreamList internal/api:FuzzHTTP
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1); rc=$$?; \
+	  if [ $$rc -ne 0 ]; then echo "$$out"; exit 1; fi; \
+	  echo "$$out" | grep -E '^fuzz: elapsed' | tail -1; \
+	done
 
 ## unit: the tests that need no control plane (integration tests skip).
 unit:
@@ -62,3 +77,11 @@ bench:
 ## bench-micro: the indexer's Go benchmarks, with allocations.
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./indexer/ | tee bench-micro.txt
+
+## chaos: the full convergence test under faults (2,000 operations); its
+## report is in RELIABILITY.md.
+chaos:
+	@assets=$$(bash hack/envtest-assets.sh) && \
+	  KUBEBUILDER_ASSETS=$$assets METASYNC_CHAOS_OPS=2000 METASYNC_CHAOS_FULL=1 METASYNC_CHAOS_REPORT=$(CURDIR)/chaos-report.txt \
+	  $(GO) test -count=1 -v -timeout 20m -run TestConvergenceUnderFaults ./internal/chaos/
+	@cat chaos-report.txt

@@ -2,8 +2,8 @@ package indexer
 
 import (
 	"fmt"
-	"strings"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 

@@ -188,10 +188,11 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 					keyStart = pos
 				}
 			case '{', '[':
-				if depth == 1 && lastKey != "" && valStart < 0 {
-					valStart = pos
+				if depth == 1 && lastKey != "" && valStart < 0 && !inItems {
 					if lastKey == "items" && c == '[' {
 						inItems, sawItems = true, true
+					} else {
+						valStart = pos
 					}
 				}
 				if depth == 2 && inItems && c == '{' {
@@ -204,6 +205,8 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 				case depth == 2 && inItems && itemFrom >= 0:
 					list.Items = append(list.Items, project(unsafeString(buf[itemFrom:pos+1])))
 					itemFrom = -1
+				case depth == 1 && inItems:
+					inItems, lastKey = false, ""
 				case depth == 1 && valStart >= 0:
 					if lastKey == "metadata" {
 						meta := gjson.GetManyBytes(buf[valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
@@ -215,7 +218,7 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 						}
 						sawMeta = true
 					}
-					inItems, valStart, lastKey = false, -1, ""
+					valStart, lastKey = -1, ""
 				}
 			case ',':
 				if depth == 1 {
@@ -228,12 +231,14 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 		switch {
 		case itemFrom >= 0:
 			keep = itemFrom
-		case valStart >= 0 && !inItems:
+		case valStart >= 0:
 			keep = valStart
 		case inString && depth == 1:
 			keep = keyStart
 		}
-		if keep > 0 {
+		// Compact only when that frees at least half the buffer, so that
+		// small reads cost no more than large ones.
+		if keep > 0 && keep >= len(buf)/2 {
 			rest := copy(buf, buf[keep:])
 			buf = buf[:rest]
 			pos -= keep
@@ -243,7 +248,9 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 			if valStart >= 0 {
 				valStart -= keep
 			}
-			keyStart -= keep
+			if keyStart >= keep {
+				keyStart -= keep
+			}
 		}
 		if rerr == io.EOF {
 			break
@@ -263,4 +270,3 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 	}
 	return list, nil
 }
-

@@ -22,6 +22,7 @@ import (
 
 	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/schema/cluster"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -182,7 +183,7 @@ func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := schema.InstallCRDs(ctx, cfg, crds, 60*time.Second); err != nil {
+	if err := cluster.InstallCRDs(ctx, cfg, crds, 60*time.Second); err != nil {
 		return err
 	}
 	names := make([]string, len(crds))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/schema/cluster"
 )
 
 // validate checks a config file: every problem on its own line and exit 1,
@@ -17,7 +18,7 @@ import (
 func validate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	config := fs.String("config", "", "config file (required)")
-	cluster := fs.Bool("cluster", false, "also check against the cluster: resources served, list/watch allowed, paths in CRD schemas")
+	checkCluster := fs.Bool("cluster", false, "also check against the cluster: resources served, list/watch allowed, paths in CRD schemas")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, with --cluster")
 	kubecontext := fs.String("context", "", "kubeconfig context, with --cluster")
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +48,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
-	if *cluster {
+	if *checkCluster {
 		cfg, _, err := restConfig(*kubeconfig, *kubecontext)
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
@@ -55,7 +56,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		n, err := schema.CheckCluster(ctx, plan, cfg)
+		n, err := cluster.CheckCluster(ctx, plan, cfg)
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
@@ -73,7 +74,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		indexes += len(r.Indexes)
 	}
 	where := ""
-	if *cluster {
+	if *checkCluster {
 		where = " (checked against the cluster)"
 	}
 	fmt.Fprintf(stdout, "%s: valid: %d resources, %d indexes, %d chains%s\n", *config, len(plan.Resources()), indexes, len(plan.Chains()), where)

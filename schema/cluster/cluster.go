@@ -1,0 +1,191 @@
+// Package cluster holds the config checks and setup that talk to a
+// cluster: installing the CRD files a config lists, and checking a plan
+// against what the cluster serves and allows.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/schema"
+)
+
+// InstallCRDs creates or updates the CRDs (server-side apply, field manager
+// "metasync") and waits until each is Established, or timeout passes.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, timeout time.Duration) error {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		body, err := json.Marshal(struct {
+			APIVersion string                                       `json:"apiVersion"`
+			Kind       string                                       `json:"kind"`
+			Metadata   map[string]any                               `json:"metadata"`
+			Spec       apiextensionsv1.CustomResourceDefinitionSpec `json:"spec"`
+		}{"apiextensions.k8s.io/v1", "CustomResourceDefinition", map[string]any{"name": crd.Name}, crd.Spec})
+		if err != nil {
+			return err
+		}
+		force := true
+		_, err = client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, "application/apply-patch+yaml", body,
+			metav1.PatchOptions{FieldManager: "metasync", Force: &force})
+		if err != nil {
+			return fmt.Errorf("install CRD %s: %w", crd.Name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, crd := range crds {
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established after %s", crd.Name, timeout)
+		}
+	}
+	return nil
+}
+
+// CheckCluster checks the plan against a cluster: each resource's group,
+// version and resource are served and can be listed and watched; the
+// caller may list and watch each (SelfSubjectAccessReview); and each path
+// fits the CRD's schema where a CRD defines the resource. It reports every
+// problem at once; notes are things it could not check.
+func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (notes []string, err error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var p problems
+	var crds []*schema.CRD
+	for i, r := range plan.Resources() {
+		at := fmt.Sprintf("resources[%d]", i)
+		gv := r.GVR.GroupVersion().String()
+		list, err := dc.ServerResourcesForGroupVersion(gv)
+		switch {
+		case apierrors.IsNotFound(err):
+			p.add(at, "%s is not served by the cluster: no API %s", r.GVR.Resource, gv)
+		case err != nil:
+			p.add(at, "discovery of %s: %v", gv, err)
+		default:
+			var served []string
+			found := false
+			for _, res := range list.APIResources {
+				if strings.Contains(res.Name, "/") {
+					continue
+				}
+				served = append(served, res.Name)
+				if res.Name != r.GVR.Resource {
+					continue
+				}
+				found = true
+				for _, verb := range []string{"list", "watch"} {
+					if !slices.Contains(res.Verbs, verb) {
+						p.add(at+".resource", "%s in %s does not support %s", res.Name, gv, verb)
+					}
+				}
+				if r.Namespace != "" && !res.Namespaced {
+					p.add(at+".namespace", "%s is cluster-scoped: remove the namespace", res.Name)
+				}
+			}
+			if !found {
+				sort.Strings(served)
+				p.add(at+".resource", "%q is not served in %s (served: %s)", r.GVR.Resource, gv, strings.Join(served, ", "))
+			}
+		}
+		for _, verb := range []string{"list", "watch"} {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+				},
+			}}
+			got, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				p.add(at, "access review of %s %s: %v", verb, r.GVR.Resource, err)
+				continue
+			}
+			if !got.Status.Allowed {
+				scope := "in all namespaces"
+				if r.Namespace != "" {
+					scope = "in namespace " + r.Namespace
+				}
+				reason := got.Status.Reason
+				if reason == "" {
+					reason = "no RBAC rule allows it"
+				}
+				p.add(at, "RBAC denies %s on %s %s: %s", verb, r.GVR.GroupResource(), scope, reason)
+			}
+		}
+		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") {
+			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, r.GVR.Resource+"."+r.GVR.Group, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				crds = append(crds, crd)
+			case apierrors.IsNotFound(err):
+			default:
+				notes = append(notes, fmt.Sprintf("%s: cannot read CRD %s.%s to check paths: %v", at, r.GVR.Resource, r.GVR.Group, err))
+			}
+		}
+	}
+	pathNotes, pathErr := schema.CheckPaths(plan, crds)
+	notes = append(notes, pathNotes...)
+	for _, e := range schema.Problems(pathErr) {
+		p.err = multierror.Append(p.err, e)
+	}
+	return notes, p.result()
+}
+
+// problems collects schema.FieldErrors, printed one per line.
+type problems struct{ err *multierror.Error }
+
+func (p *problems) add(path, format string, args ...any) {
+	p.err = multierror.Append(p.err, &schema.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *problems) result() error {
+	if p.err == nil {
+		return nil
+	}
+	p.err.ErrorFormat = func(errs []error) string {
+		lines := make([]string, len(errs))
+		for i, err := range errs {
+			lines[i] = err.Error()
+		}
+		return fmt.Sprintf("%d problems with the cluster:\n%s", len(errs), strings.Join(lines, "\n"))
+	}
+	return p.err
+}
