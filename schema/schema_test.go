@@ -234,3 +234,18 @@ func TestRuleOnOddDocuments(t *testing.T) {
 		t.Errorf("numbers = %v", got)
 	}
 }
+
+func TestSecretsOnlyOnPurpose(t *testing.T) {
+	cfg := &Config{Resources: []Resource{{
+		Name: "secrets", Version: "v1", Resource: "secrets",
+		Indexes: []Index{{Name: "by-type", Key: "type"}},
+	}}}
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "resources[0].resource: watching Secrets puts their content in memory and behind the HTTP API; set allowSecrets: true") {
+		t.Fatalf("err = %v", err)
+	}
+	cfg.Resources[0].AllowSecrets = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

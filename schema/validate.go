@@ -119,6 +119,9 @@ func (c *Config) validate(p *problems) {
 		} else if msgs := validation.IsDNS1123Label(r.Resource); len(msgs) > 0 {
 			p.add(at+".resource", "%q: %s", r.Resource, msgs[0])
 		}
+		if r.Group == "" && r.Resource == "secrets" && !r.AllowSecrets {
+			p.add(at+".resource", "watching Secrets puts their content in memory and behind the HTTP API; set allowSecrets: true to do it on purpose")
+		}
 		if r.Namespace != "" {
 			if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {
 				p.add(at+".namespace", "%q: %s", r.Namespace, msgs[0])

@@ -21,7 +21,7 @@ import (
 // The reflector carries it from the decoder to the watcher's store; the
 // raw JSON is never kept.
 type object struct {
-	metav1.ObjectMeta // only Name, Namespace, UID and ResourceVersion are set
+	rv string // metadata.resourceVersion
 	// ix is the object as the indexer takes it: key, entries and payload
 	// (the projected fields as compact JSON, a string), already prepared.
 	ix indexer.Object
@@ -31,8 +31,18 @@ func (o *object) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyOb
 
 func (o *object) DeepCopyObject() runtime.Object {
 	c := *o
-	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return &c
+}
+
+// GetObjectMeta gives the reflector what it reads of a watched object, its
+// resource version (and name), built on demand: the objects of a LIST stay
+// small while they wait to be applied.
+func (o *object) GetObjectMeta() metav1.Object {
+	m := &metav1.ObjectMeta{ResourceVersion: o.rv, Name: o.ix.Key}
+	if ns, name, ok := strings.Cut(o.ix.Key, "/"); ok {
+		m.Namespace, m.Name = ns, name
+	}
+	return m
 }
 
 // objectList is a page of a LIST, already projected.

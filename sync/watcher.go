@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -71,17 +70,13 @@ func newWatcher(plan *schema.ResourcePlan, client rest.Interface, store *indexer
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
 func (w *watcher) project(raw string) *object {
-	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion")
+	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion")
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
-	o := &object{}
-	o.Name = strings.Clone(meta[0].Str)
-	o.Namespace = strings.Clone(meta[1].Str)
-	o.UID = types.UID(strings.Clone(meta[2].Str))
-	o.ResourceVersion = strings.Clone(meta[3].Str)
-	key := o.Name
-	if o.Namespace != "" {
-		key = o.Namespace + "/" + o.Name
+	o := &object{rv: strings.Clone(meta[2].Str)}
+	key := meta[0].Str // Prepare copies it
+	if meta[1].Str != "" {
+		key = meta[1].Str + "/" + meta[0].Str
 	}
 	o.ix.Key = key
 	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
@@ -185,7 +180,7 @@ func (w *watcher) put(obj any) error {
 	tx := w.src.Begin()
 	tx.Put(o.ix)
 	tx.Commit()
-	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.ResourceVersion)
+	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
 	return nil
 }
 

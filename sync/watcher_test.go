@@ -36,8 +36,11 @@ func TestProjection(t *testing.T) {
 	w, _ := testWatcher(t)
 	o := w.project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
 		"spec":{"type":"model","version":"1.7","models":["m1","m2"],"blob":"` + string(make([]byte, 0)) + `"}}`)
-	if o.ix.Key != "ns/base" || o.UID != "u1" || o.ResourceVersion != "7" {
-		t.Fatalf("meta = %q %q %q", o.ix.Key, o.UID, o.ResourceVersion)
+	if o.ix.Key != "ns/base" || o.rv != "7" {
+		t.Fatalf("meta = %q %q", o.ix.Key, o.rv)
+	}
+	if m := o.GetObjectMeta(); m.GetName() != "base" || m.GetNamespace() != "ns" || m.GetResourceVersion() != "7" {
+		t.Fatalf("GetObjectMeta = %v", m)
 	}
 	want := []indexer.Entry{{Key: "m1", Value: "base"}, {Key: "m2", Value: "base"}}
 	if !slices.Equal(o.ix.Entries[0], want) {

@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/iidp/metasync/internal/kubeapply"
 	"github.com/iidp/metasync/internal/testenv"
 )
@@ -661,5 +664,96 @@ func TestServeCustomCRD(t *testing.T) {
 	}
 	if !strings.Contains(d.stderr.String(), `"msg":"CRDs installed and established"`) {
 		t.Errorf("no CRD install in the logs")
+	}
+}
+
+// TestTokenAuth: with --auth=tokenreview, no token is 401, a token without
+// access is 403, a token whose account may get the path is 200; probes
+// stay open. Beyond loopback, serve refuses to start without --auth.
+func TestTokenAuth(t *testing.T) {
+	testenv.Need(t, env)
+	setupCluster(t)
+	ns := "auth-test"
+	env.Namespace(t, ns)
+	rbac := fmt.Sprintf(`
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reader, namespace: %[1]s}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: nobody, namespace: %[1]s}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metasync-client-test}
+rules:
+- nonResourceURLs: ["/v1/*", "/metrics"]
+  verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metasync-client-test}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metasync-client-test}
+subjects:
+- {kind: ServiceAccount, name: reader, namespace: %[1]s}
+`, ns)
+	path := filepath.Join(t.TempDir(), "rbac.yaml")
+	_ = os.WriteFile(path, []byte(rbac), 0o600)
+	if err := kubeapply.Files(context.Background(), env.Config, path); err != nil {
+		t.Fatal(err)
+	}
+	token := func(sa string) string {
+		tr, err := env.Kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, nobody := token("reader"), token("nobody")
+
+	addr := freeAddr(t)
+	d := start(t, nil, "--config", writeConfig(t, addr), "--kubeconfig", env.WriteKubeconfig(t, ""), "--auth", "tokenreview")
+	waitHTTP(t, d, addr)
+	get := func(path, tok string) answer {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return answer{code: resp.StatusCode, ctype: resp.Header.Get("Content-Type"), raw: string(raw)}
+	}
+	url := "/v1/indexes/model-to-app/keys/model1"
+	if a := get(url, ""); a.code != 401 || !strings.Contains(a.raw, "a bearer token is required") {
+		t.Fatalf("no token: %d %s", a.code, a.raw)
+	}
+	if a := get(url, "not-a-token"); a.code != 401 {
+		t.Fatalf("a bad token: %d %s", a.code, a.raw)
+	}
+	if a := get(url, nobody); a.code != 403 || !strings.Contains(a.raw, "system:serviceaccount:auth-test:nobody may not get") {
+		t.Fatalf("a token without access: %d %s", a.code, a.raw)
+	}
+	testenv.Eventually(t, "the reader gets the answer", func() string {
+		if a := get(url, reader); a.code != 200 || !strings.Contains(a.raw, `"values":["base"]`) {
+			return fmt.Sprintf("%d %s", a.code, a.raw)
+		}
+		return ""
+	})
+	if a := get("/metrics", reader); a.code != 200 {
+		t.Fatalf("/metrics with access: %d", a.code)
+	}
+	if a := get("/livez", ""); a.code != 200 {
+		t.Fatalf("/livez without a token: %d", a.code)
+	}
+
+	// Beyond loopback without --auth: refused, nothing started.
+	_, errOut, code := metasync(t, "serve", "--config", writeConfig(t, "0.0.0.0:"+strings.Split(freeAddr(t), ":")[1]), "--kubeconfig", env.WriteKubeconfig(t, ""))
+	if code != 1 || !strings.Contains(errOut, "listening beyond loopback needs --auth=tokenreview") {
+		t.Fatalf("beyond loopback without --auth: exit %d\n%s", code, errOut)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -56,6 +57,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
+	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -113,8 +115,30 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Error("listen", "address", addr, "error", err.Error())
 		return exitError{1}
 	}
-	if host, _, _ := net.SplitHostPort(addr); !isLoopback(host) {
-		log.Warn("the HTTP API listens beyond loopback and has no authentication", "address", addr)
+	var guard *api.TokenAuth
+	host, _, _ := net.SplitHostPort(addr)
+	switch *auth {
+	case "tokenreview":
+		kube, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			log.Error("auth", "error", err.Error())
+			return exitError{1}
+		}
+		guard = api.NewTokenAuth(kube, log)
+	case "none":
+		if !isLoopback(host) {
+			log.Warn("the HTTP API listens beyond loopback without authentication, as --auth=none asks", "address", addr)
+		}
+	case "":
+		if !isLoopback(host) {
+			ln.Close()
+			log.Error("listening beyond loopback needs --auth=tokenreview (or --auth=none to serve without authentication on purpose)", "address", addr)
+			return exitError{1}
+		}
+	default:
+		ln.Close()
+		log.Error(`--auth must be "tokenreview" or "none"`, "auth", *auth)
+		return exitError{1}
 	}
 
 	sigs := make(chan os.Signal, 2)
@@ -122,7 +146,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(sigs)
 
 	handler := api.New(engine, log)
-	srv := handler.HTTPServer(addr, log)
+	srv := handler.HTTPServer(addr, log, guard)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	engineDone := make(chan struct{})
 	go func() {

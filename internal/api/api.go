@@ -259,11 +259,15 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 // HTTPServer returns an http.Server for the API with timeouts and limits
-// fit for a daemon next to untrusted callers.
-func (s *Server) HTTPServer(addr string, errorLog *slog.Logger) *http.Server {
+// fit for a daemon next to untrusted callers, behind auth when not nil.
+func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth) *http.Server {
+	var h http.Handler = s
+	if auth != nil {
+		h = auth.Wrap(s)
+	}
 	return &http.Server{
 		Addr:              addr,
-		Handler:           http.MaxBytesHandler(s, 1<<20),
+		Handler:           http.MaxBytesHandler(h, 1<<20),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
