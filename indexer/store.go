@@ -45,9 +45,10 @@ type Object struct {
 	Payload any
 	Entries [][]Entry
 
-	// Set by Source.Prepare.
+	// Set by Source.Prepare, which then drops Entries: a prepared object
+	// holds its entries in this one string only.
 	enc      string
-	prepared [][]Entry
+	prepared bool
 }
 
 // SourceSpec declares a source and the names of the indexes it feeds.

@@ -117,7 +117,7 @@ func decode(enc, objectKey string, n int) [][]Entry {
 // objects are decoded to take that work off the writer's path; Put and
 // Replace prepare what was not.
 func (src *Source) Prepare(o *Object) {
-	if o.prepared != nil {
+	if o.prepared {
 		return
 	}
 	o.Key = strings.Clone(o.Key)
@@ -129,8 +129,8 @@ func (src *Source) Prepare(o *Object) {
 		entries = append(entries, nil)
 	}
 	o.enc = encode(o.Key, entries)
-	o.prepared = decode(o.enc, o.Key, len(src.indexes))
-	o.Entries = o.prepared
+	o.prepared = true
+	o.Entries = nil
 }
 
 // Put sets an object: its entries replace whatever it contributed before,
@@ -139,7 +139,7 @@ func (t *Txn) Put(o Object) {
 	src := t.src
 	src.Prepare(&o)
 	old, had := src.objects[o.Key]
-	after := o.prepared
+	after := decode(o.enc, o.Key, len(src.indexes))
 	var before [][]Entry
 	if had {
 		before = decode(old, o.Key, len(src.indexes))
@@ -473,13 +473,12 @@ func (src *Source) Replace(objs []Object) {
 	defer s.mu.Unlock()
 
 	objects := make(map[string]string, len(objs))
-	entries := make(map[string][][]Entry, len(objs))
 	payloads := map[string]any{}
 	for i := range objs {
 		o := &objs[i]
 		src.Prepare(o)
 		key := o.Key
-		objects[key], entries[key] = o.enc, o.prepared
+		objects[key] = o.enc
 		if o.Payload != nil {
 			payloads[key] = o.Payload
 			src.payloads = true
@@ -496,7 +495,8 @@ func (src *Source) Replace(objs []Object) {
 		if src.withObjects {
 			objectsOf = map[string][]string{}
 		}
-		for objKey, es := range entries {
+		for objKey, enc := range objects {
+			es := decode(enc, objKey, len(src.indexes))
 			for j, e := range es[i] {
 				values[e.Key] = append(values[e.Key], e.Value)
 				if objectsOf != nil && (j == 0 || es[i][j-1].Key != e.Key) {
@@ -552,3 +552,8 @@ func (src *Source) Replace(objs []Object) {
 	src.objects = objects
 	s.publish(next)
 }
+
+// Encoding returns what Prepare made of the object's entries: two
+// prepared objects with the same key have the same entries exactly when
+// their encodings are equal.
+func (o *Object) Encoding() string { return o.enc }

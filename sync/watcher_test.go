@@ -42,9 +42,14 @@ func TestProjection(t *testing.T) {
 	if m := o.GetObjectMeta(); m.GetName() != "base" || m.GetNamespace() != "ns" || m.GetResourceVersion() != "7" {
 		t.Fatalf("GetObjectMeta = %v", m)
 	}
-	want := []indexer.Entry{{Key: "m1", Value: "base"}, {Key: "m2", Value: "base"}}
-	if !slices.Equal(o.ix.Entries[0], want) {
-		t.Fatalf("entries = %v", o.ix.Entries[0])
+	if err := w.Add(o); err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := w.store.Index("model-to-app")
+	for _, k := range []string{"m1", "m2"} {
+		if got := w.store.Snapshot().Lookup(ix, k); !slices.Equal(got, []string{"base"}) {
+			t.Fatalf("%s = %v", k, got)
+		}
 	}
 	if o.ix.Payload != `{"tag":"v1.7","type":"model"}` {
 		t.Fatalf("payload = %v", o.ix.Payload)
