@@ -88,22 +88,11 @@ func (c *Config) validate(p *problems) {
 	if len(c.Resources) == 0 {
 		p.add("resources", "no resource is configured; list at least one")
 	}
-	resources := map[string]int{}
-	indexes := map[string]string{} // index name -> path of its first declaration
+	resources := map[string]string{} // name -> path of its first declaration
+	indexes := map[string]string{}
 	for i, r := range c.Resources {
 		at := fmt.Sprintf("resources[%d]", i)
-		switch {
-		case r.Name == "":
-			p.add(at+".name", "required")
-		case !nameRE.MatchString(r.Name):
-			p.add(at+".name", "%q: use letters, digits, '.', '_' and '-'", r.Name)
-		default:
-			if j, dup := resources[r.Name]; dup {
-				p.add(at+".name", "%q is already the name of resources[%d]", r.Name, j)
-			} else {
-				resources[r.Name] = i
-			}
-		}
+		p.name(resources, at, r.Name)
 		if r.Group != "" {
 			for _, msg := range validation.IsDNS1123Subdomain(r.Group) {
 				p.add(at+".group", "%q: %s", r.Group, msg)
@@ -155,18 +144,7 @@ func (c *Config) validate(p *problems) {
 		}
 		for j, ix := range r.Indexes {
 			iat := fmt.Sprintf("%s.indexes[%d]", at, j)
-			switch {
-			case ix.Name == "":
-				p.add(iat+".name", "required")
-			case !nameRE.MatchString(ix.Name):
-				p.add(iat+".name", "%q: use letters, digits, '.', '_' and '-'", ix.Name)
-			default:
-				if first, dup := indexes[ix.Name]; dup {
-					p.add(iat+".name", "%q is already the name of %s", ix.Name, first)
-				} else {
-					indexes[ix.Name] = iat
-				}
-			}
+			p.name(indexes, iat, ix.Name)
 			if _, err := CompileRule(ix.Key); err != nil {
 				p.add(iat+".key", "%v", err)
 			}
@@ -177,21 +155,10 @@ func (c *Config) validate(p *problems) {
 			}
 		}
 	}
-	chains := map[string]int{}
+	chains := map[string]string{}
 	for i, ch := range c.Chains {
 		at := fmt.Sprintf("chains[%d]", i)
-		switch {
-		case ch.Name == "":
-			p.add(at+".name", "required")
-		case !nameRE.MatchString(ch.Name):
-			p.add(at+".name", "%q: use letters, digits, '.', '_' and '-'", ch.Name)
-		default:
-			if j, dup := chains[ch.Name]; dup {
-				p.add(at+".name", "%q is already the name of chains[%d]", ch.Name, j)
-			} else {
-				chains[ch.Name] = i
-			}
-		}
+		p.name(chains, at, ch.Name)
 		if len(ch.Indexes) < 2 {
 			p.add(at+".indexes", "a chain needs at least two indexes, has %d", len(ch.Indexes))
 		}
@@ -199,6 +166,24 @@ func (c *Config) validate(p *problems) {
 			if _, ok := indexes[name]; !ok {
 				p.add(fmt.Sprintf("%s.indexes[%d]", at, j), "unknown index %q%s", name, suggest(name, indexes))
 			}
+		}
+	}
+}
+
+// name checks the name field of the entry at path at: required, made of
+// safe characters, and unique among seen (name -> path of the entry that
+// declared it first).
+func (p *problems) name(seen map[string]string, at, name string) {
+	switch {
+	case name == "":
+		p.add(at+".name", "required")
+	case !nameRE.MatchString(name):
+		p.add(at+".name", "%q: use letters, digits, '.', '_' and '-'", name)
+	default:
+		if first, dup := seen[name]; dup {
+			p.add(at+".name", "%q is already the name of %s", name, first)
+		} else {
+			seen[name] = at
 		}
 	}
 }
