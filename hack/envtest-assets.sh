@@ -45,7 +45,7 @@ import _ "go.etcd.io/etcd/server/v3"
 GO
     go get "go.etcd.io/etcd/server/v3@v${ETCD_VERSION}" >&2
     go mod tidy >&2
-    go build -trimpath -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3
+    go build -v -trimpath -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3 2>&1 | sed "s/^/  compiling /" >&2
     mv "$assets/etcd.tmp" "$assets/etcd"
   )
   log "etcd ready"
@@ -72,7 +72,7 @@ package tools
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
     go mod tidy >&2
-    go build -trimpath -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    go build -v -trimpath -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver 2>&1 | sed "s/^/  compiling /" >&2
     mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
   )
   log "kube-apiserver ready"
