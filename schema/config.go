@@ -49,8 +49,9 @@ type Resource struct {
 	Namespace     string `koanf:"namespace"`
 	LabelSelector string `koanf:"labelSelector"`
 	FieldSelector string `koanf:"fieldSelector"`
-	// Resync, when positive, relists the resource that often: a full LIST
-	// whose result replaces the resource's indexes.
+	// Resync, when positive, relists the resource this long after each
+	// complete list: a full LIST whose result replaces the resource's
+	// indexes. A list that takes longer is never cut short.
 	Resync time.Duration `koanf:"resync"`
 	// Fields projects each object for typed access: field name -> gjson
 	// path (or template). Only these fields are kept in memory.

@@ -333,17 +333,19 @@ func (w *watcher) run(ctx context.Context) {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 6, Cap: 10 * time.Second}
 	delay := backoff
 	for ctx.Err() == nil {
-		runCtx, cancel := ctx, context.CancelFunc(func() {})
+		runCtx, cancel := context.WithCancel(ctx)
+		var timer gosync.WaitGroup
 		if w.plan.Resync > 0 {
-			runCtx, cancel = context.WithTimeout(ctx, w.plan.Resync)
+			timer.Go(func() { w.resyncAfter(runCtx, cancel) })
 		}
-		start := time.Now()
+		listed := w.relists.Load()
 		err := r.ListAndWatchWithContext(runCtx)
 		cancel()
+		timer.Wait()
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			delay = backoff
 			continue // a resync: list again
 		}
@@ -355,14 +357,35 @@ func (w *watcher) run(ctx context.Context) {
 		if !recorded {
 			w.setErr(err)
 		}
-		if time.Since(start) > 2*time.Minute {
-			delay = backoff
+		if w.relists.Load() > listed {
+			delay = backoff // this run got as far as a complete list
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay.Step()):
 		}
+	}
+}
+
+// resyncAfter ends the current list-and-watch once a resync period has
+// passed after a complete list, so that run lists again. A list that takes
+// longer than the period is never cut short.
+func (w *watcher) resyncAfter(ctx context.Context, cancel context.CancelFunc) {
+	listed := w.relists.Load()
+	t := time.NewTimer(w.plan.Resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := w.relists.Load(); now > listed {
+			cancel()
+			return
+		}
+		t.Reset(w.plan.Resync)
 	}
 }
 
