@@ -462,12 +462,63 @@ func cloneShard(sh shard) shard {
 }
 
 // Replace sets the source's objects to exactly objs: objects that objs lacks
-// are removed, as after a relist. It rebuilds the source's indexes from
-// scratch rather than patching them, so whatever the previous state, the
-// result equals that of putting objs into an empty source. When objs holds
-// an object key twice, the last one wins. Replace sorts each object's
-// entries in place.
+// are removed, as after a relist; the result equals that of putting objs
+// into an empty source. When objs holds an object key twice, the last one
+// wins. Replace prepares each object (see Prepare).
+//
+// An empty source is built in bulk. Otherwise Replace applies, as one
+// transaction, only what differs: the objects whose entries or payload
+// changed, and the deletes. The shards that no change touches are shared
+// with the previous snapshot, so a relist holds little more than one copy
+// of the index, however large.
 func (src *Source) Replace(objs []Object) {
+	src.s.mu.Lock()
+	empty := len(src.objects) == 0
+	src.s.mu.Unlock()
+	if empty {
+		src.rebuild(objs)
+		return
+	}
+	for i := range objs {
+		src.Prepare(&objs[i])
+	}
+	tx := src.Begin()
+	snap := src.s.current.Load()
+	seen := make(map[string]struct{}, len(objs))
+	for i := range objs {
+		o := &objs[i]
+		seen[o.Key] = struct{}{}
+		if old, ok := src.objects[o.Key]; ok && old == o.enc && samePayload(snap, src, o) {
+			continue
+		}
+		tx.Put(*o)
+	}
+	var gone []string
+	for key := range src.objects {
+		if _, ok := seen[key]; !ok {
+			gone = append(gone, key)
+		}
+	}
+	for _, key := range gone {
+		tx.Delete(key)
+	}
+	tx.Commit()
+}
+
+// samePayload reports whether o's payload is the one published for it.
+// Payloads that cannot be compared count as changed.
+func samePayload(snap *Snapshot, src *Source, o *Object) bool {
+	old, had := snap.Payload(src, o.Key)
+	if !had || o.Payload == nil {
+		return !had && o.Payload == nil
+	}
+	a, ok1 := old.(string)
+	b, ok2 := o.Payload.(string)
+	return ok1 && ok2 && a == b
+}
+
+// rebuild builds the source's indexes from objs from scratch.
+func (src *Source) rebuild(objs []Object) {
 	s := src.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
