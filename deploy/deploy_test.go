@@ -9,9 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -219,6 +217,4 @@ func TestEngineRunsWithShippedRBAC(t *testing.T) {
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("a list in another namespace: %v, want Forbidden", err)
 	}
-	_ = os.Stderr
-	_ = strings.TrimSpace
 }
