@@ -226,27 +226,7 @@ func getUID(t *testing.T, ns, name string) types.UID {
 	return u.GetUID()
 }
 
-const looseCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: loosemodels.test.iidp.com
-spec:
-  group: test.iidp.com
-  names: {kind: LooseModel, listKind: LooseModelList, plural: loosemodels, singular: loosemodel}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
+var looseCRD = testenv.LooseCRD("test.iidp.com", "LooseModel", "loosemodels")
 
 var looseGVR = schema.GroupVersionResource{Group: "test.iidp.com", Version: "v1", Resource: "loosemodels"}
 

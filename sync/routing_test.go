@@ -166,28 +166,7 @@ func TestAllNamespacesCompositeKeys(t *testing.T) {
 	}
 }
 
-const gadgetCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.come.iidp.com
-spec:
-  group: come.iidp.com
-  names: {kind: Gadget, listKind: GadgetList, plural: gadgets, singular: gadget}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              color: {type: string}
-`
+var gadgetCRD = testenv.LooseCRD("come.iidp.com", "Gadget", "gadgets")
 
 var gadgetGVR = schema.GroupVersionResource{Group: "come.iidp.com", Version: "v1", Resource: "gadgets"}
 

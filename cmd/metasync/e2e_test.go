@@ -155,25 +155,7 @@ func wantJSON(t *testing.T, a answer, code int, want string) {
 	}
 }
 
-const lateCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.late.iidp.com
-spec:
-  group: late.iidp.com
-  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
+var lateCRD = testenv.LooseCRD("late.iidp.com", "Widget", "widgets")
 
 func writeConfig(t *testing.T, listen string) string {
 	t.Helper()

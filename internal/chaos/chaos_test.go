@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -71,53 +72,7 @@ var (
 	crdGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 
-const gadgetCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.chaos.iidp.com
-spec:
-  group: chaos.iidp.com
-  names: {kind: Gadget, listKind: GadgetList, plural: gadgets, singular: gadget}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              color: {type: string}
-`
-
-const appCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: appmodels.iidp.com
-spec:
-  group: iidp.com
-  names: {kind: AppModel, listKind: AppModelList, plural: appmodels, singular: appmodel, shortNames: [am]}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              models: {type: array, items: {type: string}}
-              type: {type: string}
-              version: {type: string}
-`
+var gadgetCRD = testenv.LooseCRD("chaos.iidp.com", "Gadget", "gadgets")
 
 func chaosConfig() *mschema.Config {
 	return &mschema.Config{Resources: []mschema.Resource{
@@ -320,7 +275,7 @@ func envInt(name string, def int) int {
 func TestConvergenceUnderFaults(t *testing.T) {
 	testenv.Need(t, env)
 	ctx := context.Background()
-	env.InstallCRD(t, appCRD)
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
 	env.InstallCRD(t, gadgetCRD)
 	env.Namespace(t, ns)
 

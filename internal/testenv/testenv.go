@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +204,30 @@ func Eventually(t testing.TB, what string, cond func() string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("%s: still %s after 20s", what, msg)
+}
+
+// LooseCRD returns the manifest of a namespaced CRD, version v1, whose
+// spec keeps any fields: the test CRDs that need no schema of their own.
+func LooseCRD(group, kind, plural string) string {
+	return fmt.Sprintf(`
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: %[3]s.%[1]s
+spec:
+  group: %[1]s
+  names: {kind: %[2]s, listKind: %[2]sList, plural: %[3]s, singular: %[4]s}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+`, group, kind, plural, strings.ToLower(kind))
 }
