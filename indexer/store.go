@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -9,14 +10,13 @@ import (
 	"unsafe"
 )
 
-// An index is split into 1<<bits shards, bits chosen for about
-// keysPerShard keys per shard when the index is rebuilt, and raised when it
-// outgrows that fourfold. A write copies the shards it touches, so shards
-// keep writes to large indexes cheap; few shards keep reads of small ones
-// in the cache.
+// An index's table is split into 1<<bits pages, bits chosen for about
+// keysPerShard keys per page when the index is rebuilt, and raised when it
+// outgrows that fourfold. A write copies the pages it touches, so pages
+// keep writes to large indexes cheap.
 const (
 	maxShardBits  = 12
-	keysPerShard  = 128
+	keysPerShard  = 64
 	payloadShards = 256
 )
 
@@ -64,6 +64,7 @@ type SourceSpec struct {
 // Store holds the indexes of every source. Its zero value is not usable;
 // build one with New.
 type Store struct {
+	seed    uint64 // of every index key's hash
 	current atomic.Pointer[Snapshot]
 	// heads[id] is current's index id, published with it: one load less
 	// for a single lookup than going through the snapshot.
@@ -81,6 +82,7 @@ type Index struct {
 	s    *Store
 	id   int
 	head *atomic.Pointer[indexSnap]
+	seed uint64
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -101,20 +103,13 @@ type Source struct {
 	payloads bool              // some object has had a payload
 }
 
-// shard maps index keys to their values: distinct, sorted.
-type shard = map[string][]string
-
 type indexSnap struct {
 	keys   int
-	bits   uint
-	shards []shard // 1<<bits of them
+	values table // index key -> index values: distinct, sorted
 	// objects, when the source tracks them, maps index keys to the object
-	// keys behind them: distinct, sorted; sharded as shards.
-	objects []shard
+	// keys behind them: distinct, sorted.
+	objects *table
 }
-
-// shard returns the shard of a key.
-func (is *indexSnap) shard(key string) int { return int(hashOf(key) >> (64 - is.bits)) }
 
 type sourceSnap struct {
 	objects int
@@ -134,6 +129,7 @@ type Snapshot struct {
 // across all sources, source names among sources.
 func New(sources ...SourceSpec) (*Store, error) {
 	s := &Store{
+		seed:    rand.Uint64(),
 		byName:  map[string]int{},
 		srcName: map[string]int{},
 	}
@@ -152,9 +148,10 @@ func New(sources ...SourceSpec) (*Store, error) {
 			s.byName[name] = id
 			src.indexes = append(src.indexes, id)
 			src.dups = append(src.dups, map[Entry]int32{})
-			is := &indexSnap{shards: make([]shard, 1)}
+			is := &indexSnap{values: newTable(0)}
 			if spec.Objects {
-				is.objects = make([]shard, 1)
+				objects := newTable(0)
+				is.objects = &objects
 			}
 			snap.indexes = append(snap.indexes, is)
 			head := &atomic.Pointer[indexSnap]{}
@@ -174,7 +171,7 @@ func (s *Store) Index(name string) (Index, bool) {
 	if !ok {
 		return Index{}, false
 	}
-	return Index{s: s, id: id, head: s.heads[id]}, true
+	return Index{s: s, id: id, head: s.heads[id], seed: s.seed}, true
 }
 
 // Source returns the writer handle of the named source, or nil.
@@ -209,21 +206,21 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok {
 		return nil
 	}
-	is := s.heads[id].Load()
-	return is.shards[hashOf(key)>>(64-is.bits)][key]
+	return s.heads[id].Load().values.get(hashKey(s.seed, key), key)
 }
 
 // Lookup returns the values of key in this index; see Store.Lookup. It
 // allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	is := ix.head.Load()
-	return is.shards[hashOf(key)>>(64-is.bits)][key]
+	return ix.head.Load().values.get(hashKey(ix.seed, key), key)
 }
 
-// hashOf picks a key's shard from its length and its first and last
-// eight bytes: a few instructions, where a full hash of the key would cost
-// as much as the map lookup that follows. The choice only spreads the cost
-// of writes; keys that collide still land in a correct map.
+// hash returns the hash of an index key.
+func (s *Store) hash(key string) uint64 { return hashKey(s.seed, key) }
+
+// hashOf picks an object key's payload shard from its length and its
+// first and last eight bytes: a few instructions. The choice only spreads
+// the cost of writes; keys that collide still land in a correct map.
 func hashOf(key string) uint64 {
 	n := len(key)
 	var h uint64
@@ -244,8 +241,7 @@ func hashOf(key string) uint64 {
 
 // Lookup returns the values of key in ix as of this snapshot.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	is := snap.indexes[ix.id]
-	return is.shards[is.shard(key)][key]
+	return snap.indexes[ix.id].values.get(snap.s.hash(key), key)
 }
 
 // Objects returns the object keys of the objects that contribute under key
@@ -256,7 +252,7 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 	if is.objects == nil {
 		return nil
 	}
-	return is.objects[is.shard(key)][key]
+	return is.objects.get(snap.s.hash(key), key)
 }
 
 // KeyCount returns the number of index keys in ix.
@@ -266,11 +262,7 @@ func (snap *Snapshot) KeyCount(ix Index) int { return snap.indexes[ix.id].keys }
 func (snap *Snapshot) Keys(ix Index) []string {
 	is := snap.indexes[ix.id]
 	keys := make([]string, 0, is.keys)
-	for _, sh := range is.shards {
-		for k := range sh {
-			keys = append(keys, k)
-		}
-	}
+	is.values.all(func(key string, _ []string) { keys = append(keys, key) })
 	sort.Strings(keys)
 	return keys
 }

@@ -237,24 +237,29 @@ func dump(s *Store, ix Index) map[string][]string {
 // batched in random transactions, and compares the index after each step
 // with the model and with a rebuild from scratch.
 func TestIncrementalEqualsRebuild(t *testing.T) {
+	t.Run("few keys", func(t *testing.T) { incrementalEqualsRebuild(t, 5, 6, 3, 3000, 1) })
+	// Enough keys for pages of many groups, pages that fill up and are
+	// laid out anew, and tables that grow.
+	t.Run("many keys", func(t *testing.T) { incrementalEqualsRebuild(t, 5000, 2000, 40, 600, 25) })
+}
+
+func incrementalEqualsRebuild(t *testing.T, nKeys, nObjs, nVals, steps, every int) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	keys := []string{"k0", "k1", "k2", "k3", "k4"}
-	vals := []string{"v0", "v1", "v2"}
 	randomEntries := func() []Entry {
 		var es []Entry
 		for range rng.IntN(5) {
-			es = append(es, e(keys[rng.IntN(len(keys))], vals[rng.IntN(len(vals))]))
+			es = append(es, e(fmt.Sprintf("k%d", rng.IntN(nKeys)), fmt.Sprintf("v%d", rng.IntN(nVals))))
 		}
 		return es
 	}
 	s, src, ix := newStore(t)
 	m := model{}
-	for step := range 3000 {
+	for step := range steps {
 		switch op := rng.IntN(20); {
 		case op == 0:
 			var objs []Object
 			m = model{}
-			for j := range rng.IntN(6) {
+			for j := range rng.IntN(nObjs) {
 				key := fmt.Sprintf("o%d", j)
 				es := randomEntries()
 				m[key] = slices.Clone(es)
@@ -263,8 +268,8 @@ func TestIncrementalEqualsRebuild(t *testing.T) {
 			src.Replace(objs)
 		default:
 			tx := src.Begin()
-			for range 1 + rng.IntN(3) {
-				key := fmt.Sprintf("o%d", rng.IntN(6))
+			for range 1 + rng.IntN(3*nObjs/6+1) {
+				key := fmt.Sprintf("o%d", rng.IntN(nObjs))
 				if rng.IntN(3) == 0 {
 					tx.Delete(key)
 					delete(m, key)
@@ -276,14 +281,23 @@ func TestIncrementalEqualsRebuild(t *testing.T) {
 			}
 			tx.Commit()
 		}
+		if step%every != 0 && step != steps-1 {
+			continue
+		}
 		want := m.index()
 		if got := dump(s, ix); !reflect.DeepEqual(got, want) {
-			t.Fatalf("step %d: index = %v, want %v", step, got, want)
+			t.Fatalf("step %d: index differs from the model (%d keys, want %d)", step, len(got), len(want))
 		}
 		wantObjs := m.objects()
 		for k := range want {
 			if got := s.Snapshot().Objects(ix, k); !slices.Equal(got, wantObjs[k]) {
 				t.Fatalf("step %d: objects of %s = %v, want %v", step, k, got, wantObjs[k])
+			}
+		}
+		for i := range nKeys {
+			k := fmt.Sprintf("k%d", i)
+			if got := s.Lookup("model-to-app", k); !slices.Equal(got, want[k]) {
+				t.Fatalf("step %d: lookup %s = %v, want %v", step, k, got, want[k])
 			}
 		}
 		if n := s.Snapshot().ObjectCount(src); n != len(m) {
@@ -358,7 +372,7 @@ func TestGrowsShards(t *testing.T) {
 		put(src, fmt.Sprintf("o%d", i), e(fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)))
 	}
 	snap := s.Snapshot()
-	if bits := snap.indexes[ix.id].bits; bits < 3 {
+	if bits := snap.indexes[ix.id].values.bits; bits < 3 {
 		t.Fatalf("bits = %d after %d keys", bits, n)
 	}
 	for i := range n {

@@ -352,43 +352,30 @@ func (t *Txn) Commit() {
 		}
 		id := t.src.indexes[i]
 		is := *old.indexes[id]
-		is.shards = slices.Clone(is.shards)
-		if is.objects != nil {
-			is.objects = slices.Clone(is.objects)
-		}
-		cloned := make([]bool, 2*len(is.shards)) // values, then objects
+		values := make([]change, 0, len(m))
+		var objects []change
 		for key, w := range m {
-			sh := is.shard(key)
-			if !cloned[sh] {
-				is.shards[sh] = cloneShard(is.shards[sh])
-				cloned[sh] = true
-			}
-			values := apply(w.values, w.addV, w.remV)
-			_, had := is.shards[sh][key]
-			switch {
-			case len(values) == 0 && had:
-				delete(is.shards[sh], key)
-				is.keys--
-			case len(values) > 0:
-				if !had {
-					is.keys++
-				}
-				is.shards[sh][key] = values
+			h := s.hash(key)
+			if len(w.addV) > 0 || len(w.remV) > 0 {
+				values = append(values, change{hash: h, key: key, values: apply(w.values, w.addV, w.remV)})
 			}
 			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
-				if !cloned[len(is.shards)+sh] {
-					is.objects[sh] = cloneShard(is.objects[sh])
-					cloned[len(is.shards)+sh] = true
-				}
-				if o := apply(w.objects, w.addO, w.remO); len(o) > 0 {
-					is.objects[sh][key] = o
-				} else {
-					delete(is.objects[sh], key)
-				}
+				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO)})
 			}
 		}
-		if bits := bitsFor(is.keys); bits > is.bits+1 {
-			is.reshard(bits)
+		var delta int
+		is.values, delta = is.values.update(values)
+		is.keys += delta
+		if len(objects) > 0 {
+			o, _ := is.objects.update(objects)
+			is.objects = &o
+		}
+		if bits := bitsFor(is.keys); bits > is.values.bits+1 {
+			is.values = is.values.rehash(bits, s.hash)
+			if is.objects != nil {
+				o := is.objects.rehash(bits, s.hash)
+				is.objects = &o
+			}
 		}
 		next.indexes[id] = &is
 	}
@@ -415,50 +402,6 @@ func (t *Txn) Commit() {
 		next.sources[t.src.id] = &ss
 	}
 	s.publish(next)
-}
-
-// sized returns 1<<bits shards sized for the keys of m, so that a rebuilt
-// index holds no room to grow.
-func sized(m map[string][]string, bits uint) []shard {
-	counts := make([]int, 1<<bits)
-	for key := range m {
-		counts[hashOf(key)>>(64-bits)]++
-	}
-	out := make([]shard, 1<<bits)
-	for i, c := range counts {
-		if c > 0 {
-			out[i] = make(shard, c)
-		}
-	}
-	return out
-}
-
-// reshard spreads an index over 1<<bits shards (the slices are new; the
-// maps are rebuilt).
-func (is *indexSnap) reshard(bits uint) {
-	regroup := func(shards []shard) []shard {
-		all := map[string][]string{}
-		for _, sh := range shards {
-			maps.Copy(all, sh)
-		}
-		out := sized(all, bits)
-		for k, v := range all {
-			out[hashOf(k)>>(64-bits)][k] = v
-		}
-		return out
-	}
-	is.shards = regroup(is.shards)
-	if is.objects != nil {
-		is.objects = regroup(is.objects)
-	}
-	is.bits = bits
-}
-
-func cloneShard(sh shard) shard {
-	if sh == nil {
-		return shard{}
-	}
-	return maps.Clone(sh)
 }
 
 // Replace sets the source's objects to exactly objs: objects that objs lacks
@@ -557,8 +500,8 @@ func (src *Source) rebuild(objs []Object) {
 		}
 		dups := map[Entry]int32{}
 		bits := bitsFor(len(values))
-		is := &indexSnap{keys: len(values), bits: bits, shards: sized(values, bits)}
 		single := map[string][]string{} // one shared slice per lone value
+		changes := make([]change, 0, len(values))
 		for key, vs := range values {
 			sort.Strings(vs)
 			distinct := vs[:0]
@@ -579,14 +522,17 @@ func (src *Source) rebuild(objs []Object) {
 			} else {
 				distinct = slices.Clone(distinct)
 			}
-			is.shards[is.shard(key)][key] = distinct
+			changes = append(changes, change{hash: s.hash(key), key: key, values: distinct})
 		}
+		is := &indexSnap{keys: len(values), values: build(bits, changes)}
 		if objectsOf != nil {
-			is.objects = sized(objectsOf, bits)
+			changes = changes[:0]
 			for key, os := range objectsOf {
 				sort.Strings(os)
-				is.objects[is.shard(key)][key] = slices.Clip(os)
+				changes = append(changes, change{hash: s.hash(key), key: key, values: slices.Clip(os)})
 			}
+			o := build(bits, changes)
+			is.objects = &o
 		}
 		src.dups[i] = dups
 		next.indexes[id] = is

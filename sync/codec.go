@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 
 	"github.com/iidp/metasync/indexer"
 )
@@ -91,7 +90,7 @@ func (c *codec) SupportedMediaTypes() []runtime.SerializerInfo {
 		StreamSerializer: &runtime.StreamSerializerInfo{
 			EncodesAsText: true,
 			Serializer:    watchEventCodec{},
-			Framer:        jsonserializer.Framer,
+			Framer:        jsonFramer{},
 		},
 	}}
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
-	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +53,7 @@ var (
 	httpDur      = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
 	httpConns    = flag.Int("http-conns", 8, "concurrent HTTP clients")
 	memProfile   = flag.String("memprofile", "", "write a heap profile after metasync's sync to this file")
+	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the fan-out writes to this file")
 )
 
 var gvr = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
@@ -379,11 +380,15 @@ func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds
 type floor struct{ single, parallel float64 }
 
 func plainMap(keys []string) (float64, floor) {
-	// The map owns copies of its keys, as any index built from decoded
-	// objects does: a query's key never shares memory with the stored one.
+	// The map owns copies of its keys, filled in object order as an
+	// informer's handler would fill it: a query's key never shares memory
+	// with the stored one, and the stored keys do not sit in memory in the
+	// order of the queries (which would let the map's reads stream).
 	m := make(map[string][]string, len(keys))
-	for _, k := range keys {
-		m[strings.Clone(k)] = []string{"app"}
+	for i := range *n {
+		for j := range 3 {
+			m[model(i, j)] = []string{"app"}
+		}
 	}
 	hot, random, parallel, _ := benchLookups(keys, func(k string) int { return len(m[k]) })
 	return hot, floor{random, parallel}
@@ -587,7 +592,12 @@ func measureFanout(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface)
 		}
 	}()
 	for range *fanout {
-		e, stop, err := startEngine(cfg)
+		// A dialer of its own: the engine gets its own transport and TCP
+		// connection, as a pod would, instead of one more HTTP/2 stream
+		// on a connection that all engines share.
+		own := rest.CopyConfig(cfg)
+		own.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		e, stop, err := startEngine(own)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -600,11 +610,34 @@ func measureFanout(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface)
 		}
 	}
 	logf("fan-out: all synced; writing")
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, 0, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ixs := make([]func(string) []string, len(engines))
 	for i, e := range engines {
 		ix, _ := e.Store().Index("model-to-app")
 		ixs[i] = ix.Lookup
 	}
+	watches := func() (w, r, errs int64) {
+		for _, e := range engines {
+			st := e.Status()[0]
+			w, r, errs = w+st.Watches, r+st.Relists, errs+st.WatchErrors+st.ListErrors
+		}
+		return
+	}
+	w0, r0, e0 := watches()
+	defer func() {
+		w1, r1, e1 := watches()
+		logf("fan-out: during the writes, %d watch restarts, %d relists, %d errors", w1-w0, r1-r0, e1-e0)
+	}()
 	lat, err := latency(ctx, dyn, "fanout", *fanoutWrites, func(m string) bool {
 		for _, l := range ixs {
 			if len(l(m)) == 0 {

@@ -1,0 +1,354 @@
+package indexer
+
+import (
+	"math/bits"
+	"slices"
+	"unsafe"
+)
+
+// table maps index keys to their values (or to object keys): an
+// open-addressing hash table split into 1<<bits pages by the top bits of
+// the key's hash, the pages held in chunks of 64. A table is immutable once
+// published; a write copies the pages it touches and their chunks, and
+// shares everything else, so its cost is a page and a chunk, not the table.
+//
+// A page is an array of groups of 8 slots, probed group by group from the
+// key's home group, as in a Swiss table: one word of control bytes tells
+// which slots may hold the key and whether the group has room, so a lookup
+// reads a chunk pointer and a page's slice header (both small, hot
+// arrays), one control word, the slot that matches, and the key's bytes to
+// confirm it.
+type table struct {
+	bits uint
+	dir  []*chunk
+}
+
+const chunkBits = 6
+
+// chunk holds 64 pages.
+type chunk [1 << chunkBits][]group
+
+const (
+	groupSlots = 8
+	lsb        = 0x0101010101010101
+	msb        = 0x8080808080808080
+)
+
+// group is 8 slots and their control bytes: 0 for an empty slot, else
+// 0x80 | the low 7 bits of the key's hash.
+type group struct {
+	ctrl  uint64
+	slots [groupSlots]slot
+}
+
+// slot is one key of a page and its values; every key in a table has at
+// least one value.
+type slot struct {
+	tag    uint32 // the low 32 bits of the key's hash: its home group and control byte
+	klen   uint32
+	kptr   *byte
+	values []string
+}
+
+func (s *slot) key() string { return unsafe.String(s.kptr, s.klen) }
+
+// ctrlOf returns the control byte of a tag: its low 7 bits (its home
+// group comes from its high bits).
+func ctrlOf(tag uint32) uint64 { return 0x80 | uint64(tag&0x7f) }
+
+// matches returns a byte mask (bit 7 of each byte) of the slots whose
+// control byte may be c; it can report a slot that is not (rarely), never
+// miss one that is.
+func matches(ctrl, c uint64) uint64 {
+	v := ctrl ^ (lsb * c)
+	return (v - lsb) &^ v & msb
+}
+
+// empties returns a byte mask of the empty slots: exact.
+func empties(ctrl uint64) uint64 { return (ctrl - lsb) &^ ctrl & msb }
+
+// emptyPage is the page of a table's pages that hold no key: one empty
+// group, never written.
+var emptyPage = []group{{}}
+
+// newTable returns a table of 1<<bits empty pages.
+func newTable(bits uint) table {
+	t := table{bits: bits, dir: make([]*chunk, max(1, 1<<bits>>chunkBits))}
+	for i := range t.dir {
+		c := new(chunk)
+		for j := range c {
+			c[j] = emptyPage
+		}
+		t.dir[i] = c
+	}
+	return t
+}
+
+// page returns the page number of a hash: its top bits (none when bits is
+// 0).
+func (t *table) page(h uint64) int { return int(h >> (63 - t.bits) >> 1) }
+
+// pageAt returns page number i.
+func (t *table) pageAt(i int) []group { return t.dir[i>>chunkBits][i&(1<<chunkBits-1)] }
+
+// home returns a tag's first group in a page of n groups.
+func home(tag uint32, n int) int { return int(uint64(tag) * uint64(n) >> 32) }
+
+// get returns the values of key, whose hash is h, or nil.
+func (t *table) get(h uint64, key string) []string {
+	pi := h >> (63 - t.bits) >> 1
+	p := t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)]
+	c := ctrlOf(uint32(h))
+	i := int(uint64(uint32(h)) * uint64(len(p)) >> 32)
+	for {
+		g := &p[i]
+		for m := matches(g.ctrl, c); m != 0; m &= m - 1 {
+			s := &g.slots[bits.TrailingZeros64(m)>>3]
+			if sameKey(s, key) {
+				return s.values
+			}
+		}
+		if empties(g.ctrl) != 0 {
+			return nil
+		}
+		if i++; i == len(p) {
+			i = 0
+		}
+	}
+}
+
+// sameKey reports whether s holds key. Keys of 8 to 16 bytes are
+// compared with two loads each, without a call.
+func sameKey(s *slot, key string) bool {
+	n := len(key)
+	if int(s.klen) != n {
+		return false
+	}
+	if n < 8 || n > 16 {
+		return s.key() == key
+	}
+	k := s.key()
+	return le64(k, 0) == le64(key, 0) && le64(k, n-8) == le64(key, n-8)
+}
+
+// find returns the group and slot of key, whose hash is h, in page p, or
+// -1, -1.
+func find(p []group, h uint64, key string) (int, int) {
+	c := ctrlOf(uint32(h))
+	i := home(uint32(h), len(p))
+	for {
+		g := &p[i]
+		for m := matches(g.ctrl, c); m != 0; m &= m - 1 {
+			j := bits.TrailingZeros64(m) >> 3
+			if g.slots[j].key() == key {
+				return i, j
+			}
+		}
+		if empties(g.ctrl) != 0 {
+			return -1, -1
+		}
+		if i++; i == len(p) {
+			i = 0
+		}
+	}
+}
+
+// layout returns a new page holding the given slots, filled to at most 3/4
+// so that most keys sit in their home group and every probe ends.
+func layout(slots []slot) []group {
+	p := newPage(len(slots))
+	for i := range slots {
+		insert(p, &slots[i])
+	}
+	return p
+}
+
+// newPage returns an empty page for n keys, to be filled to at most 3/4.
+// It returns the shared empty page for none: do not insert into it.
+func newPage(n int) []group {
+	if n == 0 {
+		return emptyPage
+	}
+	p := make([]group, (n*4/3)/groupSlots+1)
+	return p[:cap(p)] // use what the allocator rounded up to
+}
+
+// insert puts s in the first empty slot of its probe sequence in p, which
+// must not hold its key and must have room.
+func insert(p []group, s *slot) {
+	i := home(s.tag, len(p))
+	for {
+		g := &p[i]
+		if e := empties(g.ctrl); e != 0 {
+			j := bits.TrailingZeros64(e) >> 3
+			g.slots[j] = *s
+			g.ctrl |= ctrlOf(s.tag) << (8 * j)
+			return
+		}
+		if i++; i == len(p) {
+			i = 0
+		}
+	}
+}
+
+// keysIn returns the number of keys in p.
+func keysIn(p []group) int {
+	n := 0
+	for g := range p {
+		n += bits.OnesCount64(p[g].ctrl & msb)
+	}
+	return n
+}
+
+// change sets one key of a table to values; nil values delete the key.
+type change struct {
+	hash   uint64
+	key    string
+	values []string
+}
+
+func newSlot(c *change) slot {
+	return slot{tag: uint32(c.hash), klen: uint32(len(c.key)), kptr: unsafe.StringData(c.key), values: c.values}
+}
+
+// update returns the table with changes applied, and the change in its
+// number of keys. Keys must be distinct among changes. Pages and chunks
+// that no change touches are shared with t.
+func (t *table) update(changes []change) (table, int) {
+	out := table{bits: t.bits, dir: slices.Clone(t.dir)}
+	copied := -1 // the last chunk copied; pages come in order
+	slices.SortFunc(changes, func(a, b change) int { return t.page(a.hash) - t.page(b.hash) })
+	delta := 0
+	for start := 0; start < len(changes); {
+		pi := t.page(changes[start].hash)
+		end := start + 1
+		for end < len(changes) && t.page(changes[end].hash) == pi {
+			end++
+		}
+		page, d := updatePage(t.pageAt(pi), changes[start:end])
+		delta += d
+		if ci := pi >> chunkBits; ci != copied {
+			c := *out.dir[ci]
+			out.dir[ci] = &c
+			copied = ci
+		}
+		out.dir[pi>>chunkBits][pi&(1<<chunkBits-1)] = page
+		start = end
+	}
+	return out, delta
+}
+
+// updatePage returns a copy of page old with changes applied, and the
+// change in its number of keys. Values of keys it holds are replaced in
+// place and new keys inserted in the copy, unless a key goes or the page
+// would be more than 7/8 full: then the page is laid out anew.
+func updatePage(old []group, changes []change) ([]group, int) {
+	// at[i] is the slot of changes[i] in old, g*groupSlots+j, or -1.
+	var buf [8]int
+	at := buf[:0]
+	inserts, removes := 0, 0
+	for i := range changes {
+		c := &changes[i]
+		g, j := find(old, c.hash, c.key)
+		if g >= 0 {
+			at = append(at, g*groupSlots+j)
+			if len(c.values) == 0 {
+				removes++
+			}
+			continue
+		}
+		at = append(at, -1)
+		if len(c.values) > 0 {
+			inserts++
+		}
+	}
+	n := keysIn(old)
+	if removes == 0 && (n+inserts)*8 <= len(old)*groupSlots*7 {
+		p := slices.Clone(old)
+		for i := range changes {
+			c := &changes[i]
+			if k := at[i]; k >= 0 {
+				p[k/groupSlots].slots[k%groupSlots].values = c.values
+			} else if len(c.values) > 0 {
+				s := newSlot(c)
+				insert(p, &s)
+			}
+		}
+		return p, inserts
+	}
+	// Lay out anew: the slots that no change names, then the changes.
+	size := n
+	for i, k := range at {
+		if k >= 0 {
+			size--
+		}
+		if len(changes[i].values) > 0 {
+			size++
+		}
+	}
+	p := newPage(size)
+	for g := range old {
+		for j := range old[g].slots {
+			if old[g].ctrl>>(8*j)&0x80 != 0 && !slices.Contains(at, g*groupSlots+j) {
+				insert(p, &old[g].slots[j])
+			}
+		}
+	}
+	for i := range changes {
+		if c := &changes[i]; len(c.values) > 0 {
+			s := newSlot(c)
+			insert(p, &s)
+		}
+	}
+	return p, inserts - removes
+}
+
+// build returns a table of 1<<bits pages holding the given keys, which must
+// be distinct.
+func build(bits uint, changes []change) table {
+	t := newTable(bits)
+	counts := make([]int, 1<<bits)
+	for i := range changes {
+		counts[t.page(changes[i].hash)]++
+	}
+	groups := make([][]slot, 1<<bits)
+	for i := range changes {
+		c := &changes[i]
+		if len(c.values) == 0 {
+			continue
+		}
+		pi := t.page(c.hash)
+		if groups[pi] == nil {
+			groups[pi] = make([]slot, 0, counts[pi])
+		}
+		groups[pi] = append(groups[pi], newSlot(c))
+	}
+	for pi, g := range groups {
+		t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)] = layout(g)
+	}
+	return t
+}
+
+// all calls f for every key of the table and its values.
+func (t *table) all(f func(key string, values []string)) {
+	for _, c := range t.dir {
+		for _, p := range c {
+			for g := range p {
+				for j := range p[g].slots {
+					if p[g].ctrl>>(8*j)&0x80 != 0 {
+						f(p[g].slots[j].key(), p[g].slots[j].values)
+					}
+				}
+			}
+		}
+	}
+}
+
+// rehash returns the table spread over 1<<bits pages.
+func (t *table) rehash(bits uint, hash func(string) uint64) table {
+	var changes []change
+	t.all(func(key string, values []string) {
+		changes = append(changes, change{hash: hash(key), key: key, values: values})
+	})
+	return build(bits, changes)
+}
