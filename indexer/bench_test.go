@@ -161,3 +161,36 @@ func BenchmarkReplace(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRebuild fills an empty source from a full list: an initial
+// sync.
+func BenchmarkRebuild(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			objs := make([]Object, n)
+			for i := range n {
+				name := fmt.Sprintf("app-%06d", i)
+				objs[i] = Object{Key: "ns/" + name, Entries: [][]Entry{{
+					{Key: fmt.Sprintf("model-%06d-0", i), Value: name},
+					{Key: fmt.Sprintf("model-%06d-1", i), Value: name},
+					{Key: fmt.Sprintf("model-%06d-2", i), Value: name}}}}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				list := make([]Object, n)
+				copy(list, objs)
+				src := s.Source("apps")
+				for i := range list {
+					src.Prepare(&list[i])
+				}
+				b.StartTimer()
+				src.Replace(list)
+			}
+		})
+	}
+}

@@ -483,24 +483,38 @@ func (src *Source) rebuild(objs []Object) {
 
 	old := s.current.Load()
 	next := &Snapshot{s: s, indexes: slices.Clone(old.indexes), sources: slices.Clone(old.sources)}
+	// Decode every object once; count entries per index to size the maps.
+	type decoded struct {
+		key     string
+		entries [][]Entry
+	}
+	all := make([]decoded, 0, len(objects))
+	counts := make([]int, len(src.indexes))
+	for objKey, enc := range objects {
+		es := decode(enc, objKey, len(src.indexes))
+		for i := range es {
+			counts[i] += len(es[i])
+		}
+		all = append(all, decoded{objKey, es})
+	}
 	for i, id := range src.indexes {
-		values := map[string][]string{}
+		values := make(map[string][]string, counts[i])
 		var objectsOf map[string][]string
 		if src.withObjects {
-			objectsOf = map[string][]string{}
+			objectsOf = make(map[string][]string, counts[i])
 		}
-		for objKey, enc := range objects {
-			es := decode(enc, objKey, len(src.indexes))
-			for j, e := range es[i] {
+		for _, d := range all {
+			es := d.entries[i]
+			for j, e := range es {
 				values[e.Key] = append(values[e.Key], e.Value)
-				if objectsOf != nil && (j == 0 || es[i][j-1].Key != e.Key) {
-					objectsOf[e.Key] = append(objectsOf[e.Key], objKey)
+				if objectsOf != nil && (j == 0 || es[j-1].Key != e.Key) {
+					objectsOf[e.Key] = append(objectsOf[e.Key], d.key)
 				}
 			}
 		}
 		dups := map[Entry]int32{}
 		bits := bitsFor(len(values))
-		single := map[string][]string{} // one shared slice per lone value
+		single := make(map[string][]string, len(all)) // one shared slice per lone value
 		changes := make([]change, 0, len(values))
 		for key, vs := range values {
 			sort.Strings(vs)
