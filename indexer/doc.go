@@ -32,6 +32,8 @@
 // a reader loads an immutable snapshot with one atomic load. Writers are
 // serialized; a transaction ([Txn]) is published as a whole by Commit, so a
 // reader sees either none or all of it, never half of one object's update.
-// Indexes are split into shards that are copied on write, so the cost of a
-// write grows with the shard it touches, not with the whole index.
+// An index is a hash table split into pages that are copied on write, so
+// the cost of a write grows with the page it touches, not with the whole
+// index. A lookup hashes its key once and reads one page; it allocates
+// nothing and takes no lock.
 package indexer

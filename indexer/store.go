@@ -11,19 +11,19 @@ import (
 )
 
 // An index's table is split into 1<<bits pages, bits chosen for about
-// keysPerShard keys per page when the index is rebuilt, and raised when it
+// keysPerPage keys per page when the index is rebuilt, and raised when it
 // outgrows that fourfold. A write copies the pages it touches, so pages
 // keep writes to large indexes cheap.
 const (
-	maxShardBits  = 12
-	keysPerShard  = 64
+	maxPageBits   = 12
+	keysPerPage   = 64
 	payloadShards = 256
 )
 
-// bitsFor returns the shard bits for an index of n keys.
+// bitsFor returns the page bits for an index of n keys.
 func bitsFor(n int) uint {
 	var bits uint
-	for bits < maxShardBits && n>>bits > keysPerShard {
+	for bits < maxPageBits && n>>bits > keysPerPage {
 		bits++
 	}
 	return bits

@@ -363,9 +363,9 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestGrowsShards puts keys one by one, far past one shard's worth: the
-// index reshards as it grows, and every key stays found.
-func TestGrowsShards(t *testing.T) {
+// TestGrowsPages puts keys one by one, far past one page's worth: the
+// index spreads over more pages as it grows, and every key stays found.
+func TestGrowsPages(t *testing.T) {
 	s, src, ix := newStore(t)
 	const n = 10_000
 	for i := range n {

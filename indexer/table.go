@@ -45,7 +45,7 @@ type group struct {
 // least one value.
 type slot struct {
 	tag    uint32 // the low 32 bits of the key's hash: its home group and control byte
-	klen   uint32
+	klen   uint32 // keys come from objects of at most a few megabytes
 	kptr   *byte
 	values []string
 }

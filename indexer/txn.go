@@ -411,7 +411,7 @@ func (t *Txn) Commit() {
 //
 // An empty source is built in bulk. Otherwise Replace applies, as one
 // transaction, only what differs: the objects whose entries or payload
-// changed, and the deletes. The shards that no change touches are shared
+// changed, and the deletes. The pages that no change touches are shared
 // with the previous snapshot, so a relist holds little more than one copy
 // of the index, however large.
 func (src *Source) Replace(objs []Object) {
