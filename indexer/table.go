@@ -34,8 +34,9 @@ const (
 	msb        = 0x8080808080808080
 )
 
-// group is 8 slots and their control bytes: 0 for an empty slot, else
-// 0x80 | the low 7 bits of the key's hash.
+// group is 8 slots and their control bytes: 0 for an empty slot, deleted
+// for a slot whose key went while its group was full, else 0x80 | the low 7
+// bits of the key's hash.
 type group struct {
 	ctrl  uint64
 	slots [groupSlots]slot
@@ -63,6 +64,10 @@ func matches(ctrl, c uint64) uint64 {
 	v := ctrl ^ (lsb * c)
 	return (v - lsb) &^ v & msb
 }
+
+// deleted marks a slot whose key went: a probe goes on past it, as past a
+// key. No control byte is 0x01, which keeps empties exact.
+const deleted = 0x7f
 
 // empties returns a byte mask of the empty slots: exact.
 func empties(ctrl uint64) uint64 { return (ctrl - lsb) &^ ctrl & msb }
@@ -191,6 +196,16 @@ func insert(p []group, s *slot) {
 	}
 }
 
+// usedIn returns the number of slots of p that are not empty: keys and
+// deleted slots.
+func usedIn(p []group) int {
+	n := 0
+	for g := range p {
+		n += groupSlots - bits.OnesCount64(empties(p[g].ctrl))
+	}
+	return n
+}
+
 // keysIn returns the number of keys in p.
 func keysIn(p []group) int {
 	n := 0
@@ -239,9 +254,11 @@ func (t *table) update(changes []change) (table, int) {
 }
 
 // updatePage returns a copy of page old with changes applied, and the
-// change in its number of keys. Values of keys it holds are replaced in
-// place and new keys inserted in the copy, unless a key goes or the page
-// would be more than 7/8 full: then the page is laid out anew.
+// change in its number of keys. The copy is changed in place: values
+// replaced, keys that go marked empty (or deleted, if their group is full:
+// a probe must not stop there), new keys inserted; unless the page would be
+// more than 7/8 used, keys and deleted slots together: then it is laid out
+// anew, without deleted slots.
 func updatePage(old []group, changes []change) ([]group, int) {
 	// at[i] is the slot of changes[i] in old, g*groupSlots+j, or -1.
 	var buf [8]int
@@ -263,18 +280,29 @@ func updatePage(old []group, changes []change) ([]group, int) {
 		}
 	}
 	n := keysIn(old)
-	if removes == 0 && (n+inserts)*8 <= len(old)*groupSlots*7 {
+	if (usedIn(old)+inserts)*8 <= len(old)*groupSlots*7 {
 		p := slices.Clone(old)
 		for i := range changes {
 			c := &changes[i]
-			if k := at[i]; k >= 0 {
+			k := at[i]
+			switch {
+			case k >= 0 && len(c.values) > 0:
 				p[k/groupSlots].slots[k%groupSlots].values = c.values
-			} else if len(c.values) > 0 {
+			case k >= 0:
+				g := &p[k/groupSlots]
+				j := k % groupSlots
+				mark := uint64(deleted)
+				if empties(g.ctrl) != 0 {
+					mark = 0
+				}
+				g.ctrl = g.ctrl&^(0xff<<(8*j)) | mark<<(8*j)
+				g.slots[j] = slot{}
+			case len(c.values) > 0:
 				s := newSlot(c)
 				insert(p, &s)
 			}
 		}
-		return p, inserts
+		return p, inserts - removes
 	}
 	// Lay out anew: the slots that no change names, then the changes.
 	size := n
