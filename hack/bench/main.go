@@ -45,16 +45,17 @@ import (
 )
 
 var (
-	n            = flag.Int("n", 10000, "AppModels to create (3 models each)")
-	workers      = flag.Int("workers", 16, "parallel writers while populating")
-	writes       = flag.Int("writes", 300, "writes for the write-to-visible latency")
-	fanout       = flag.Int("fanout", 50, "engines in one process for the fan-out test (0: skip)")
-	fanoutWrites = flag.Int("fanout-writes", 300, "writes for the fan-out latency")
-	httpDur      = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
-	httpConns    = flag.Int("http-conns", 8, "concurrent HTTP clients")
-	memProfile   = flag.String("memprofile", "", "write a heap profile after metasync's sync to this file")
-	cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of the fan-out writes to this file")
-	apiProfile   = flag.String("apiserver-profile", "", "write the kube-apiserver's CPU profile of 3 s of fan-out writes to this file")
+	n               = flag.Int("n", 10000, "AppModels to create (3 models each)")
+	workers         = flag.Int("workers", 16, "parallel writers while populating")
+	writes          = flag.Int("writes", 300, "writes for the write-to-visible latency")
+	fanout          = flag.Int("fanout", 50, "engines in one process for the fan-out test (0: skip)")
+	fanoutWrites    = flag.Int("fanout-writes", 300, "writes for the fan-out latency")
+	fanoutInformers = flag.Bool("fanout-informers", true, "also time the fan-out with as many plain informers (skipped when n × fanout > 1,000,000: memory)")
+	httpDur         = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
+	httpConns       = flag.Int("http-conns", 8, "concurrent HTTP clients")
+	memProfile      = flag.String("memprofile", "", "write a heap profile after metasync's sync to this file")
+	cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the fan-out writes to this file")
+	apiProfile      = flag.String("apiserver-profile", "", "write the kube-apiserver's CPU profile of 3 s of fan-out writes to this file")
 )
 
 var gvr = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
@@ -185,13 +186,23 @@ func run() error {
 		row{name: "relist: peak live heap / steady", unit: "x", metasync: live, target: "≤ 2"},
 		row{name: "relist: peak heap with garbage / steady", unit: "x", metasync: total})
 	if *fanout > 0 {
-		p50, p99, err := measureFanout(ctx, cfg, dyn)
+		engines, _, err := measureFanout(ctx, dyn, cfg, "engines", engineFollower)
 		if err != nil {
 			return err
 		}
+		var informers percentiles
+		if *fanoutInformers && *n**fanout <= 1_000_000 {
+			if informers, _, err = measureFanout(ctx, dyn, cfg, "informers", informerFollower); err != nil {
+				return err
+			}
+		} else {
+			logf("fan-out: %d plain informers skipped", *fanout)
+		}
 		rows = append(rows,
-			row{name: fmt.Sprintf("fan-out: %d engines, p50 all see", *fanout), unit: "ms", baseline: ms.p50, metasync: p50},
-			row{name: fmt.Sprintf("fan-out: %d engines, p99 all see", *fanout), unit: "ms", baseline: ms.p99, metasync: p99, target: "≤ 2 × one engine"})
+			row{name: fmt.Sprintf("fan-out: %d of each, p50 all see", *fanout), unit: "ms", baseline: informers.p50, metasync: engines.p50},
+			row{name: fmt.Sprintf("fan-out: %d of each, p99 all see", *fanout), unit: "ms", baseline: informers.p99, metasync: engines.p99},
+			row{name: "fan-out p50 / one's write → visible p50", unit: "x", baseline: informers.p50 / base.p50, metasync: engines.p50 / ms.p50, raw: true},
+			row{name: "fan-out p99 / one's write → visible p99", unit: "x", baseline: informers.p99 / base.p99, metasync: engines.p99 / ms.p99, raw: true, target: "≤ 2"})
 	}
 	if *httpDur > 0 {
 		bare, lookup := measureHTTP(engine, keys)
@@ -586,63 +597,94 @@ func measureRelist(ctx context.Context, cfg *rest.Config) (live, total float64, 
 	return float64(peakLive) / float64(steadyLive), float64(peak) / float64(steady), nil
 }
 
-func measureFanout(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) (p50, p99 float64, err error) {
-	logf("fan-out: starting %d engines", *fanout)
-	var engines []*msync.Engine
-	var stops []func()
+// follower is one watcher of the fan-out: an engine or a plain informer.
+type follower struct {
+	sees func(model string) bool
+	stop func()
+}
+
+// ownConfig returns cfg with a dialer of its own: a client built from it
+// gets its own transport and TCP connection, as a pod would, instead of
+// one more HTTP/2 stream on a connection that all followers share.
+func ownConfig(cfg *rest.Config) *rest.Config {
+	own := rest.CopyConfig(cfg)
+	own.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return own
+}
+
+func engineFollower(ctx context.Context, cfg *rest.Config) (follower, error) {
+	e, stop, err := startEngine(ownConfig(cfg))
+	if err != nil {
+		return follower{}, err
+	}
+	if err := e.WaitForSync(ctx); err != nil {
+		stop()
+		return follower{}, err
+	}
+	ix, _ := e.Store().Index("model-to-app")
+	return follower{sees: func(m string) bool { return len(ix.Lookup(m)) > 0 }, stop: stop}, nil
+}
+
+func informerFollower(ctx context.Context, cfg *rest.Config) (follower, error) {
+	dyn, err := dynamic.NewForConfig(ownConfig(cfg))
+	if err != nil {
+		return follower{}, err
+	}
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = "iidp=iidp"
+	})
+	inf := factory.ForResource(gvr).Informer()
+	if err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
+		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
+		return models, nil
+	}}); err != nil {
+		return follower{}, err
+	}
+	stopCh := make(chan struct{})
+	stop := func() { close(stopCh); factory.Shutdown() }
+	factory.Start(stopCh)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		stop()
+		return follower{}, fmt.Errorf("informer did not sync")
+	}
+	idx := inf.GetIndexer()
+	return follower{sees: func(m string) bool {
+		objs, _ := idx.ByIndex("model", m)
+		return len(objs) > 0
+	}, stop: stop}, nil
+}
+
+// measureFanout starts *fanout followers in this process, each with its
+// own watch connection, and times writes until all of them see each one.
+func measureFanout(ctx context.Context, dyn dynamic.Interface, cfg *rest.Config, what string, start func(context.Context, *rest.Config) (follower, error)) (all, first percentiles, err error) {
+	logf("fan-out: starting %d %s", *fanout, what)
+	var fs []follower
 	defer func() {
-		for _, s := range stops {
-			s()
+		for _, f := range fs {
+			f.stop()
 		}
+		runtime.GC()
 	}()
 	for range *fanout {
-		// A dialer of its own: the engine gets its own transport and TCP
-		// connection, as a pod would, instead of one more HTTP/2 stream
-		// on a connection that all engines share.
-		own := rest.CopyConfig(cfg)
-		own.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		e, stop, err := startEngine(own)
+		f, err := start(ctx, cfg)
 		if err != nil {
-			return 0, 0, err
+			return all, first, err
 		}
-		engines = append(engines, e)
-		stops = append(stops, stop)
+		fs = append(fs, f)
 	}
-	for _, e := range engines {
-		if err := e.WaitForSync(ctx); err != nil {
-			return 0, 0, err
-		}
-	}
-	logf("fan-out: all synced; writing")
-	if *cpuProfile != "" {
+	logf("fan-out: all %d %s synced; writing", len(fs), what)
+	if *cpuProfile != "" && what == "engines" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
-			return 0, 0, err
+			return all, first, err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, 0, err
+			return all, first, err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ixs := make([]func(string) []string, len(engines))
-	for i, e := range engines {
-		ix, _ := e.Store().Index("model-to-app")
-		ixs[i] = ix.Lookup
-	}
-	watches := func() (w, r, errs int64) {
-		for _, e := range engines {
-			st := e.Status()[0]
-			w, r, errs = w+st.Watches, r+st.Relists, errs+st.WatchErrors+st.ListErrors
-		}
-		return
-	}
-	w0, r0, e0 := watches()
-	defer func() {
-		w1, r1, e1 := watches()
-		logf("fan-out: during the writes, %d watch restarts, %d relists, %d errors", w1-w0, r1-r0, e1-e0)
-	}()
-	if *apiProfile != "" {
+	if *apiProfile != "" && what == "engines" {
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {
@@ -657,29 +699,29 @@ func measureFanout(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface)
 			}
 		}()
 	}
-	// The first engine that sees a write tells the write's own latency
-	// apart from the time it takes to reach all 50.
-	lat, err := latency(ctx, dyn, "fanout", *fanoutWrites, func(m string) bool {
-		for _, l := range ixs {
-			if len(l(m)) == 0 {
+	// The first follower that sees a write tells the write's own latency
+	// apart from the time it takes to reach all of them.
+	lat, err := latency(ctx, dyn, "fanout-"+what, *fanoutWrites, func(m string) bool {
+		for _, f := range fs {
+			if !f.sees(m) {
 				return false
 			}
 		}
 		return true
 	}, func(m string) bool {
-		for _, l := range ixs {
-			if len(l(m)) > 0 {
+		for _, f := range fs {
+			if f.sees(m) {
 				return true
 			}
 		}
 		return false
 	})
 	if err != nil {
-		return 0, 0, err
+		return all, first, err
 	}
-	logf("fan-out: the first of %d engines sees a write at p50 %.2f ms, p99 %.2f ms; all of them at p50 %.2f ms, p99 %.2f ms",
-		len(ixs), lat[1].p50, lat[1].p99, lat[0].p50, lat[0].p99)
-	return lat[0].p50, lat[0].p99, nil
+	logf("fan-out: the first of %d %s sees a write at p50 %.2f ms, p99 %.2f ms; all of them at p50 %.2f ms, p99 %.2f ms",
+		len(fs), what, lat[1].p50, lat[1].p99, lat[0].p50, lat[0].p99)
+	return lat[0], lat[1], nil
 }
 
 // measureHTTP drives a bare net/http handler that returns a fixed JSON body
