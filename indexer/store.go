@@ -206,13 +206,13 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok {
 		return nil
 	}
-	return s.heads[id].Load().values.get(hashKey(s.seed, key), key)
+	return s.heads[id].Load().values.lookup(s.seed, key)
 }
 
 // Lookup returns the values of key in this index; see Store.Lookup. It
 // allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	return ix.head.Load().values.get(hashKey(ix.seed, key), key)
+	return ix.head.Load().values.lookup(ix.seed, key)
 }
 
 // hash returns the hash of an index key.
@@ -241,7 +241,7 @@ func hashOf(key string) uint64 {
 
 // Lookup returns the values of key in ix as of this snapshot.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	return snap.indexes[ix.id].values.get(snap.s.hash(key), key)
+	return snap.indexes[ix.id].values.lookup(snap.s.seed, key)
 }
 
 // Objects returns the object keys of the objects that contribute under key
@@ -252,7 +252,7 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 	if is.objects == nil {
 		return nil
 	}
-	return is.objects.get(snap.s.hash(key), key)
+	return is.objects.lookup(snap.s.seed, key)
 }
 
 // KeyCount returns the number of index keys in ix.

@@ -99,8 +99,15 @@ func (t *table) pageAt(i int) []group { return t.dir[i>>chunkBits][i&(1<<chunkBi
 // home returns a tag's first group in a page of n groups.
 func home(tag uint32, n int) int { return int(uint64(tag) * uint64(n) >> 32) }
 
-// get returns the values of key, whose hash is h, or nil.
-func (t *table) get(h uint64, key string) []string {
+// lookup returns the values of key, or nil. The hash of keys of 8 to 16
+// bytes (most keys) is computed in line: hashKey's, without the call.
+func (t *table) lookup(seed uint64, key string) []string {
+	var h uint64
+	if n := len(key); n >= 8 && n <= 16 {
+		h = wymix(wyp1^uint64(n), wymix(le64(key, 0)^wyp1, le64(key, n-8)^seed^wyp0))
+	} else {
+		h = hashKey(seed, key)
+	}
 	pi := h >> (63 - t.bits) >> 1
 	p := t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)]
 	c := ctrlOf(uint32(h))
