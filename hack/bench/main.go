@@ -48,9 +48,9 @@ import (
 var (
 	n               = flag.Int("n", 10000, "AppModels to create (3 models each)")
 	workers         = flag.Int("workers", 16, "parallel writers while populating")
-	writes          = flag.Int("writes", 300, "writes for the write-to-visible latency")
+	writes          = flag.Int("writes", 1000, "writes for the write-to-visible latency")
 	fanout          = flag.Int("fanout", 50, "engines in one process for the fan-out test (0: skip)")
-	fanoutWrites    = flag.Int("fanout-writes", 300, "writes for the fan-out latency")
+	fanoutWrites    = flag.Int("fanout-writes", 1000, "writes for the fan-out latency")
 	fanoutInformers = flag.Bool("fanout-informers", true, "also time the fan-out with as many plain informers (skipped when n × fanout > 1,000,000: memory)")
 	httpDur         = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
 	httpConns       = flag.Int("http-conns", 8, "concurrent HTTP clients")
