@@ -396,7 +396,7 @@ func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds
 
 type floor struct{ single, parallel float64 }
 
-// lookupsVsMap benchmarks the index's lookups and a plain map's, in three
+// lookupsVsMap benchmarks the index's lookups and a plain map's, in five
 // alternating rounds (the machine's speed drifts from one second to the
 // next), and returns the medians of each.
 func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
@@ -411,12 +411,25 @@ func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
 		}
 	}
 	var mh, mr, mp, ih, ir, ip []float64
-	for range 3 {
+	onMap := func() {
 		hot, random, parallel, _ := benchLookups(keys, func(k string) int { return len(m[k]) })
 		mh, mr, mp = append(mh, hot), append(mr, random), append(mp, parallel)
+	}
+	onIndex := func() {
 		hot, random, parallel, allocs := benchLookups(keys, func(k string) int { return len(ix.Lookup(k)) })
 		ih, ir, ip = append(ih, hot), append(ir, random), append(ip, parallel)
 		r.lookupAllocs = max(r.lookupAllocs, allocs)
+	}
+	for round := range 5 {
+		// Which goes first alternates too: a drift of the machine's speed
+		// within a round favours neither.
+		if round%2 == 0 {
+			onMap()
+			onIndex()
+		} else {
+			onIndex()
+			onMap()
+		}
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	r.lookupHot, r.lookupRandom, r.lookupParallel = mid(ih), mid(ir), mid(ip)
