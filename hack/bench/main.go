@@ -475,19 +475,27 @@ func latency(ctx context.Context, dyn dynamic.Interface, tag string, count int, 
 	return out, nil
 }
 
+// seedInformer is the seed's approach: a filtered dynamic informer with
+// a cache.Indexers index func on spec.models. Start the factory to run it.
+func seedInformer(dyn dynamic.Interface) (dynamicinformer.DynamicSharedInformerFactory, cache.SharedIndexInformer, error) {
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, func(o *metav1.ListOptions) {
+		o.LabelSelector = "iidp=iidp"
+	})
+	inf := factory.ForResource(gvr).Informer()
+	err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
+		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
+		return models, nil
+	}})
+	return factory, inf, err
+}
+
 func measureInformer(ctx context.Context, dyn dynamic.Interface, keys []string) (result, func(string) bool, func(), error) {
 	var r result
 	before := heap()
 	logf("informer: syncing")
 	start := time.Now()
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, func(o *metav1.ListOptions) {
-		o.LabelSelector = "iidp=iidp"
-	})
-	inf := factory.ForResource(gvr).Informer()
-	if err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
-		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
-		return models, nil
-	}}); err != nil {
+	factory, inf, err := seedInformer(dyn)
+	if err != nil {
 		return r, nil, nil, err
 	}
 	stop := make(chan struct{})
@@ -654,14 +662,8 @@ func informerFollower(ctx context.Context, cfg *rest.Config) (follower, error) {
 	if err != nil {
 		return follower{}, err
 	}
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, func(o *metav1.ListOptions) {
-		o.LabelSelector = "iidp=iidp"
-	})
-	inf := factory.ForResource(gvr).Informer()
-	if err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
-		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
-		return models, nil
-	}}); err != nil {
+	factory, inf, err := seedInformer(dyn)
+	if err != nil {
 		return follower{}, err
 	}
 	stopCh := make(chan struct{})
