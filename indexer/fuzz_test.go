@@ -14,11 +14,7 @@ func FuzzIncrementalEqualsRebuild(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{1, 17, 33, 49, 255, 3, 3, 3, 128, 64})
 	f.Add([]byte("put delete replace commit"))
-	f.Fuzz(fuzzBody)
-}
-
-func fuzzBody(t *testing.T, prog []byte) {
-	{
+	f.Fuzz(func(t *testing.T, prog []byte) {
 		s, src, ix := newStore(t)
 		m := model{}
 		next := func() int {
@@ -90,5 +86,5 @@ func fuzzBody(t *testing.T, prog []byte) {
 		}
 		tx.Commit()
 		check()
-	}
+	})
 }
