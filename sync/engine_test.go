@@ -64,24 +64,10 @@ func remove(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
 
 var iidp = map[string]any{"iidp": "iidp"}
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// startEngine compiles cfg, starts an engine and waits for its sync.
-func startEngine(t *testing.T, cfg *mschema.Config) *msync.Engine {
+// runEngine starts an engine for plan on the test control plane; the
+// test's cleanup stops it and checks that Start returned cleanly.
+func runEngine(t *testing.T, plan *mschema.Plan) *msync.Engine {
 	t.Helper()
-	plan, err := mschema.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e, err := msync.New(plan, env.Config, msync.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +86,28 @@ func startEngine(t *testing.T, cfg *mschema.Config) *msync.Engine {
 			t.Error("Start did not return 10s after its context ended")
 		}
 	})
+	return e
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startEngine compiles cfg, starts an engine and waits for its sync.
+func startEngine(t *testing.T, cfg *mschema.Config) *msync.Engine {
+	t.Helper()
+	plan, err := mschema.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := runEngine(t, plan)
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
 	if err := e.WaitForSync(wctx); err != nil {
@@ -324,14 +332,7 @@ func TestWaitForSyncNamesTheMissingResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := msync.New(plan, env.Config, msync.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Start(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	e := runEngine(t, plan)
 	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer wcancel()
 	err = e.WaitForSync(wctx)

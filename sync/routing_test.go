@@ -209,14 +209,7 @@ func TestCRDsComeAndGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := msync.New(plan, env.Config, msync.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Start(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	e := runEngine(t, plan)
 
 	testenv.Eventually(t, "gadgets waiting with a reason, appmodels serving", func() string {
 		g, a := status(e, "gadgets"), status(e, "appmodels")

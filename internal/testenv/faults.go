@@ -39,16 +39,7 @@ func StartRestartable(dir string, apiserverFlags ...string) (*Env, error) {
 		name, value := splitFlag(f)
 		env.ControlPlane.APIServer.Configure().Set(name, value)
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	e := &Env{env: env, Config: cfg, KubeConfig: env.KubeConfig}
-	if err := e.clients(); err != nil {
-		return nil, err
-	}
-	return e, nil
+	return start(env)
 }
 
 func splitFlag(f string) (string, string) {

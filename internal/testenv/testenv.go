@@ -58,6 +58,11 @@ func Start() (*Env, error) {
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	return start(env)
+}
+
+// start starts env's control plane and builds the Env of it.
+func start(env *envtest.Environment) (*Env, error) {
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
