@@ -64,7 +64,7 @@ type SourceSpec struct {
 // Store holds the indexes of every source. Its zero value is not usable;
 // build one with New.
 type Store struct {
-	seed    uint64 // of every index key's hash
+	seed    hashSeed // of every index key's hash
 	current atomic.Pointer[Snapshot]
 	// heads[id] is current's index id, published with it: one load less
 	// for a single lookup than going through the snapshot.
@@ -82,7 +82,7 @@ type Index struct {
 	s    *Store
 	id   int
 	head *atomic.Pointer[indexSnap]
-	seed uint64
+	seed hashSeed
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -95,11 +95,15 @@ type Source struct {
 
 	// Writer state, guarded by s.mu. objects maps each object key to the
 	// object's normalized entries, encoded into one string (see encode), so
-	// that an update or delete can withdraw exactly them. The published
-	// keys and values are substrings of those strings: an entry costs no
-	// memory of its own.
+	// that an update or delete can withdraw exactly them.
+	//
+	// Nothing published, and nothing kept here but objects' values, shares
+	// memory with an encoding: keys and values are copied when they are
+	// published (once per write, see interner), so that an object's old
+	// encodings become garbage when it changes, and memory follows the
+	// current state, not the history of writes.
 	objects  map[string]string
-	dups     []map[Entry]int32 // per source index: extra contributors of an entry
+	dups     []map[Entry]*int32 // per source index: extra contributors of an entry
 	payloads bool              // some object has had a payload
 }
 
@@ -109,6 +113,14 @@ type indexSnap struct {
 	// objects, when the source tracks them, maps index keys to the object
 	// keys behind them: distinct, sorted.
 	objects *table
+	// sorted holds the index keys in order, computed at the first call of
+	// Keys and shared by every later one on this snapshot of the index.
+	sorted *sortedKeys
+}
+
+type sortedKeys struct {
+	once sync.Once
+	keys []string
 }
 
 type sourceSnap struct {
@@ -129,7 +141,7 @@ type Snapshot struct {
 // across all sources, source names among sources.
 func New(sources ...SourceSpec) (*Store, error) {
 	s := &Store{
-		seed:    rand.Uint64(),
+		seed:    newHashSeed(rand.Uint64()),
 		byName:  map[string]int{},
 		srcName: map[string]int{},
 	}
@@ -147,8 +159,8 @@ func New(sources ...SourceSpec) (*Store, error) {
 			id := len(snap.indexes)
 			s.byName[name] = id
 			src.indexes = append(src.indexes, id)
-			src.dups = append(src.dups, map[Entry]int32{})
-			is := &indexSnap{values: newTable(0)}
+			src.dups = append(src.dups, map[Entry]*int32{})
+			is := &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
 			if spec.Objects {
 				objects := newTable(0)
 				is.objects = &objects
@@ -200,7 +212,8 @@ func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
 
 // Lookup returns the values of key in the named index: distinct, sorted,
 // nil when there are none or the index is unknown. The slice is shared:
-// callers must not modify it.
+// callers must not modify its elements; it has no spare capacity, so an
+// append gets an array of its own.
 func (s *Store) Lookup(index, key string) []string {
 	id, ok := s.byName[index]
 	if !ok {
@@ -258,13 +271,19 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 // KeyCount returns the number of index keys in ix.
 func (snap *Snapshot) KeyCount(ix Index) int { return snap.indexes[ix.id].keys }
 
-// Keys returns every index key of ix, sorted. It allocates.
+// Keys returns every index key of ix, sorted. The keys are sorted once per
+// published state of the index, at the first call, and shared by every
+// later call until the index changes: callers must not modify the slice,
+// and a page of it costs its size, not a sort.
 func (snap *Snapshot) Keys(ix Index) []string {
 	is := snap.indexes[ix.id]
-	keys := make([]string, 0, is.keys)
-	is.values.all(func(key string, _ []string) { keys = append(keys, key) })
-	sort.Strings(keys)
-	return keys
+	is.sorted.once.Do(func() {
+		keys := make([]string, 0, is.keys)
+		is.values.all(func(key string, _ []string) { keys = append(keys, key) })
+		sort.Strings(keys)
+		is.sorted.keys = keys
+	})
+	return is.sorted.keys
 }
 
 // Payload returns the payload of an object of src, if it has one.
@@ -296,7 +315,7 @@ func (snap *Snapshot) Resolve(chain []Index, key string) []string {
 	if len(keys) == 0 {
 		return nil
 	}
-	return slices.Clone(keys)
+	return slices.Clip(slices.Clone(keys))
 }
 
 // Name returns the source's name.

@@ -388,3 +388,48 @@ func TestGrowsPages(t *testing.T) {
 		t.Fatalf("KeyCount = %d", snap.KeyCount(ix))
 	}
 }
+
+// TestLookupResultsHaveNoSpareCapacity: two callers that append to their
+// results must not write into one shared array.
+func TestLookupResultsHaveNoSpareCapacity(t *testing.T) {
+	s, src, ix := newStore(t)
+	src.Replace([]Object{
+		{Key: "ns/a", Entries: [][]Entry{{e("m", "a"), e("m2", "x")}}},
+		{Key: "ns/b", Entries: [][]Entry{{e("m", "b"), e("m2", "x")}}},
+		{Key: "ns/c", Entries: [][]Entry{{e("m", "c"), e("m", "d"), e("m", "e")}}},
+	})
+	put(src, "ns/c", e("m", "c"))                // a removal: the merge had room to spare
+	put(src, "ns/d", e("m3", "p"), e("m3", "q")) // added by a transaction
+	put(src, "ns/e", e("m3", "r"))               // and grown by another
+	chain := []Index{ix, ix}
+	put(src, "ns/f", e("a", "m"), e("b", "m2"), e("c", "m3"))
+	for _, key := range []string{"m", "m2", "m3", "a"} {
+		for name, got := range map[string][]string{
+			"Store.Lookup":    s.Lookup("model-to-app", key),
+			"Index.Lookup":    ix.Lookup(key),
+			"Snapshot.Lookup": s.Snapshot().Lookup(ix, key),
+			"Objects":         s.Snapshot().Objects(ix, key),
+			"Resolve":         s.Snapshot().Resolve(chain, key),
+		} {
+			if cap(got) != len(got) {
+				t.Errorf("%s(%q) = %v has capacity %d: appends of two callers would share it", name, key, got, cap(got))
+			}
+		}
+	}
+}
+
+// TestKeysSortedOncePerState: the sorted keys of an index are computed
+// once per published state and shared, so that a page of them costs its
+// size; a write gives the next state its own.
+func TestKeysSortedOncePerState(t *testing.T) {
+	s, src, ix := newStore(t)
+	put(src, "ns/a", e("m2", "a"), e("m1", "a"))
+	k1, k2 := s.Snapshot().Keys(ix), s.Snapshot().Keys(ix)
+	if &k1[0] != &k2[0] {
+		t.Error("two calls on one state sorted the keys twice")
+	}
+	put(src, "ns/b", e("m0", "b"))
+	if k3 := s.Snapshot().Keys(ix); !slices.Equal(k3, []string{"m0", "m1", "m2"}) || !slices.Equal(k1, []string{"m1", "m2"}) {
+		t.Errorf("after a write: %v (the earlier state's %v)", k3, k1)
+	}
+}

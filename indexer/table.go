@@ -3,6 +3,7 @@ package indexer
 import (
 	"math/bits"
 	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -101,12 +102,12 @@ func home(tag uint32, n int) int { return int(uint64(tag) * uint64(n) >> 32) }
 
 // lookup returns the values of key, or nil. The hash of keys of 8 to 16
 // bytes (most keys) is computed in line: hashKey's, without the call.
-func (t *table) lookup(seed uint64, key string) []string {
+func (t *table) lookup(hs hashSeed, key string) []string {
 	var h uint64
 	if n := len(key); n >= 8 && n <= 16 {
-		h = wymix(wyp1^uint64(n), wymix(le64(key, 0)^wyp1, le64(key, n-8)^seed^wyp0))
+		h = wymix(hs.b^uint64(n), wymix(le64(key, 0)^hs.a, le64(key, n-8)^hs.b)^hs.a)
 	} else {
-		h = hashKey(seed, key)
+		h = hashKey(hs, key)
 	}
 	pi := h >> (63 - t.bits) >> 1
 	p := t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)]
@@ -229,12 +230,22 @@ type change struct {
 	values []string
 }
 
+// newSlot returns the slot of c, holding c.key itself: the caller owns it.
 func newSlot(c *change) slot {
 	return slot{tag: uint32(c.hash), klen: uint32(len(c.key)), kptr: unsafe.StringData(c.key), values: c.values}
 }
 
+// newSlotCopy returns the slot of c with a copy of c.key, for a key that
+// the caller only borrows (a transaction's keys belong to encodings).
+func newSlotCopy(c *change) slot {
+	s := newSlot(c)
+	s.kptr = unsafe.StringData(strings.Clone(c.key))
+	return s
+}
+
 // update returns the table with changes applied, and the change in its
-// number of keys. Keys must be distinct among changes. Pages and chunks
+// number of keys. Keys must be distinct among changes; the keys it
+// inserts are copied (a change's key is borrowed). Pages and chunks
 // that no change touches are shared with t.
 func (t *table) update(changes []change) (table, int) {
 	out := table{bits: t.bits, dir: slices.Clone(t.dir)}
@@ -305,7 +316,7 @@ func updatePage(old []group, changes []change) ([]group, int) {
 				g.ctrl = g.ctrl&^(0xff<<(8*j)) | mark<<(8*j)
 				g.slots[j] = slot{}
 			case len(c.values) > 0:
-				s := newSlot(c)
+				s := newSlotCopy(c)
 				insert(p, &s)
 			}
 		}
@@ -331,7 +342,7 @@ func updatePage(old []group, changes []change) ([]group, int) {
 	}
 	for i := range changes {
 		if c := &changes[i]; len(c.values) > 0 {
-			s := newSlot(c)
+			s := newSlotCopy(c)
 			insert(p, &s)
 		}
 	}
@@ -339,7 +350,7 @@ func updatePage(old []group, changes []change) ([]group, int) {
 }
 
 // build returns a table of 1<<bits pages holding the given keys, which must
-// be distinct.
+// be distinct. The table keeps the keys' strings: the caller owns them.
 func build(bits uint, changes []change) table {
 	t := newTable(bits)
 	counts := make([]int, 1<<bits)

@@ -284,7 +284,16 @@ func (w *work) has(value string) bool {
 func (t *Txn) addValue(i int, e Entry) {
 	w := t.workFor(i, e.Key)
 	if w.has(e.Value) {
-		t.src.dups[i][e]++
+		// The count is behind a pointer so that it changes without
+		// storing e again: a map assignment would replace the stored key
+		// with e, whose strings belong to an encoding.
+		dups := t.src.dups[i]
+		if d := dups[e]; d != nil {
+			*d++
+		} else {
+			one := int32(1)
+			dups[Entry{Key: strings.Clone(e.Key), Value: strings.Clone(e.Value)}] = &one
+		}
 		return
 	}
 	toggle(&w.addV, &w.remV, e.Value)
@@ -292,11 +301,11 @@ func (t *Txn) addValue(i int, e Entry) {
 
 func (t *Txn) removeValue(i int, e Entry) {
 	dups := t.src.dups[i]
-	if d := dups[e]; d > 0 {
-		if d == 1 {
+	if d := dups[e]; d != nil {
+		if *d == 1 {
 			delete(dups, e)
 		} else {
-			dups[e] = d - 1
+			*d--
 		}
 		return
 	}
@@ -304,19 +313,43 @@ func (t *Txn) removeValue(i int, e Entry) {
 	toggle(&w.remV, &w.addV, e.Value)
 }
 
+// interner copies the strings that one write publishes, each distinct
+// string once: published keys and values never share memory with an
+// object's encoding (see Source.objects).
+type interner map[string]string
+
+func (in *interner) clone(s string) string {
+	if c, ok := (*in)[s]; ok {
+		return c
+	}
+	if *in == nil {
+		*in = interner{}
+	}
+	c := strings.Clone(s)
+	(*in)[c] = c
+	return c
+}
+
 // apply returns base with rem removed and add added, sorted: a merge of
-// the sorted base with the few sorted additions. It returns base itself
-// when nothing changes.
-func apply(base []string, add, rem map[string]struct{}) []string {
+// the sorted base with the few sorted additions, which are copied through
+// in. It returns base itself when nothing changes. The result has no
+// spare capacity: a caller that appends to it gets an array of its own.
+func apply(base []string, add, rem map[string]struct{}, in *interner) []string {
 	if len(add) == 0 && len(rem) == 0 {
 		return base
 	}
 	adds := make([]string, 0, len(add))
 	for v := range add {
-		adds = append(adds, v)
+		adds = append(adds, in.clone(v))
 	}
 	sort.Strings(adds)
-	out := make([]string, 0, len(base)+len(adds))
+	n := len(base) + len(adds)
+	for v := range rem {
+		if _, ok := slices.BinarySearch(base, v); ok {
+			n--
+		}
+	}
+	out := make([]string, 0, n)
 	j := 0
 	for _, v := range base {
 		if _, gone := rem[v]; gone {
@@ -332,7 +365,7 @@ func apply(base []string, add, rem map[string]struct{}) []string {
 	if len(out) == 0 {
 		return nil
 	}
-	return out
+	return slices.Clip(out)
 }
 
 // Commit publishes the transaction and releases the writer lock.
@@ -342,6 +375,7 @@ func (t *Txn) Commit() {
 	old := s.current.Load()
 	next := &Snapshot{s: s, indexes: old.indexes, sources: old.sources}
 	changed := false
+	var in interner
 	for i, m := range t.work {
 		if len(m) == 0 {
 			continue
@@ -352,15 +386,16 @@ func (t *Txn) Commit() {
 		}
 		id := t.src.indexes[i]
 		is := *old.indexes[id]
+		is.sorted = &sortedKeys{}
 		values := make([]change, 0, len(m))
 		var objects []change
 		for key, w := range m {
 			h := s.hash(key)
 			if len(w.addV) > 0 || len(w.remV) > 0 {
-				values = append(values, change{hash: h, key: key, values: apply(w.values, w.addV, w.remV)})
+				values = append(values, change{hash: h, key: key, values: apply(w.values, w.addV, w.remV, &in)})
 			}
 			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
-				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO)})
+				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO, &in)})
 			}
 		}
 		var delta int
@@ -512,19 +547,29 @@ func (src *Source) rebuild(objs []Object) {
 				}
 			}
 		}
-		dups := map[Entry]int32{}
+		dups := map[Entry]*int32{}
 		bits := bitsFor(len(values))
 		single := make(map[string][]string, len(all)) // one shared slice per lone value
 		changes := make([]change, 0, len(values))
+		// Keys and values are copied out of the encodings (see
+		// Source.objects), each distinct value once.
+		in := make(interner, len(all))
+		owned := make(map[string]string, len(values))
 		for key, vs := range values {
 			sort.Strings(vs)
 			distinct := vs[:0]
 			for _, v := range vs {
 				if len(distinct) > 0 && distinct[len(distinct)-1] == v {
-					dups[Entry{Key: key, Value: v}]++
+					e := Entry{Key: key, Value: v}
+					if d := dups[e]; d != nil {
+						*d++
+					} else {
+						one := int32(1)
+						dups[Entry{Key: in.clone(key), Value: in.clone(v)}] = &one
+					}
 					continue
 				}
-				distinct = append(distinct, v)
+				distinct = append(distinct, in.clone(v))
 			}
 			if len(distinct) == 1 {
 				one, ok := single[distinct[0]]
@@ -534,16 +579,18 @@ func (src *Source) rebuild(objs []Object) {
 				}
 				distinct = one
 			} else {
-				distinct = slices.Clone(distinct)
+				distinct = slices.Clip(slices.Clone(distinct))
 			}
-			changes = append(changes, change{hash: s.hash(key), key: key, values: distinct})
+			k := strings.Clone(key)
+			owned[key] = k
+			changes = append(changes, change{hash: s.hash(k), key: k, values: distinct})
 		}
-		is := &indexSnap{keys: len(values), values: build(bits, changes)}
+		is := &indexSnap{keys: len(values), values: build(bits, changes), sorted: &sortedKeys{}}
 		if objectsOf != nil {
 			changes = changes[:0]
 			for key, os := range objectsOf {
 				sort.Strings(os)
-				changes = append(changes, change{hash: s.hash(key), key: key, values: slices.Clip(os)})
+				changes = append(changes, change{hash: s.hash(key), key: owned[key], values: slices.Clip(os)})
 			}
 			o := build(bits, changes)
 			is.objects = &o
