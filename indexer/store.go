@@ -104,7 +104,7 @@ type Source struct {
 	// current state, not the history of writes.
 	objects  map[string]string
 	dups     []map[Entry]*int32 // per source index: extra contributors of an entry
-	payloads bool              // some object has had a payload
+	payloads bool               // some object has had a payload
 }
 
 type indexSnap struct {
