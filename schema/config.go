@@ -72,7 +72,18 @@ type Index struct {
 	// Value gives the index values, like Key. Empty means the object key
 	// (namespace/name, or name for cluster-scoped objects).
 	Value string `koanf:"value"`
+	// MaxEntriesPerObject bounds the (key, value) entries that one object
+	// may contribute to this index: keys × values, and every combination
+	// of a template. An object over it contributes nothing to the index
+	// and counts a rule error, so that one hostile or broken object cannot
+	// exhaust memory. 0 means DefaultMaxEntriesPerObject.
+	MaxEntriesPerObject int `koanf:"maxEntriesPerObject"`
 }
+
+// DefaultMaxEntriesPerObject is the default of Index.MaxEntriesPerObject:
+// far above what a real object contributes (an EndpointSlice holds at most
+// 1,000 endpoints), far below what exhausts a pod's memory.
+const DefaultMaxEntriesPerObject = 10000
 
 // Chain resolves a key through several indexes: each step's values are the
 // next step's keys.

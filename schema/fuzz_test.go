@@ -61,5 +61,23 @@ func FuzzRuleEval(f *testing.F) {
 		if err != nil && n > 0 {
 			t.Fatalf("Eval emitted %d values and failed", n)
 		}
+		// With a bound: the same values up to it, a LimitError past it.
+		for _, max := range []int{1, 2, 3} {
+			m := 0
+			lerr := r.EvalMax(doc, max, func(string) { m++ })
+			var le *LimitError
+			switch {
+			case err != nil:
+				if lerr == nil || (!errors.As(lerr, &se) && !errors.As(lerr, &le)) {
+					t.Fatalf("EvalMax(%d) of a rule whose Eval fails: %v", max, lerr)
+				}
+			case n > max:
+				if !errors.As(lerr, &le) || le.Max != max {
+					t.Fatalf("EvalMax(%d) of %d values: %v, want a LimitError", max, n, lerr)
+				}
+			case lerr != nil || m != n:
+				t.Fatalf("EvalMax(%d) of %d values: %d values, %v", max, n, m, lerr)
+			}
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,54 +118,230 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 
 var unknownKeysRE = regexp.MustCompile(`^has invalid keys: (.*)$`)
 
-// decodeProblems turns mapstructure's error tree into FieldErrors.
+// decodeProblems turns mapstructure's error tree into FieldErrors, one per
+// problem. mapstructure reports every problem (at each struct level, its
+// unknown keys after the errors of its fields), in a tree of joined errors
+// under a wrapping error; every leaf is kept, and the unknown keys of a
+// level come before the problems inside it.
 func decodeProblems(err error) []*FieldError {
-	if err == nil {
+	var out []*FieldError
+	leaf := func(at, msg string) {
+		if m := unknownKeysRE.FindStringSubmatch(msg); m != nil {
+			known := keysAt(at)
+			for _, key := range strings.Split(m[1], ", ") {
+				path := key
+				if at != "" {
+					path = at + "." + key
+				}
+				msg := "unknown key"
+				if hint := closest(key, known); hint != "" {
+					msg += " (did you mean " + hint + "?)"
+				}
+				out = append(out, &FieldError{Path: path, Msg: msg})
+			}
+			return
+		}
+		if at == "" {
+			at = "config"
+		}
+		out = append(out, &FieldError{Path: at, Msg: cleanDecodeMsg(msg)})
+	}
+	var walk func(err error, at string)
+	walk = func(err error, at string) {
+		switch e := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			for _, x := range errs {
+				if isUnknownKeys(x) {
+					walk(x, at)
+				}
+			}
+			for _, x := range errs {
+				if !isUnknownKeys(x) {
+					walk(x, at)
+				}
+			}
+		case *mapstructure.DecodeError:
+			at = strings.TrimPrefix(e.Name(), ".")
+			inner := e.Unwrap()
+			if inner == nil {
+				leaf(at, e.Error())
+				return
+			}
+			if hasDecodeErrors(inner) {
+				walk(inner, at)
+				return
+			}
+			leaf(at, inner.Error())
+		default:
+			// Such as the "decoding failed due to the following error(s)"
+			// that wraps the whole tree.
+			if inner := errors.Unwrap(err); hasDecodeErrors(inner) {
+				walk(inner, at)
+				return
+			}
+			leaf(at, err.Error())
+		}
+	}
+	walk(err, "")
+	return out
+}
+
+// hasDecodeErrors tells whether err is a list of errors or holds a
+// mapstructure.DecodeError, which has a field path.
+func hasDecodeErrors(err error) bool {
+	if _, multi := err.(interface{ Unwrap() []error }); multi {
+		return true
+	}
+	var de *mapstructure.DecodeError
+	return errors.As(err, &de)
+}
+
+// isUnknownKeys tells whether err is mapstructure's report of the unknown
+// keys of one struct level.
+func isUnknownKeys(err error) bool {
+	de, ok := err.(*mapstructure.DecodeError)
+	return ok && de.Unwrap() != nil && unknownKeysRE.MatchString(de.Unwrap().Error())
+}
+
+// keysAt returns the keys known at the struct level that the decoder's
+// field path at names ("" for the top, "resources[0].indexes[1]"), from the
+// koanf tags of Config and its nested types; nil if at names no struct.
+func keysAt(at string) []string {
+	t := reflect.TypeFor[Config]()
+	if at != "" {
+		for _, seg := range strings.Split(at, ".") {
+			name, _, _ := strings.Cut(seg, "[")
+			f, ok := fieldForKey(t, name)
+			if !ok {
+				return nil
+			}
+			t = f.typ
+			for range strings.Count(seg, "[") {
+				t = derefType(t)
+				switch t.Kind() {
+				case reflect.Slice, reflect.Array, reflect.Map:
+					t = t.Elem()
+				default:
+					return nil
+				}
+			}
+		}
+	}
+	t = derefType(t)
+	if t.Kind() != reflect.Struct {
 		return nil
 	}
-	var out []*FieldError
-	var walk func(err error)
-	walk = func(err error) {
-		if multi, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range multi.Unwrap() {
-				walk(e)
-			}
-			return
-		}
-		var de *mapstructure.DecodeError
-		if !errors.As(err, &de) {
-			out = append(out, &FieldError{Path: "config", Msg: err.Error()})
-			return
-		}
-		inner := de.Unwrap()
-		if _, nested := inner.(interface{ Unwrap() []error }); nested {
-			walk(inner)
-			return
-		}
-		var deeper *mapstructure.DecodeError
-		if errors.As(inner, &deeper) {
-			walk(inner)
-			return
-		}
-		path := strings.TrimPrefix(de.Name(), ".")
-		msg := inner.Error()
-		if m := unknownKeysRE.FindStringSubmatch(msg); m != nil {
-			for _, key := range strings.Split(m[1], ", ") {
-				at := key
-				if path != "" {
-					at = path + "." + key
-				}
-				out = append(out, &FieldError{Path: at, Msg: "unknown key"})
-			}
-			return
-		}
-		if path == "" {
-			path = "config"
-		}
-		out = append(out, &FieldError{Path: path, Msg: cleanDecodeMsg(msg)})
+	var keys []string
+	for _, f := range koanfFields(t) {
+		keys = append(keys, f.key)
 	}
-	walk(err)
+	return keys
+}
+
+type koanfField struct {
+	key string
+	typ reflect.Type
+}
+
+// koanfFields lists the fields of struct type t under their config keys
+// (koanf tags, as the decoder reads them), in order, squashed embedded
+// structs included.
+func koanfFields(t reflect.Type) []koanfField {
+	var out []koanfField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("koanf"), ",")
+		if f.Anonymous && slices.Contains(strings.Split(opts, ","), "squash") {
+			if st := derefType(f.Type); st.Kind() == reflect.Struct {
+				out = append(out, koanfFields(st)...)
+			}
+			continue
+		}
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, koanfField{key: name, typ: f.Type})
+	}
 	return out
+}
+
+// fieldForKey finds the field of key in struct type t, matching as the
+// decoder does: exactly, else ignoring case.
+func fieldForKey(t reflect.Type, key string) (koanfField, bool) {
+	t = derefType(t)
+	if t.Kind() != reflect.Struct {
+		return koanfField{}, false
+	}
+	fields := koanfFields(t)
+	for _, f := range fields {
+		if f.key == key {
+			return f, true
+		}
+	}
+	for _, f := range fields {
+		if strings.EqualFold(f.key, key) {
+			return f, true
+		}
+	}
+	return koanfField{}, false
+}
+
+func derefType(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// closest returns the candidate nearest to word, a likely typo, or "" when
+// none is close enough: at most 2 edits, or a third of word's length for a
+// long word, and fewer edits than either word has letters. Case is ignored.
+func closest(word string, candidates []string) string {
+	best, bestD := "", -1
+	w := []rune(strings.ToLower(word))
+	for _, c := range candidates {
+		d := editDistance(w, []rune(strings.ToLower(c)))
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 || bestD > max(2, len(w)/3) || bestD >= min(len(w), len([]rune(best))) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and transpositions of two adjacent
+// letters each count one.
+func editDistance(a, b []rune) int {
+	rows := make([][]int, len(a)+1)
+	for i := range rows {
+		rows[i] = make([]int, len(b)+1)
+		rows[i][0] = i
+	}
+	for j := range rows[0] {
+		rows[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d := min(rows[i-1][j]+1, rows[i][j-1]+1, rows[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d = min(d, rows[i-2][j-2]+1)
+			}
+			rows[i][j] = d
+		}
+	}
+	return rows[len(a)][len(b)]
 }
 
 // cleanDecodeMsg drops mapstructure's Go type names where a user would not

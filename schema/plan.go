@@ -42,6 +42,9 @@ type IndexRule struct {
 	Name  string
 	Key   *Rule
 	Value *Rule // nil: the object key
+	// MaxEntries bounds the entries one object contributes (see
+	// Index.MaxEntriesPerObject); always positive.
+	MaxEntries int
 }
 
 // ChainPlan is one compiled chain.
@@ -80,7 +83,10 @@ func Compile(c *Config) (*Plan, error) {
 		}
 		sort.Slice(rp.Fields, func(i, j int) bool { return rp.Fields[i].Name < rp.Fields[j].Name })
 		for _, ix := range r.Indexes {
-			ir := IndexRule{Name: ix.Name}
+			ir := IndexRule{Name: ix.Name, MaxEntries: ix.MaxEntriesPerObject}
+			if ir.MaxEntries == 0 {
+				ir.MaxEntries = DefaultMaxEntriesPerObject
+			}
 			ir.Key, _ = CompileRule(ix.Key)
 			if ix.Value != "" {
 				ir.Value, _ = CompileRule(ix.Value)

@@ -46,7 +46,7 @@ func CompileRule(src string) (*Rule, error) {
 		return nil, errors.New("empty gjson path")
 	}
 	if !strings.Contains(src, "${") {
-		return &Rule{src: src, parts: []rulePart{{path: src}}}, nil
+		return checkRule(&Rule{src: src, parts: []rulePart{{path: src}}})
 	}
 	r := &Rule{src: src}
 	rest := src
@@ -85,7 +85,19 @@ func CompileRule(src string) (*Rule, error) {
 		r.parts = append(r.parts, rulePart{path: path})
 		rest = rest[end+1:]
 	}
-	return r, nil
+	return checkRule(r)
+}
+
+// LimitError reports a rule that yields more values on one object than
+// its bound allows.
+type LimitError struct {
+	Rule  string
+	Count int // the values it yields, or a lower bound
+	Max   int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s yields %d values on this object, over the limit of %d", e.Rule, e.Count, e.Max)
 }
 
 // Eval evaluates the rule on one JSON document and calls emit with each
@@ -93,8 +105,26 @@ func CompileRule(src string) (*Rule, error) {
 // Emitted strings may share memory with json: clone what you keep. Eval
 // emits nothing and returns a *ShapeError when a path has a bad shape.
 func (r *Rule) Eval(json string, emit func(string)) error {
+	return r.EvalMax(json, 0, emit)
+}
+
+// EvalMax is Eval with a bound: when the rule yields more than max values
+// (max > 0), it returns a *LimitError, and the caller must drop what was
+// emitted. A template's combinations are counted before any is built, so
+// the work and memory of a rule on one object are bounded by max and the
+// size of the object, not by the product of its arrays.
+func (r *Rule) EvalMax(json string, max int, emit func(string)) error {
 	if len(r.parts) == 1 && r.parts[0].path != "" {
-		return each(r.parts[0].path, gjson.Get(json, r.parts[0].path), emit)
+		n := 0
+		err := each(r.parts[0].path, gjson.Get(json, r.parts[0].path), func(s string) {
+			if n++; max <= 0 || n <= max {
+				emit(s)
+			}
+		})
+		if err == nil && max > 0 && n > max {
+			return &LimitError{Rule: r.src, Count: n, Max: max}
+		}
+		return err
 	}
 	// Template: gather each path's values, then emit every combination.
 	values := make([][]string, len(r.parts))
@@ -109,6 +139,15 @@ func (r *Rule) Eval(json string, emit func(string)) error {
 		}
 		if len(values[i]) == 0 {
 			return nil
+		}
+	}
+	if max > 0 {
+		combinations := 1
+		for _, vs := range values {
+			combinations *= len(vs) // each factor is at most the object's size
+			if combinations > max {
+				return &LimitError{Rule: r.src, Count: combinations, Max: max}
+			}
 		}
 	}
 	var walk func(i int, prefix string)

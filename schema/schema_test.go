@@ -16,7 +16,7 @@ func TestFiveMistakesAllReported(t *testing.T) {
 		t.Fatal("a config with mistakes loaded")
 	}
 	want := []string{
-		"resources[1].labelSelctor: unknown key",
+		"resources[1].labelSelctor: unknown key (did you mean labelSelector?)",
 		"resources[0].version: required (for example v1)",
 		`resources[0].labelSelector: "iidp in (iidp": unable to parse requirement: found '', expected: ',' or ')'`,
 		"resources[0].resync: -5s is negative; use 0 for no resync",

@@ -153,6 +153,9 @@ func (c *Config) validate(p *problems) {
 					p.add(iat+".value", "%v", err)
 				}
 			}
+			if ix.MaxEntriesPerObject < 0 {
+				p.add(iat+".maxEntriesPerObject", "%d is negative; omit it (or use 0) for the default of %d", ix.MaxEntriesPerObject, DefaultMaxEntriesPerObject)
+			}
 		}
 	}
 	chains := map[string]string{}
