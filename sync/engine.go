@@ -37,8 +37,10 @@ type Options struct {
 	// Logger receives the engine's logs, client-go's reflector logs
 	// included. Default: slog.Default().
 	Logger *slog.Logger
-	// StaleAfter is how long a synced resource's list/watch may keep
-	// failing before the resource stops being ready. Default 30s.
+	// StaleAfter is how long a synced resource may go without an
+	// established watch, from its first list or watch error, before it
+	// stops being ready. A list that works while the watch keeps failing
+	// does not make the resource fresh again. Default 30s.
 	StaleAfter time.Duration
 }
 
@@ -64,22 +66,28 @@ type ResourceStatus struct {
 	Name      string `json:"name"`
 	GVR       string `json:"gvr"`
 	Namespace string `json:"namespace,omitempty"`
-	// Ready is Synced, and the watch is not failing for longer than
-	// Options.StaleAfter; Reason says why not.
+	// Ready is Synced, and the resource has not gone longer than
+	// Options.StaleAfter without an established watch since its first
+	// error; Reason says why not.
 	Ready    bool      `json:"ready"`
 	Reason   string    `json:"reason,omitempty"`
 	Synced   bool      `json:"synced"`
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
 	Objects  int       `json:"objects"`
-	// Error is the last list or watch error, "" once the watch works again.
-	Error      string    `json:"error,omitempty"`
+	// Error is the last list or watch error, "" once a watch is
+	// established again (it delivered an event or stayed open a second);
+	// a list that works does not clear it.
+	Error string `json:"error,omitempty"`
+	// ErrorSince is when the trouble began: the first error since a watch
+	// was last established.
 	ErrorSince time.Time `json:"errorSince,omitzero"`
 	// Events applied, by type, and complete lists (relists included).
 	Added   int64 `json:"added"`
 	Updated int64 `json:"updated"`
 	Deleted int64 `json:"deleted"`
 	Relists int64 `json:"relists"`
-	// Failed list and watch requests.
+	// Failed list and watch requests; WatchErrors also counts watches
+	// that ended with an ERROR event or before they were established.
 	ListErrors  int64 `json:"listErrors"`
 	WatchErrors int64 `json:"watchErrors"`
 	// Watches counts the watch requests that started (restarts included).
@@ -277,6 +285,31 @@ func (e *Engine) IndexResource(index string) (string, bool) {
 	return w.plan.Name, true
 }
 
+// IndexSynced reports whether the resource that feeds an index has
+// completed a list since the engine started: until then an empty answer
+// means "not known yet", not "no values". An unknown index is not synced.
+func (e *Engine) IndexSynced(index string) bool {
+	w, ok := e.byIndex[index]
+	return ok && w.isSynced()
+}
+
+// ChainSynced reports whether every index of a chain is synced (see
+// IndexSynced).
+func (e *Engine) ChainSynced(chain string) bool {
+	for _, ch := range e.plan.Chains() {
+		if ch.Name != chain {
+			continue
+		}
+		for _, index := range ch.Indexes {
+			if !e.IndexSynced(index) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // Resolve follows the named chain from key, on one consistent snapshot,
 // and returns the distinct values of its last index, sorted; nil when none
 // or the chain is unknown.
@@ -288,7 +321,8 @@ func (e *Engine) Resolve(chain, key string) []string {
 	return e.store.Snapshot().Resolve(steps, key)
 }
 
-// Keys returns every key of the named index, sorted.
+// Keys returns every key of the named index, sorted. The slice is shared
+// by every caller until the index changes: do not modify it.
 func (e *Engine) Keys(index string) []string {
 	ix, ok := e.store.Index(index)
 	if !ok {
@@ -342,6 +376,16 @@ func Object[T any](e *Engine, resource, objectKey string) (T, bool, error) {
 		return v, true, fmt.Errorf("decode fields of %s: %w", objectKey, err)
 	}
 	return v, true, nil
+}
+
+// ChainNames returns the configured chain names, sorted.
+func (e *Engine) ChainNames() []string {
+	names := make([]string, 0, len(e.chains))
+	for n := range e.chains {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // IndexNames returns the configured index names, sorted.

@@ -40,10 +40,16 @@ type watcher struct {
 	syncedOnce gosync.Once
 	syncedAt   atomic.Int64 // unix nanos of the first sync
 
-	mu           gosync.Mutex
-	lastErr      error
-	failingSince time.Time    // first error since the watch last worked
+	mu      gosync.Mutex
+	lastErr error // the last list or watch error since a watch was last established
+	// failingSince is the time of the first error since a watch was last
+	// established: a successful list does not reset it, an established
+	// watch does.
+	failingSince time.Time
 	listed       atomic.Int64 // objects decoded by the current list
+
+	failures    atomic.Int64 // errors recorded by fail, ever
+	established atomic.Int64 // unix nanos: the first watch established in the current run, 0 if none yet
 
 	watches atomic.Int64 // watch requests that started
 	gone    atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
@@ -83,15 +89,22 @@ func (w *watcher) project(raw string) *object {
 	var keys, values []string
 	for i, ix := range w.plan.Indexes {
 		keys, values = keys[:0], values[:0]
-		err := ix.Key.Eval(raw, func(s string) { keys = append(keys, s) })
+		err := ix.Key.EvalMax(raw, ix.MaxEntries, func(s string) { keys = append(keys, s) })
 		if err == nil && len(keys) > 0 {
 			if ix.Value == nil {
 				values = append(values, key)
 			} else {
-				err = ix.Value.Eval(raw, func(s string) { values = append(values, s) })
+				err = ix.Value.EvalMax(raw, ix.MaxEntries, func(s string) { values = append(values, s) })
 			}
 		}
+		if err == nil && len(keys)*len(values) > ix.MaxEntries {
+			err = fmt.Errorf("%d keys × %d values", len(keys), len(values))
+		}
 		if err != nil {
+			var limit *schema.LimitError
+			if errors.As(err, &limit) || len(keys)*len(values) > ix.MaxEntries {
+				err = fmt.Errorf("over maxEntriesPerObject (%d): %w; the object adds nothing to this index", ix.MaxEntries, err)
+			}
 			w.ruleError(i, key, err)
 			continue
 		}
@@ -226,6 +239,16 @@ func (w *watcher) Replace(list []any, _ string) error {
 
 func (w *watcher) Resync() error { return nil }
 
+// isSynced reports whether the first complete list is done.
+func (w *watcher) isSynced() bool {
+	select {
+	case <-w.synced:
+		return true
+	default:
+		return false
+	}
+}
+
 // --- cache.ListerWatcher: raw JSON in, projected objects out ---
 
 func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
@@ -253,9 +276,12 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	start := time.Now()
 	body, err := w.request(&opts).Stream(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // a stop or a resync, not trouble
+		}
 		w.checkGone(err)
 		w.listErrors.Add(1)
-		w.setErr(fmt.Errorf("list: %w", err))
+		w.fail(fmt.Errorf("list: %w", err))
 		return nil, err
 	}
 	list, err := streamList(body, w.project)
@@ -266,10 +292,15 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	}
 	w.gone.Store(false)
 	if err != nil {
-		w.setErr(fmt.Errorf("list: %w", err))
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		w.listErrors.Add(1)
+		w.fail(fmt.Errorf("list: %w", err))
 		return nil, err
 	}
-	w.setErr(nil)
+	// A list that works does not clear the error: the resource is fresh
+	// again only once a watch is established (see trackedWatch).
 	return list, nil
 }
 
@@ -277,15 +308,17 @@ func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions)
 	opts.Watch = true
 	wi, err := w.request(&opts).Watch(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // a stop or a resync, not trouble
+		}
 		w.checkGone(err)
 		w.watchErrors.Add(1)
-		w.setErr(fmt.Errorf("watch: %w", err))
+		w.fail(fmt.Errorf("watch: %w", err))
 		return nil, err
 	}
 	w.watches.Add(1)
 	w.log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
-	w.setErr(nil)
-	return wi, nil
+	return w.track(ctx, wi), nil
 }
 
 // checkGone clears the resource's keys when the apiserver stops serving it
@@ -296,33 +329,171 @@ func (w *watcher) checkGone(err error) {
 	if !apierrors.IsNotFound(err) || w.gone.Swap(true) {
 		return
 	}
+	if !w.isSynced() {
+		w.log.Warn("resource not served by the apiserver (is its CRD installed? is resource: its plural?): not synced, retrying", "gvr", w.plan.GVR.String(), "error", err.Error())
+		return
+	}
 	w.src.Replace(nil)
-	w.log.Warn("resource not served any more: its keys are cleared until it returns", "error", err.Error())
+	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
 }
 
 // IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
 func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
 
-func (w *watcher) setErr(err error) {
+// establishedAfter is how long a watch must stay open without an error, if
+// it delivers no event before, to count as established.
+const establishedAfter = time.Second
+
+// trackedWatch hands the events of one watch request to the reflector and
+// tells the watcher how the watch went. client-go's reflector returns no
+// error for a watch that ends with an ERROR event or ends at once (it lists
+// again), so without this the watcher would see neither.
+type trackedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  gosync.Once
+}
+
+func (t *trackedWatch) ResultChan() <-chan watch.Event { return t.out }
+
+func (t *trackedWatch) Stop() {
+	t.once.Do(func() {
+		close(t.stop)
+		t.inner.Stop()
+	})
+}
+
+func (t *trackedWatch) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// track wraps a watch that the apiserver accepted. The watch is
+// established once it delivers an event other than an ERROR, or stays open
+// establishedAfter; an ERROR event, or an end before it was established,
+// is a failure. Neither counts while ctx ends or the reflector stops the
+// watch: a stop or a resync.
+func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
+	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go w.follow(ctx, t)
+	return t
+}
+
+func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
+	defer close(t.out)
+	timer := time.NewTimer(establishedAfter)
+	defer timer.Stop()
+	established, failed := false, false
+	establish := func() {
+		if !established && !failed {
+			established = true
+			w.watchEstablished()
+		}
+	}
+	stopping := func() bool { return ctx.Err() != nil || t.stopped() }
+	in := t.inner.ResultChan()
+	for {
+		select {
+		case ev, ok := <-in:
+			if !ok {
+				if !established && !failed && !stopping() {
+					w.watchErrors.Add(1)
+					// The same text every time: a changed message is logged again.
+					w.fail(fmt.Errorf("watch: ended within %s without an event", establishedAfter))
+				}
+				return
+			}
+			if ev.Type == watch.Error {
+				if !failed && !stopping() {
+					failed = true
+					w.watchErrors.Add(1)
+					w.fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
+				}
+			} else {
+				establish()
+			}
+			select {
+			case t.out <- ev:
+			case <-t.stop:
+				return
+			}
+		case <-timer.C:
+			establish()
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// fail records a list or watch error. Status shows it until a watch is
+// established again, and the resource turns stale once that has not
+// happened for staleAfter since the first error.
+func (w *watcher) fail(err error) {
+	w.failures.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err != nil && (w.lastErr == nil || w.lastErr.Error() != err.Error()) {
-		w.log.Warn("watch trouble", "error", err.Error())
+	if w.lastErr == nil || w.lastErr.Error() != err.Error() {
+		level := slog.LevelWarn
+		if isExpired(err) {
+			level = slog.LevelInfo // compaction: normal, the reflector lists again
+		}
+		w.log.Log(context.Background(), level, "watch trouble", "error", err.Error())
 	}
-	if err == nil && w.lastErr != nil {
-		w.log.Info("watch recovered")
-	}
-	switch {
-	case err == nil:
-		w.failingSince = time.Time{}
-	case w.lastErr == nil:
+	if w.failingSince.IsZero() {
 		w.failingSince = time.Now()
 	}
 	w.lastErr = err
 }
 
+// watchEstablished records a watch that works: the resource is fresh.
+func (w *watcher) watchEstablished() {
+	now := time.Now()
+	w.established.CompareAndSwap(0, now.UnixNano())
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastErr != nil {
+		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
+	}
+	w.lastErr, w.failingSince = nil, time.Time{}
+}
+
+// isExpired reports a 410 Gone: the resource version asked for has been
+// compacted away, and a new list is the normal way on.
+func isExpired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+// The backoff between failed runs of list-and-watch: the delay doubles
+// from retryInitial up to retryMax, each plus up to retryJitter of itself
+// (so at most 10 s), and starts over only after a run whose watch stayed
+// established for backoffResetAfter. That is as long as the longest delay,
+// so a watch that keeps failing after working a while costs the apiserver
+// no more than one that keeps failing at once: about one LIST and one
+// WATCH per 10 s, per resource.
+const (
+	retryInitial      = 500 * time.Millisecond
+	retryMax          = 8 * time.Second
+	retryJitter       = 0.25
+	backoffResetAfter = 10 * time.Second
+)
+
+func newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: retryJitter, Steps: 10, Cap: retryMax}
+}
+
 // run keeps the resource listed and watched until ctx ends. A resync period
 // relists the resource that often.
+//
+// A run (one list, then watches) that ends for any other reason than a
+// resync or ctx is a failure, even when the reflector returns nil, as it
+// does for a watch that ends with an ERROR event or at once: the next run
+// waits for the backoff. A 410 Gone (compaction) is relisted at once, but
+// only as the first failure since the backoff was reset.
 func (w *watcher) run(ctx context.Context) {
 	logger := logr.FromSlogHandler(w.log.Handler())
 	r := cache.NewReflectorWithOptions(w, &object{}, w, cache.ReflectorOptions{
@@ -330,35 +501,45 @@ func (w *watcher) run(ctx context.Context) {
 		TypeDescription: w.plan.GVR.String(),
 		Logger:          &logger,
 	})
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 6, Cap: 10 * time.Second}
-	delay := backoff
+	delay := newBackoff()
+	streak := 0 // failed runs since the backoff was reset
 	for ctx.Err() == nil {
 		runCtx, cancel := context.WithCancel(ctx)
+		var resynced atomic.Bool
 		var timer gosync.WaitGroup
 		if w.plan.Resync > 0 {
-			timer.Go(func() { w.resyncAfter(runCtx, cancel) })
+			timer.Go(func() {
+				w.resyncAfter(runCtx, func() {
+					resynced.Store(true)
+					cancel()
+				})
+			})
 		}
-		listed := w.relists.Load()
+		w.established.Store(0)
+		failures := w.failures.Load()
 		err := r.ListAndWatchWithContext(runCtx)
 		cancel()
 		timer.Wait()
 		if ctx.Err() != nil {
-			return
+			return // a stop is not trouble
 		}
-		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			delay = backoff
+		if at := w.established.Load(); at != 0 && time.Since(time.Unix(0, at)) >= backoffResetAfter {
+			delay, streak = newBackoff(), 0
+		}
+		if resynced.Load() {
 			continue // a resync: list again
 		}
 		// List and watch errors are recorded where they happen, without the
-		// reflector's wrapping; keep those.
-		w.mu.Lock()
-		recorded := w.lastErr != nil
-		w.mu.Unlock()
-		if !recorded {
-			w.setErr(err)
+		// reflector's wrapping; record the others.
+		if w.failures.Load() == failures {
+			if err == nil {
+				err = errors.New("watch ended")
+			}
+			w.fail(err)
 		}
-		if w.relists.Load() > listed {
-			delay = backoff // this run got as far as a complete list
+		streak++
+		if streak == 1 && isExpired(w.lastError()) {
+			continue // compaction: list again at once, once
 		}
 		select {
 		case <-ctx.Done():
@@ -368,10 +549,17 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// resyncAfter ends the current list-and-watch once a resync period has
-// passed after a complete list, so that run lists again. A list that takes
-// longer than the period is never cut short.
-func (w *watcher) resyncAfter(ctx context.Context, cancel context.CancelFunc) {
+// lastError returns the last error since a watch was last established.
+func (w *watcher) lastError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastErr
+}
+
+// resyncAfter calls resync once a resync period has passed after a
+// complete list, to end the current list-and-watch so that run lists
+// again. A list that takes longer than the period is never cut short.
+func (w *watcher) resyncAfter(ctx context.Context, resync func()) {
 	listed := w.relists.Load()
 	t := time.NewTimer(w.plan.Resync)
 	defer t.Stop()
@@ -382,7 +570,7 @@ func (w *watcher) resyncAfter(ctx context.Context, cancel context.CancelFunc) {
 		case <-t.C:
 		}
 		if now := w.relists.Load(); now > listed {
-			cancel()
+			resync()
 			return
 		}
 		t.Reset(w.plan.Resync)
@@ -390,8 +578,9 @@ func (w *watcher) resyncAfter(ctx context.Context, cancel context.CancelFunc) {
 }
 
 // status reports the watcher's state. A resource is ready once it has
-// synced, for as long as its list/watch has not been failing for longer
-// than staleAfter.
+// synced, for as long as it has not gone staleAfter without an established
+// watch since its first error: a list that works while the watch keeps
+// failing does not make it fresh.
 func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) ResourceStatus {
 	st := ResourceStatus{
 		Name:        w.plan.Name,
@@ -431,7 +620,7 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	case !st.Synced:
 		st.Reason = "not synced: first list in progress"
 	case st.Error != "" && time.Since(st.ErrorSince) >= staleAfter:
-		st.Reason = fmt.Sprintf("watch failing for %s: %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
+		st.Reason = fmt.Sprintf("watch failing for %s, no established watch: %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
 	default:
 		st.Ready = true
 	}

@@ -281,7 +281,9 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		return a.raw
 	})
-	if a := call(t, "GET", base+"/readyz"); a.code != 503 || a.body["resources"] != nil {
+	// Without ?verbose: which resources, not why (no apiserver errors).
+	if a := call(t, "GET", base+"/readyz"); a.code != 503 || a.body["resources"] != nil ||
+		!strings.Contains(a.raw, `"widgets: not synced"`) || strings.Contains(a.raw, "could not find") {
 		t.Fatalf("plain /readyz = %d %s", a.code, a.raw)
 	}
 	// The other resources serve meanwhile.
@@ -308,14 +310,14 @@ func TestServeEndToEnd(t *testing.T) {
 	wantJSON(t, call(t, "GET", base+"/v1/indexes"), 200,
 		`{"indexes":[{"name":"model-to-app","resource":"appmodels","keys":3,"synced":true},{"name":"object-to-type","resource":"appmodels","keys":1,"synced":true},{"name":"service-to-addresses","resource":"endpointslices","keys":1,"synced":true},{"name":"widget-color","resource":"widgets","keys":0,"synced":true}]}`)
 	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys"), 200, `{"index":"model-to-app","keys":["model1","model2","model3"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2"), 200, `{"index":"model-to-app","keys":["model1","model2"],"continue":"model2"}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2&continue=model2"), 200, `{"index":"model-to-app","keys":["model3"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2"), 200, `{"index":"model-to-app","keys":["model1","model2"],"continue":"kbW9kZWwy"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2&continue=kbW9kZWwy"), 200, `{"index":"model-to-app","keys":["model3"]}`)
 	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/model2"), 200, `{"index":"model-to-app","key":"model2","values":["base"]}`)
 	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/nothing"), 200, `{"index":"model-to-app","key":"nothing","values":[]}`)
 	wantJSON(t, call(t, "GET", base+"/v1/chains/model-to-addresses/keys/model1"), 200, `{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5","10.0.0.6"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys/model1"), 404, `{"error":"unknown index \"nope\""}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys"), 404, `{"error":"unknown index \"nope\""}`)
-	wantJSON(t, call(t, "GET", base+"/v1/chains/nope/keys/model1"), 404, `{"error":"unknown chain \"nope\""}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys/model1"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/chains/nope/keys/model1"), 404, `{"error":"unknown chain \"nope\" (known: model-to-addresses)"}`)
 	wantJSON(t, call(t, "GET", base+"/v1/indexes/object-to-type/keys/e2e%2Fbase"), 200, `{"index":"object-to-type","key":"e2e/base","values":["model"]}`)
 	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=x"), 400, "")
 	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH"} {
@@ -654,8 +656,10 @@ func TestServeCustomCRD(t *testing.T) {
 }
 
 // TestTokenAuth: with --auth=tokenreview, no token is 401, a token without
-// access is 403, a token whose account may get the path is 200; probes
-// stay open. Beyond loopback, serve refuses to start without --auth.
+// access is 403, a token whose account may get the path is 200, for 50
+// keys of an index as for one; the review counters are in /metrics; probes
+// stay open, /readyz?verbose gives no details without access. Beyond
+// loopback, serve refuses to start without --auth.
 func TestTokenAuth(t *testing.T) {
 	testenv.Need(t, env)
 	setupCluster(t)
@@ -730,11 +734,29 @@ subjects:
 		}
 		return ""
 	})
-	if a := get("/metrics", reader); a.code != 200 {
-		t.Fatalf("/metrics with access: %d", a.code)
+	// 50 keys of one index: one decision for the index, not one per key.
+	for i := range 50 {
+		if a := get(fmt.Sprintf("/v1/indexes/model-to-app/keys/key-%d", i), reader); a.code != 200 {
+			t.Fatalf("key %d: %d %s", i, a.code, a.raw)
+		}
+	}
+	m := get("/metrics", reader)
+	if m.code != 200 {
+		t.Fatalf("/metrics with access: %d", m.code)
+	}
+	if !strings.Contains(m.raw, `metasync_auth_reviews_total{result="ok",review="token"}`) || !strings.Contains(m.raw, "metasync_auth_busy_total 0") {
+		t.Errorf("/metrics lacks the review counters")
 	}
 	if a := get("/livez", ""); a.code != 200 {
 		t.Fatalf("/livez without a token: %d", a.code)
+	}
+	// /readyz stays open; its details need a token allowed /readyz/verbose,
+	// which access to /v1/* is not.
+	for _, tok := range []string{"", reader} {
+		a := get("/readyz?verbose", tok)
+		if (a.code != 200 && a.code != 503) || strings.Contains(a.raw, `"resources"`) || !strings.Contains(a.raw, `"verbose":"details withheld: `) {
+			t.Fatalf("/readyz?verbose without access: %d %s", a.code, a.raw)
+		}
 	}
 
 	// Beyond loopback without --auth: refused, nothing started.

@@ -119,7 +119,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	host, _, _ := net.SplitHostPort(addr)
 	switch *auth {
 	case "tokenreview":
-		kube, err := kubernetes.NewForConfig(restCfg)
+		kube, err := kubernetes.NewForConfig(reviewConfig(restCfg))
 		if err != nil {
 			log.Error("auth", "error", err.Error())
 			return exitError{1}
@@ -216,6 +216,23 @@ func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
 	}
 	log.Info("CRDs installed and established", "crds", names, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// The review client's rate limits: its own, so that reviews never wait
+// behind the watches (nor the other way round), and well above client-go's
+// default 5 QPS, which a single caller looking up a few indexes exhausts.
+const (
+	reviewQPS   = 50
+	reviewBurst = 100
+)
+
+// reviewConfig is the rest.Config of the TokenReview and
+// SubjectAccessReview client: a copy of cfg with a rate limiter of its own.
+func reviewConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
+	c.UserAgent = rest.DefaultKubernetesUserAgent() + " metasync-auth"
+	return c
 }
 
 func isLoopback(host string) bool {

@@ -3,12 +3,15 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -116,17 +119,52 @@ func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
 type keysAnswer struct {
 	Index string   `json:"index"`
 	Keys  []string `json:"keys"`
-	// Continue, when set, is the value of ?continue= for the next page.
+	// Continue, when set, is the value of ?continue= for the next page:
+	// an opaque token, never empty.
 	Continue string `json:"continue,omitempty"`
+	Synced   *bool  `json:"synced,omitempty"` // false before the first list
+}
+
+// continueToken returns the continue token of a page that ends with key.
+// The token is never empty, also for the empty key: an empty continue
+// would read as "from the start".
+func continueToken(key string) string {
+	return "k" + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// afterKey returns the key that a continue token names.
+func afterKey(token string) (string, error) {
+	enc, ok := strings.CutPrefix(token, "k")
+	if !ok {
+		return "", errors.New("not a continue token")
+	}
+	key, err := base64.RawURLEncoding.DecodeString(enc)
+	return string(key), err
+}
+
+// unknownIndex answers 404 for an index that the config does not declare,
+// naming those it does.
+func (s *Server) unknownIndex(w http.ResponseWriter, kind, index string) {
+	s.lookups.WithLabelValues(kind, "", "unknown").Inc()
+	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q%s", index, known(s.engine.IndexNames())))
+}
+
+// known lists names for an error message.
+func known(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return " (known: " + strings.Join(names, ", ") + ")"
 }
 
 // listKeys answers the sorted keys of an index, at most ?limit= of them
-// (default and maximum MaxKeys), after the key given in ?continue=.
+// (default and maximum MaxKeys), after the page that ?continue= ends. The
+// keys are sorted once per state of the index and shared, so that a page
+// costs about its size.
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	index := r.PathValue("index")
 	if !s.engine.HasIndex(index) {
-		s.lookups.WithLabelValues("keys", "", "unknown").Inc()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q", index))
+		s.unknownIndex(w, "keys", index)
 		return
 	}
 	limit := MaxKeys
@@ -139,16 +177,21 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		limit = min(n, MaxKeys)
 	}
 	keys := s.engine.Keys(index)
-	if after := r.URL.Query().Get("continue"); after != "" {
+	if token := r.URL.Query().Get("continue"); token != "" {
+		after, err := afterKey(token)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("continue=%q: not a token of this API; pass back the continue of the previous page", token))
+			return
+		}
 		keys = keys[sort.SearchStrings(keys, after):]
 		if len(keys) > 0 && keys[0] == after {
 			keys = keys[1:]
 		}
 	}
-	ans := keysAnswer{Index: index, Keys: keys}
+	ans := keysAnswer{Index: index, Keys: keys, Synced: notSynced(s.engine.IndexSynced(index))}
 	if len(keys) > limit {
 		ans.Keys = keys[:limit]
-		ans.Continue = keys[limit-1]
+		ans.Continue = continueToken(keys[limit-1])
 	}
 	if ans.Keys == nil {
 		ans.Keys = []string{}
@@ -160,8 +203,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	index, key := r.PathValue("index"), r.PathValue("key")
 	if !s.engine.HasIndex(index) {
-		s.lookups.WithLabelValues("index", "", "unknown").Inc()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q", index))
+		s.unknownIndex(w, "index", index)
 		return
 	}
 	values := s.engine.Lookup(index, key)
@@ -170,14 +212,26 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		Index  string   `json:"index"`
 		Key    string   `json:"key"`
 		Values []string `json:"values"`
-	}{index, key, nonNil(values)})
+		Synced *bool    `json:"synced,omitempty"`
+	}{index, key, nonNil(values), notSynced(s.engine.IndexSynced(index))})
+}
+
+// notSynced returns a pointer to false when synced is false, else nil: an
+// answer says "synced": false while its resource has never completed a
+// list (an empty answer then means "not known yet", not "no values"), and
+// is the pinned answer otherwise.
+func notSynced(synced bool) *bool {
+	if synced {
+		return nil
+	}
+	return &synced
 }
 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	chain, key := r.PathValue("chain"), r.PathValue("key")
 	if !s.engine.HasChain(chain) {
 		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q", chain))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(s.engine.ChainNames())))
 		return
 	}
 	values := s.engine.Resolve(chain, key)
@@ -186,7 +240,8 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		Chain  string   `json:"chain"`
 		Key    string   `json:"key"`
 		Values []string `json:"values"`
-	}{chain, key, nonNil(values)})
+		Synced *bool    `json:"synced,omitempty"`
+	}{chain, key, nonNil(values), notSynced(s.engine.ChainSynced(chain))})
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -209,20 +264,35 @@ type resourceHealth struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-// readyz is 200 once every resource is ready, else 503; ?verbose lists
-// every resource with its state and reason.
+// readyz is 200 once every resource is ready, else 503. Its short form
+// names the resources that are not ready with a generic word ("not
+// synced", "not ready"): it is open to anyone who can reach the port, and
+// the reasons name the apiserver, namespaces, selectors and RBAC errors.
+// ?verbose gives the reasons and lists every resource with its state;
+// behind TokenAuth, only to a caller allowed to get /readyz/verbose
+// (others get the short form, with the same status code, and "verbose"
+// saying why).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	_, verbose := r.URL.Query()["verbose"]
 	ready := !s.stopping.Load()
 	var resources []resourceHealth
 	var reasons []string
-	if s.stopping.Load() {
+	if !ready {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
 		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason})
-		if !st.Ready {
-			ready = false
+		if st.Ready {
+			continue
+		}
+		ready = false
+		switch {
+		case verbose:
 			reasons = append(reasons, st.Name+": "+st.Reason)
+		case !st.Synced:
+			reasons = append(reasons, st.Name+": not synced")
+		default:
+			reasons = append(reasons, st.Name+": not ready")
 		}
 	}
 	ans := map[string]any{"status": "ok"}
@@ -232,8 +302,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		ans["reasons"] = reasons
 		code = http.StatusServiceUnavailable
 	}
-	if _, verbose := r.URL.Query()["verbose"]; verbose {
+	if verbose {
 		ans["resources"] = resources
+	}
+	if note := verboseNote(r); note != "" {
+		ans["verbose"] = note
 	}
 	writeJSON(w, code, ans)
 }
@@ -264,6 +337,9 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 	var h http.Handler = s
 	if auth != nil {
 		h = auth.Wrap(s)
+		// Its review counters; a second HTTPServer over the same guard
+		// finds them registered already.
+		_ = s.registry.Register(auth)
 	}
 	return &http.Server{
 		Addr:              addr,

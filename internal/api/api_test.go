@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/indexer"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -38,13 +41,15 @@ func TestOfflineAnswers(t *testing.T) {
 		code           int
 		body           string
 	}{
-		{"GET", "/v1/indexes/model-to-app/keys/a%2Fb", 200, `{"index":"model-to-app","key":"a/b","values":[]}`},
-		{"GET", "/v1/indexes/model-to-app/keys/a/b", 200, `{"index":"model-to-app","key":"a/b","values":[]}`},
-		{"GET", "/v1/indexes/model-to-app/keys", 200, `{"index":"model-to-app","keys":[]}`},
+		// Never synced: "don't know yet", not "no values".
+		{"GET", "/v1/indexes/model-to-app/keys/a%2Fb", 200, `{"index":"model-to-app","key":"a/b","values":[],"synced":false}`},
+		{"GET", "/v1/indexes/model-to-app/keys/a/b", 200, `{"index":"model-to-app","key":"a/b","values":[],"synced":false}`},
+		{"GET", "/v1/indexes/model-to-app/keys", 200, `{"index":"model-to-app","keys":[],"synced":false}`},
+		{"GET", "/v1/chains/model-to-addresses/keys/m", 200, `{"chain":"model-to-addresses","key":"m","values":[],"synced":false}`},
 		{"GET", "/readyz", 503, ""},
 		{"GET", "/livez", 200, `{"status":"ok"}`},
 		{"DELETE", "/livez", 405, `{"error":"method DELETE not allowed; use GET"}`},
-		{"GET", "/v1/chains/x/keys/y", 404, `{"error":"unknown chain \"x\""}`},
+		{"GET", "/v1/chains/x/keys/y", 404, `{"error":"unknown chain \"x\" (known: model-to-addresses)"}`},
 	} {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest(c.method, c.target, nil))
@@ -91,4 +96,66 @@ func FuzzHTTP(f *testing.F) {
 			t.Fatalf("%s %q: not JSON: %q", method, path, rec.Body)
 		}
 	})
+}
+
+// TestKeysPagingReachesTheEnd: paging with any limit lists every key once,
+// the empty key included wherever it falls (a page that ended with "" used
+// to drop its continue, and an empty continue means "from the start").
+func TestKeysPagingReachesTheEnd(t *testing.T) {
+	s := offlineServer(t)
+	want := []string{"", "a", "b", "c/d", "é"}
+	var es []indexer.Entry
+	for _, k := range want {
+		es = append(es, indexer.Entry{Key: k, Value: "v"})
+	}
+	s.engine.Store().Source("appmodels").Replace([]indexer.Object{{Key: "ns/x", Entries: [][]indexer.Entry{es}}})
+	for limit := 1; limit <= len(want)+1; limit++ {
+		var got []string
+		next := ""
+		for page := 0; ; page++ {
+			if page > len(want)+1 {
+				t.Fatalf("limit=%d: paging does not end", limit)
+			}
+			target := "/v1/indexes/model-to-app/keys?limit=" + strconv.Itoa(limit)
+			if next != "" {
+				target += "&continue=" + url.QueryEscape(next)
+			}
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+			var ans keysAnswer
+			if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
+				t.Fatalf("GET %s = %d %s", target, rec.Code, rec.Body)
+			}
+			got = append(got, ans.Keys...)
+			if ans.Continue == "" {
+				break
+			}
+			next = ans.Continue
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("limit=%d: paged keys %q, want %q", limit, got, want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/indexes/model-to-app/keys?continue=zzz", nil))
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "continue") {
+		t.Errorf("a continue that is no token: %d %s, want 400 naming continue", rec.Code, rec.Body)
+	}
+}
+
+// TestUnknownNamesListTheKnown: a 404 for an unknown index or chain names
+// the ones the config declares.
+func TestUnknownNamesListTheKnown(t *testing.T) {
+	s := offlineServer(t)
+	for target, want := range map[string]string{
+		"/v1/indexes/model-to-ap/keys/x":  "model-to-app",
+		"/v1/indexes/model-to-ap/keys":    "model-to-app",
+		"/v1/chains/model-to-addr/keys/x": "model-to-addresses",
+	} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
+		if rec.Code != 404 || !strings.Contains(rec.Body.String(), "known: ") || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("GET %s = %d %s, want 404 naming %s", target, rec.Code, rec.Body, want)
+		}
+	}
 }

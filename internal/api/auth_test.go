@@ -1,0 +1,380 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+const authNS = "api-auth"
+
+// identities creates, once per control plane, three ServiceAccounts:
+// reader (may get /v1/* and /metrics), operator (may get /readyz/*) and
+// nobody (no access), waits until RBAC says so, and returns a fresh
+// token of each.
+func identities(t *testing.T) (reader, operator, nobody string) {
+	t.Helper()
+	ctx := context.Background()
+	env.Namespace(t, authNS)
+	grants := map[string][]string{"reader": {"/v1/*", "/metrics"}, "operator": {"/readyz/*"}, "nobody": nil}
+	for sa, urls := range grants {
+		_, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		if urls == nil {
+			continue
+		}
+		name := "metasync-api-test-" + sa
+		_, err = env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: urls, Verbs: []string{"get"}}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		_, err = env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	// RBAC's informers take a moment: a 403 cached meanwhile would spoil
+	// the counts of the tests.
+	for sa, path := range map[string]string{"reader": "/v1/indexes/x/*", "operator": "/readyz/verbose"} {
+		testenv.Eventually(t, sa+" may get "+path, func() string {
+			r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:                  "system:serviceaccount:" + authNS + ":" + sa,
+				Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + authNS, "system:authenticated"},
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			if !r.Status.Allowed {
+				return "not allowed yet"
+			}
+			return ""
+		})
+	}
+	return saToken(t, "reader"), saToken(t, "operator"), saToken(t, "nobody")
+}
+
+func saToken(t *testing.T, sa string) string {
+	t.Helper()
+	tr, err := env.Kube.CoreV1().ServiceAccounts(authNS).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// reviewCounter sits in the review client's transport: it counts the
+// TokenReviews and SubjectAccessReviews that reach the apiserver, and
+// fails the next ones on demand as an unreachable apiserver would.
+type reviewCounter struct {
+	rt                         http.RoundTripper
+	tokenReviews, accessReview atomic.Int64
+	failTokens, failAccess     atomic.Int64
+}
+
+func (c *reviewCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	take := func(n *atomic.Int64) bool {
+		for v := n.Load(); v > 0; v = n.Load() {
+			if n.CompareAndSwap(v, v-1) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case strings.HasSuffix(req.URL.Path, "/tokenreviews"):
+		if take(&c.failTokens) {
+			return nil, errors.New("injected: dial tcp: connection refused")
+		}
+		c.tokenReviews.Add(1)
+	case strings.HasSuffix(req.URL.Path, "/subjectaccessreviews"):
+		if take(&c.failAccess) {
+			return nil, errors.New("injected: dial tcp: connection refused")
+		}
+		c.accessReview.Add(1)
+	}
+	return c.rt.RoundTrip(req)
+}
+
+func (c *reviewCounter) counts() string {
+	return fmt.Sprintf("%d TokenReviews, %d SubjectAccessReviews", c.tokenReviews.Load(), c.accessReview.Load())
+}
+
+// countingKube is a client of cfg whose reviews c counts.
+func countingKube(t *testing.T, cfg *rest.Config) (kubernetes.Interface, *reviewCounter) {
+	t.Helper()
+	c := &reviewCounter{}
+	cfg = rest.CopyConfig(cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { c.rt = rt; return c }
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, c
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// guarded serves the offline API behind a TokenAuth of kube.
+func guarded(t *testing.T, kube kubernetes.Interface, log *slog.Logger) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(NewTokenAuth(kube, log).Wrap(offlineServer(t)))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func getWith(t *testing.T, client *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestAuthReviewsPerIndexNotPerKey: a caller looking up 50 keys of one
+// index costs one TokenReview and one SubjectAccessReview; the key list of
+// the index shares that decision; each other index, chain or endpoint one
+// more SubjectAccessReview; another token of the same account one more
+// TokenReview and no SubjectAccessReview; a bad token asked twice, one
+// TokenReview.
+func TestAuthReviewsPerIndexNotPerKey(t *testing.T) {
+	testenv.Need(t, env)
+	reader, _, nobody := identities(t)
+	kube, c := countingKube(t, env.Config)
+	srv := guarded(t, kube, quietLog())
+	want := func(step string, tokenReviews, accessReviews int64) {
+		t.Helper()
+		if c.tokenReviews.Load() != tokenReviews || c.accessReview.Load() != accessReviews {
+			t.Fatalf("%s: %s, want %d and %d", step, c.counts(), tokenReviews, accessReviews)
+		}
+	}
+	get := func(path, token string, code int) {
+		t.Helper()
+		if got, body := getWith(t, http.DefaultClient, srv.URL+path, token); got != code {
+			t.Fatalf("GET %s = %d %s, want %d", path, got, body, code)
+		}
+	}
+
+	for i := range 50 {
+		get(fmt.Sprintf("/v1/indexes/model-to-app/keys/key-%d", i), reader, 200)
+	}
+	want("50 keys of one index", 1, 1)
+	get("/v1/indexes/model-to-app/keys", reader, 200)
+	get("/v1/indexes/model-to-app/keys/a%2Fb", reader, 200)
+	want("the key list of the same index", 1, 1)
+	for i := range 10 {
+		get(fmt.Sprintf("/v1/chains/model-to-addresses/keys/key-%d", i), reader, 200)
+		get(fmt.Sprintf("/v1/indexes/service-to-addresses/keys/key-%d", i), reader, 200)
+	}
+	want("10 keys of a chain and of another index", 1, 3)
+	get("/v1/indexes", reader, 200)
+	get("/metrics", reader, 200)
+	want("the index list and /metrics", 1, 5)
+
+	// Another token of the same account, 20 requests at once: one
+	// TokenReview, one SubjectAccessReview (a ServiceAccount token's
+	// identity carries its credential ID in extra, which the access review
+	// passes on: a new token is a new identity).
+	second := saToken(t, "reader")
+	var wg gosync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() { get(fmt.Sprintf("/v1/indexes/model-to-app/keys/again-%d", i), second, 200) })
+	}
+	wg.Wait()
+	want("a second token of the same account, 20 requests at once", 2, 6)
+
+	get("/v1/indexes/model-to-app/keys/x", "made-up", 401)
+	get("/v1/indexes/model-to-app/keys/y", "made-up", 401)
+	want("a bad token twice", 3, 6)
+	get("/v1/indexes/model-to-app/keys/x", nobody, 403)
+	get("/v1/indexes/model-to-app/keys/y", nobody, 403)
+	want("a token without access, twice", 4, 7)
+}
+
+// TestAuthFailedReviewNotCached: when a review fails (the apiserver cannot
+// be reached), that request gets 503 and nothing is remembered: the next
+// request with the same token succeeds as soon as the apiserver answers.
+func TestAuthFailedReviewNotCached(t *testing.T) {
+	testenv.Need(t, env)
+	reader, _, _ := identities(t)
+
+	// An apiserver address where nothing listens yet.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + addr
+	kube, c := countingKube(t, cfg)
+	srv := guarded(t, kube, quietLog())
+	url := srv.URL + "/v1/indexes/model-to-app/keys/model1"
+	if code, body := getWith(t, http.DefaultClient, url, reader); code != 503 {
+		t.Fatalf("apiserver unreachable: %d %s, want 503", code, body)
+	}
+	proxy, err := testenv.NewProxy(addr, env.APIServerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	if code, body := getWith(t, http.DefaultClient, url, reader); code != 200 {
+		t.Fatalf("the apiserver is back, the same token: %d %s, want 200", code, body)
+	}
+
+	// A SubjectAccessReview that fails once.
+	c.failAccess.Store(1)
+	chain := srv.URL + "/v1/chains/model-to-addresses/keys/model1"
+	if code, body := getWith(t, http.DefaultClient, chain, reader); code != 503 {
+		t.Fatalf("access review failing: %d %s, want 503", code, body)
+	}
+	if code, body := getWith(t, http.DefaultClient, chain, reader); code != 200 {
+		t.Fatalf("access review back: %d %s, want 200", code, body)
+	}
+
+	// A TokenReview that fails once, for a token not seen yet.
+	second := saToken(t, "reader")
+	c.failTokens.Store(1)
+	if code, body := getWith(t, http.DefaultClient, url, second); code != 503 {
+		t.Fatalf("token review failing: %d %s, want 503", code, body)
+	}
+	if code, body := getWith(t, http.DefaultClient, url, second); code != 200 {
+		t.Fatalf("token review back: %d %s, want 200", code, body)
+	}
+}
+
+// warnCounter is a slog handler counting warnings and errors.
+type warnCounter struct{ n atomic.Int64 }
+
+func (h *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnCounter) WithGroup(string) slog.Handler      { return h }
+
+// TestAuthFloodKeepsKnownCallers: 64 goroutines send made-up tokens
+// (25,000 requests, well beyond any cache bound) while an authorized
+// caller, whose verdict is cached, keeps asking: it gets 200 every time,
+// never 503; the flood gets 401 or 503, and the log a handful of lines.
+// The review client has client-go's default limits (5 QPS), as the daemon's
+// had when this was reported: the guard must hold whatever they are. The
+// requests go to the guard's handler directly, without HTTP, to be many.
+func TestAuthFloodKeepsKnownCallers(t *testing.T) {
+	testenv.Need(t, env)
+	reader, _, _ := identities(t)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5, 10
+	kube, c := countingKube(t, cfg)
+	warns := &warnCounter{}
+	h := NewTokenAuth(kube, slog.New(warns)).Wrap(offlineServer(t))
+	serve := func(token string) int {
+		req := httptest.NewRequest("GET", "/v1/indexes/model-to-app/keys/model1", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := serve(reader); code != 200 {
+		t.Fatalf("the reader before the flood: %d", code)
+	}
+
+	const flood = 25000
+	var sent atomic.Int64
+	var codes gosync.Map // status code → *atomic.Int64
+	done := make(chan struct{})
+	var wg gosync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			b := make([]byte, 16)
+			for sent.Add(1) <= flood {
+				_, _ = rand.Read(b)
+				n, _ := codes.LoadOrStore(serve(hex.EncodeToString(b)), &atomic.Int64{})
+				n.(*atomic.Int64).Add(1)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	var asked int
+	bad := map[int]int{}
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		default:
+		}
+		asked++
+		if code := serve(reader); code != 200 {
+			bad[code]++
+		}
+	}
+	summary := fmt.Sprintf("flood answers %s; the reader asked %d times; %s; %d warnings", codeCounts(&codes), asked, c.counts(), warns.n.Load())
+	t.Log(summary)
+	if len(bad) > 0 {
+		t.Fatalf("the authorized caller got %v in %d requests during the flood (%s)", bad, asked, summary)
+	}
+	codes.Range(func(k, _ any) bool {
+		if k.(int) != 401 && k.(int) != 503 {
+			t.Errorf("a made-up token got %d (%s)", k, summary)
+		}
+		return true
+	})
+	if warns.n.Load() > 20 {
+		t.Errorf("%d warnings logged for one flood", warns.n.Load())
+	}
+}
+
+func codeCounts(m *gosync.Map) string {
+	var parts []string
+	m.Range(func(k, v any) bool {
+		parts = append(parts, fmt.Sprintf("%d×%d", v.(*atomic.Int64).Load(), k))
+		return true
+	})
+	return strings.Join(parts, " ")
+}
