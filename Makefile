@@ -13,8 +13,10 @@ PKGS       = ./...
 
 all: build
 
+## build: bin/metasync, its version stamped from git (`metasync version`).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 build:
-	$(GO) build -o $(BIN)/metasync ./cmd/metasync
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/metasync ./cmd/metasync
 
 ## envtest: build (once) the control-plane binaries and print their folder.
 envtest:
@@ -58,13 +60,16 @@ clean:
 	rm -rf $(BIN)
 
 ## run: a local control plane with the AppModel example, and metasync serve
-## on 127.0.0.1:8080. The first run builds kube-apiserver and etcd (minutes).
+## on LISTEN (127.0.0.1:8080; port 0 picks a free one). The first run builds
+## kube-apiserver and etcd (minutes). Ctrl-C stops everything, also when the
+## output is piped (make run 2>&1 | tee run.log).
+LISTEN ?= 127.0.0.1:8080
 run: build
 	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
 	  echo "==> first run: building kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 5 minutes on 2 cores; later runs start in seconds)"; fi
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
-	  KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync
+	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN)
 
 ## bench: metasync side by side with the plain informer on one control
 ## plane; N=100000 for the large run (see BENCHMARKS.md).

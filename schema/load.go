@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -37,6 +38,11 @@ type LoadOptions struct {
 // environment < flags, and decodes it strictly: an unknown key is an error.
 // It then validates the result. The error lists every problem at once, one
 // per line, each with its field path.
+//
+// Relative paths under crds: are relative to the folder of the config file
+// (as given in path, symlinks not followed), not to the working directory;
+// Load rewrites them so. Paths given in opts.Flags["crds"] are kept as
+// they are.
 func Load(path string, opts LoadOptions) (*Config, error) {
 	k := koanf.New(".")
 	_ = k.Load(confmap.Provider(map[string]any{"server.listen": DefaultListen}, "."), nil)
@@ -63,6 +69,9 @@ func Load(path string, opts LoadOptions) (*Config, error) {
 			TagName:     "koanf",
 		},
 	})
+	if _, fromFlags := opts.Flags["crds"]; !fromFlags {
+		resolveCRDPaths(&c, path)
+	}
 	decoded := map[string]bool{}
 	for _, fe := range decodeProblems(decodeErr) {
 		decoded[fe.Path] = true
@@ -81,6 +90,21 @@ func Load(path string, opts LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// resolveCRDPaths makes each relative entry of c.CRDs relative to the
+// folder of the config file at path, not to the working directory, so that
+// `crds: [crd.yaml]` names the file next to the config wherever the daemon
+// runs. Absolute entries stay as they are; blank ones too, for validation
+// to report.
+func resolveCRDPaths(c *Config, path string) {
+	dir := filepath.Dir(path)
+	for i, f := range c.CRDs {
+		if strings.TrimSpace(f) == "" || filepath.IsAbs(f) {
+			continue
+		}
+		c.CRDs[i] = filepath.Join(dir, f)
+	}
 }
 
 // LoadPlan loads the config file at path and compiles it.

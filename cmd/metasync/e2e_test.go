@@ -413,7 +413,7 @@ spec: {type: model, version: "2", models: [model9]}
 func TestValidate(t *testing.T) {
 	good := filepath.Join(testenv.Root(), "examples", "appmodel", "config.yaml")
 	out, _, code := metasync(t, "validate", "--config", good)
-	if code != 0 || !strings.HasSuffix(out, "valid: 2 resources, 2 indexes, 1 chains\n") || strings.Count(out, "\n") != 1 {
+	if code != 0 || !strings.HasSuffix(out, "valid: 2 resources, 2 indexes, 1 chain\n") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("validate good = %q %d", out, code)
 	}
 	bad := filepath.Join(testenv.Root(), "schema", "testdata", "five-mistakes.bad.yaml")
@@ -598,7 +598,7 @@ resources:
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	_ = os.WriteFile(good, []byte(strings.Split(strings.ReplaceAll(config, "spec.modelz", "spec.models"), "  - name: endpointslices")[0]), 0o600)
 	out, errOut, code := metasync(t, "validate", "--config", good, "--cluster", "--kubeconfig", kubeconfig)
-	if code != 0 || !strings.Contains(out, "valid: 1 resources, 1 indexes, 0 chains (checked against the cluster)") {
+	if code != 0 || !strings.Contains(out, "valid: 1 resource, 1 index, 0 chains (checked against the cluster)") {
 		t.Fatalf("good config: exit %d\n%s%s", code, out, errOut)
 	}
 }
@@ -614,7 +614,7 @@ func TestServeCustomCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cfg := strings.Replace(string(body), "listen: 127.0.0.1:8080", "listen: "+addr, 1)
+	cfg := strings.Replace(string(body), "listen: 127.0.0.1:8081", "listen: "+addr, 1)
 	cfg = "crds: [" + filepath.Join(dir, "crd.yaml") + "]\n" + cfg
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	_ = os.WriteFile(config, []byte(cfg), 0o600)

@@ -6,17 +6,22 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
+// defaultServer is where get and indexes find a daemon by default.
+const defaultServer = "http://127.0.0.1:8080"
+
 // get asks a running daemon for the values of a key and prints them one
-// per line.
+// per line; given an index and no key, it prints the index's keys, one per
+// line, following the pages of the answer.
 func get(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("get", stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "URL of a running metasync serve (env METASYNC_SERVER)")
+	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
 	chain := fs.String("chain", "", "resolve KEY through this chain instead of an index")
+	limit := fs.Int("limit", 0, "with INDEX alone: keys asked per request (default: the daemon's page, at most 10000); every page is printed")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -24,43 +29,181 @@ func get(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "metasync get:", err)
 		return exitError{2}
 	}
-	base := strings.TrimRight(*server, "/")
-	var path string
+	c := newClient(*server)
 	switch {
 	case *chain != "" && fs.NArg() == 1:
-		path = "/v1/chains/" + url.PathEscape(*chain) + "/keys/" + url.PathEscape(fs.Arg(0))
+		return c.printValues("/v1/chains/"+pathSegment(*chain)+"/keys/"+pathSegment(fs.Arg(0)), stdout, stderr)
 	case *chain == "" && fs.NArg() == 2:
-		path = "/v1/indexes/" + url.PathEscape(fs.Arg(0)) + "/keys/" + url.PathEscape(fs.Arg(1))
+		return c.printValues("/v1/indexes/"+pathSegment(fs.Arg(0))+"/keys/"+pathSegment(fs.Arg(1)), stdout, stderr)
+	case *chain == "" && fs.NArg() == 1:
+		return c.printKeys(fs.Arg(0), *limit, stdout, stderr)
 	default:
-		fmt.Fprintln(stderr, "usage: metasync get [--server URL] INDEX KEY   or   metasync get [--server URL] --chain CHAIN KEY")
+		fmt.Fprintln(stderr, "usage: metasync get [--server URL] INDEX KEY   or   metasync get [--server URL] --chain CHAIN KEY   or   metasync get [--server URL] INDEX")
 		return exitError{2}
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(base + path)
+}
+
+// indexes prints every index of a running daemon: name, resource, number
+// of keys, and whether its resource has synced.
+func indexes(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("indexes", stderr)
+	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	if err := envForFlags(fs); err != nil {
+		fmt.Fprintln(stderr, "metasync indexes:", err)
+		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: metasync indexes [--server URL]")
+		return exitError{2}
+	}
+	var ans struct {
+		Indexes []struct {
+			Name     string `json:"name"`
+			Resource string `json:"resource"`
+			Keys     int    `json:"keys"`
+			Synced   bool   `json:"synced"`
+		} `json:"indexes"`
+	}
+	c := newClient(*server)
+	if err := c.getJSON("indexes", "/v1/indexes", &ans, stderr); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tRESOURCE\tKEYS\tSYNCED")
+	for _, ix := range ans.Indexes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\n", ix.Name, ix.Resource, ix.Keys, ix.Synced)
+	}
+	return tw.Flush()
+}
+
+// pathSegment escapes s as one segment of a URL path: "/" and every other
+// reserved byte percent-encoded, and "." and ".." (which url.PathEscape
+// leaves alone, and which a client or ServeMux would clean away as "this
+// folder" and "the parent") as %2E and %2E%2E. ServeMux cleans the path as
+// sent, so %2E stays, and it unescapes each segment when it matches.
+func pathSegment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}
+
+// client asks one daemon.
+type client struct {
+	base string
+	http *http.Client
+}
+
+func newClient(server string) *client {
+	return &client{
+		base: strings.TrimRight(server, "/"),
+		http: &http.Client{
+			Timeout: 10 * time.Second,
+			// metasync answers every API path itself: a redirect means
+			// something else answers, or a path was rewritten; say so
+			// rather than follow it to another endpoint.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+// getJSON GETs path (escaped already) and decodes the answer into v. On
+// failure it prints why on stderr, prefixed with "metasync cmd:", and
+// returns exitError{1}.
+func (c *client) getJSON(cmd, path string, v any, stderr io.Writer) error {
+	resp, err := c.http.Get(c.base + path)
 	if err != nil {
-		fmt.Fprintf(stderr, "metasync get: cannot reach metasync at %s: %v\n", base, err)
+		fmt.Fprintf(stderr, "metasync %s: cannot reach metasync at %s: %v\n", cmd, c.base, err)
 		return exitError{1}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		fmt.Fprintf(stderr, "metasync get: read answer from %s: %v\n", base, err)
+		fmt.Fprintf(stderr, "metasync %s: read answer from %s: %v\n", cmd, c.base, err)
 		return exitError{1}
 	}
-	var ans struct {
-		Values []string `json:"values"`
-		Error  string   `json:"error"`
-	}
-	if err := json.Unmarshal(body, &ans); err != nil {
-		fmt.Fprintf(stderr, "metasync get: %s answered %s, not metasync's JSON: %.200s\n", base, resp.Status, body)
-		return exitError{1}
+	var e struct {
+		Error string `json:"error"`
 	}
 	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "metasync get: %s (%s)\n", ans.Error, resp.Status)
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			fmt.Fprintf(stderr, "metasync %s: %s (%s)\n", cmd, e.Error, resp.Status)
+		} else {
+			fmt.Fprintf(stderr, "metasync %s: %s answered %s to %s, not metasync's JSON: %.200s\n", cmd, c.base, resp.Status, path, body)
+		}
 		return exitError{1}
 	}
-	for _, v := range ans.Values {
+	if err := json.Unmarshal(body, v); err != nil {
+		fmt.Fprintf(stderr, "metasync %s: %s answered %s, not metasync's JSON: %.200s\n", cmd, c.base, resp.Status, body)
+		return exitError{1}
+	}
+	return nil
+}
+
+// printValues prints the values of a lookup (index or chain), one per line.
+func (c *client) printValues(path string, stdout, stderr io.Writer) error {
+	var ans struct {
+		Values *[]string `json:"values"`
+	}
+	if err := c.getJSON("get", path, &ans, stderr); err != nil {
+		return err
+	}
+	if ans.Values == nil {
+		fmt.Fprintf(stderr, "metasync get: %s answered %s without values: not a lookup\n", c.base, path)
+		return exitError{1}
+	}
+	for _, v := range *ans.Values {
 		fmt.Fprintln(stdout, v)
 	}
 	return nil
+}
+
+// printKeys prints every key of an index, one per line, asking page after
+// page until the last: each answer's "continue", passed back as it is
+// (opaque), asks for the next. limit > 0 is the size of a page.
+func (c *client) printKeys(index string, limit int, stdout, stderr io.Writer) error {
+	after := ""
+	for {
+		path := "/v1/indexes/" + pathSegment(index) + "/keys"
+		q := url.Values{}
+		if limit > 0 {
+			q.Set("limit", fmt.Sprint(limit))
+		}
+		if after != "" {
+			q.Set("continue", after)
+		}
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		var ans struct {
+			Keys     *[]string `json:"keys"`
+			Continue string    `json:"continue"`
+		}
+		if err := c.getJSON("get", path, &ans, stderr); err != nil {
+			return err
+		}
+		if ans.Keys == nil {
+			fmt.Fprintf(stderr, "metasync get: %s answered %s without keys\n", c.base, path)
+			return exitError{1}
+		}
+		for _, k := range *ans.Keys {
+			if _, err := fmt.Fprintln(stdout, k); err != nil {
+				return err
+			}
+		}
+		if ans.Continue == "" {
+			return nil
+		}
+		if ans.Continue == after || len(*ans.Keys) == 0 {
+			fmt.Fprintf(stderr, "metasync get: %s answered a page of keys that does not advance (continue=%q)\n", c.base, ans.Continue)
+			return exitError{1}
+		}
+		after = ans.Continue
+	}
 }

@@ -2,21 +2,33 @@
 // over HTTP.
 //
 //	metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
-//	metasync validate --config FILE [--cluster]
-//	metasync get      [--server URL] INDEX KEY   (or: --chain CHAIN KEY)
+//	metasync validate --config FILE [--cluster]   (or: metasync validate [--cluster] FILE)
+//	metasync get      [--server URL] INDEX KEY    (or: --chain CHAIN KEY)
+//	metasync get      [--server URL] INDEX        (every key of the index, one per line)
+//	metasync indexes  [--server URL]              (every index: name, resource, keys, synced)
 //	metasync version
+//
+// `metasync COMMAND --help` (or -h, or `metasync help COMMAND`) prints a
+// command's flags and exits 0.
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; left
+// at "dev", init reads it from what the Go toolchain stamped into the
+// binary (see buildVersion), for `metasync version` and serve's logs.
 var version = "dev"
+
+func init() { version = buildVersion(version) }
 
 // exitError carries an exit code; its message, if any, is already printed.
 type exitError struct{ code int }
@@ -38,10 +50,36 @@ func main() {
 
 const usage = `usage:
   metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
-  metasync validate --config FILE [--cluster]
-  metasync get      [--server URL] INDEX KEY    (or: --chain CHAIN KEY)
+  metasync validate --config FILE [--cluster]    (or: metasync validate [--cluster] FILE)
+  metasync get      [--server URL] INDEX KEY     (or: --chain CHAIN KEY)
+  metasync get      [--server URL] INDEX         every key of the index, one per line
+  metasync indexes  [--server URL]               every index: name, resource, keys, synced
   metasync version
+Run 'metasync COMMAND --help' for the flags of a command.
 `
+
+// synopses are the usage lines of each subcommand (for --help).
+var synopses = map[string]string{
+	"serve":    "metasync serve --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]",
+	"validate": "metasync validate --config FILE [--cluster]\n  metasync validate [--cluster] FILE",
+	"get":      "metasync get [--server URL] INDEX KEY\n  metasync get [--server URL] --chain CHAIN KEY\n  metasync get [--server URL] INDEX    (every key of the index, one per line)",
+	"indexes":  "metasync indexes [--server URL]    (every index: name, resource, keys, synced)",
+}
+
+// command returns the subcommand called name, or nil.
+func command(name string) func(args []string, stdout, stderr io.Writer) error {
+	switch name {
+	case "serve":
+		return serve
+	case "validate":
+		return validate
+	case "get":
+		return get
+	case "indexes":
+		return indexes
+	}
+	return nil
+}
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -49,27 +87,151 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return exitError{2}
 	}
 	switch args[0] {
-	case "serve":
-		return serve(args[1:], stdout, stderr)
-	case "validate":
-		return validate(args[1:], stdout, stderr)
-	case "get":
-		return get(args[1:], stdout, stderr)
-	case "version", "--version", "-v":
+	case "version", "--version", "-version", "-v":
 		fmt.Fprintln(stdout, "metasync", version)
 		return nil
-	case "help", "--help", "-h":
+	case "help", "--help", "-help", "-h":
+		if len(args) > 1 {
+			if command(args[1]) != nil {
+				return help(args[1], stdout)
+			}
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
-	default:
+	}
+	cmd := command(args[0])
+	if cmd == nil {
 		fmt.Fprintf(stderr, "metasync: unknown command %q\n%s", args[0], usage)
 		return exitError{2}
 	}
+	if wantsHelp(args[1:]) {
+		return help(args[0], stdout)
+	}
+	return cmd(args[1:], stdout, stderr)
 }
 
-// newFlags returns a FlagSet that reports its errors on stderr.
+// wantsHelp reports whether args ask for help: -h, -help or --help before
+// a "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
+}
+
+// help prints a command's synopsis and flags on stdout. The command
+// itself prints them, asked with -h alone: its flag set's usage (see
+// newFlags) goes to the stderr it is given, nothing runs.
+func help(name string, stdout io.Writer) error {
+	var buf bytes.Buffer
+	_ = command(name)([]string{"-h"}, io.Discard, &buf)
+	_, err := stdout.Write(buf.Bytes())
+	return err
+}
+
+// newFlags returns a FlagSet that reports its errors on stderr, with the
+// command's synopsis above its flags in its usage.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("metasync "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		synopsis := synopses[name]
+		if synopsis == "" {
+			synopsis = "metasync " + name
+		}
+		fmt.Fprintf(fs.Output(), "usage:\n  %s\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
 	return fs
+}
+
+// buildVersion is v when the build set it (-ldflags "-X main.version=...");
+// otherwise what the Go toolchain stamped into the binary: a module
+// version (go install ...@v1.2.3, or a checkout at a tag), else
+// "dev-" and the commit of the checkout it was built from ("+dirty" with
+// uncommitted changes), else v.
+func buildVersion(v string) string {
+	if v != "dev" {
+		return v
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	return versionOf(info, v)
+}
+
+// versionOf is buildVersion's reading of a binary's build information.
+func versionOf(info *debug.BuildInfo, fallback string) string {
+	mod := info.Main.Version
+	if mod == "(devel)" {
+		mod = ""
+	}
+	if mod != "" && !isPseudoVersion(mod) {
+		return mod
+	}
+	var rev string
+	var dirty bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if len(rev) > 7 {
+			rev = rev[:7]
+		}
+		v := "dev-" + rev
+		if dirty {
+			v += "+dirty"
+		}
+		return v
+	}
+	if mod != "" {
+		return mod
+	}
+	return fallback
+}
+
+// isPseudoVersion reports whether v is a Go pseudo-version, such as
+// v0.0.0-20260102150405-9ba5f88abcde (a commit, not a release), possibly
+// with +dirty.
+func isPseudoVersion(v string) bool {
+	v, _, _ = strings.Cut(v, "+")
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 || len(v)-i-1 != 12 {
+		return false
+	}
+	rest := v[:i]
+	j := strings.LastIndexAny(rest, "-.")
+	if j < 0 {
+		return false
+	}
+	stamp := rest[j+1:]
+	if len(stamp) != 14 {
+		return false
+	}
+	for _, c := range stamp + v[i+1:] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// plural is "1 chain", "2 chains", "0 chains": n and the word, in the
+// plural unless n is 1.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -255,8 +255,9 @@ func restConfig(path, context string) (*rest.Config, string, error) {
 		cfg, err := load(&clientcmd.ClientConfigLoadingRules{ExplicitPath: path})
 		return cfg, path, err
 	case os.Getenv("KUBECONFIG") != "":
-		cfg, err := load(&clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(os.Getenv("KUBECONFIG"))})
-		return cfg, "$KUBECONFIG", err
+		files := filepath.SplitList(os.Getenv("KUBECONFIG"))
+		cfg, err := load(&clientcmd.ClientConfigLoadingRules{Precedence: files})
+		return cfg, strings.Join(files, string(filepath.ListSeparator)) + " (from KUBECONFIG)", err
 	}
 	if context == "" {
 		if cfg, err := rest.InClusterConfig(); err == nil {

@@ -24,12 +24,25 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
+	// The file may come as an argument instead of --config (flags may
+	// follow it).
+	if fs.NArg() > 0 && *config == "" {
+		file := fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return exitError{2}
+		}
+		if *config != "" {
+			fmt.Fprintln(stderr, "metasync validate: give the config file once: --config FILE or FILE")
+			return exitError{2}
+		}
+		_ = fs.Set("config", file)
+	}
 	if err := envForFlags(fs); err != nil {
 		fmt.Fprintln(stderr, "metasync validate:", err)
 		return exitError{2}
 	}
 	if *config == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "metasync validate: --config FILE is required, and nothing else")
+		fmt.Fprintln(stderr, "metasync validate: one config file is required (--config FILE, or FILE), and nothing else")
 		return exitError{2}
 	}
 	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ()})
@@ -77,6 +90,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if *checkCluster {
 		where = " (checked against the cluster)"
 	}
-	fmt.Fprintf(stdout, "%s: valid: %d resources, %d indexes, %d chains%s\n", *config, len(plan.Resources()), indexes, len(plan.Chains()), where)
+	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(plan.Resources()), "resource", "resources"),
+		plural(indexes, "index", "indexes"), plural(len(plan.Chains()), "chain", "chains"), where)
 	return nil
 }

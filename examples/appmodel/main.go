@@ -4,7 +4,7 @@
 //     a field manager, the seed's write path, and another writer that
 //     claims the same field without force gets a conflict;
 //  2. an engine built from config.yaml resolves model -> app -> pod IPs
-//     from memory, with typed access to the app's fields.
+//     from memory, with typed access to each app's fields by object key.
 //
 // Run it against a cluster that has crd.yaml and routing.yaml applied:
 //
@@ -51,6 +51,7 @@ func run() error {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
 	config := flag.String("config", "examples/appmodel/config.yaml", "metasync config")
 	namespace := flag.String("namespace", "meta-test", "namespace of the AppModels (as in the config)")
+	models := flag.String("models", "iiot_dataservice,model1", "models to resolve, comma-separated")
 	flag.Parse()
 
 	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -104,15 +105,27 @@ func run() error {
 		return err
 	}
 
-	for _, model := range []string{"iiot_dataservice", "model1"} {
-		apps := engine.Lookup("model-to-app", model)
-		fields, err := msync.Objects[AppModel](engine, "model-to-app", model)
-		if err != nil {
-			return err
-		}
-		for i, app := range apps {
-			fmt.Printf("model %s -> app %s (type %s, version %s)\n", model, app, fields[i].Type, fields[i].Version)
-			fmt.Printf("app %s -> %s\n", app, strings.Join(engine.Lookup("service-to-addresses", app), ", "))
+	// Typed access, per object: Objects[AppModel] answers the fields of
+	// the AppModels behind a model ordered by object key, and Lookup the
+	// app names ordered by name, so the two lists do not line up in
+	// general (apps in several namespaces, or a value other than the
+	// name). Take the object keys behind the model instead, and read each
+	// object's fields by its key.
+	modelToApp, _ := engine.Store().Index("model-to-app")
+	for _, model := range strings.Split(*models, ",") {
+		for _, objectKey := range engine.Store().Snapshot().Objects(modelToApp, model) {
+			app, found, err := msync.Object[AppModel](engine, "appmodels", objectKey)
+			if err != nil {
+				return err
+			}
+			if !found {
+				continue // deleted in the meantime
+			}
+			// The index's value is metadata.name: the name in the object
+			// key (namespace/name), which is also the app's Service.
+			name := objectKey[strings.LastIndex(objectKey, "/")+1:]
+			fmt.Printf("model %s -> app %s (type %s, version %s)\n", model, name, app.Type, app.Version)
+			fmt.Printf("app %s -> %s\n", name, strings.Join(engine.Lookup("service-to-addresses", name), ", "))
 		}
 		fmt.Printf("chain model-to-addresses: %s -> %s\n", model, strings.Join(engine.Resolve("model-to-addresses", model), ", "))
 	}

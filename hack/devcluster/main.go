@@ -1,8 +1,21 @@
 // Command devcluster runs metasync on a local control plane, for `make run`:
 // it starts kube-apiserver and etcd (the pinned binaries that the tests
 // use), installs examples/appmodel's CRD, samples and routing, runs
-// `metasync serve` with examples/appmodel/config.yaml, and prints commands
-// to try. Ctrl-C stops everything.
+// `metasync serve` with examples/appmodel/config.yaml, waits until it is
+// ready, and prints commands to try. Ctrl-C (SIGINT), SIGTERM or SIGHUP
+// stops everything and removes the temporary folders.
+//
+// Stopping never depends on stdout: with `make run | tee run.log`, Ctrl-C
+// ends tee first, and devcluster (which handles SIGPIPE, and prints through
+// writers that drop what they cannot write) still stops its children.
+// metasync's output goes through devcluster, so that metasync never writes
+// to a closed pipe either. And the children never outlive devcluster, even
+// when it is killed: on Linux each one has a parent-death signal, SIGKILL
+// (see backstop_linux.go).
+//
+// Before it starts anything, devcluster checks that the address of
+// metasync serve (--listen, `make run LISTEN=...`) is free; port 0 picks a
+// free one.
 package main
 
 import (
@@ -10,11 +23,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,79 +41,159 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "devcluster:", err)
+	backstopMain() // returns unless this process is a control-plane child's backstop
+	stdout, stderr := &dropWriter{w: os.Stdout}, &dropWriter{w: os.Stderr}
+	if err := run(os.Args[1:], stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "devcluster:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	bin := flag.String("metasync", "bin/metasync", "the metasync binary")
-	config := flag.String("config", "examples/appmodel/config.yaml", "config for metasync serve")
-	listen := flag.String("listen", "127.0.0.1:8080", "address of metasync serve")
-	flag.Parse()
+// dropWriter writes to w until a write fails (a closed pipe: tee is gone),
+// then drops everything. It never fails, so that no print can cut a stop
+// short, and a child whose output it relays never blocks nor gets EPIPE.
+type dropWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	broken bool
+}
+
+func (d *dropWriter) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.broken {
+		if _, err := d.w.Write(p); err != nil {
+			d.broken = true
+		}
+	}
+	return len(p), nil
+}
+
+// Durations of the stop and of the wait for metasync's readiness.
+const (
+	readyTimeout      = 60 * time.Second
+	metasyncStopAfter = 20 * time.Second
+	controlPlaneStop  = 15 * time.Second
+)
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bin := fs.String("metasync", "bin/metasync", "the metasync binary")
+	config := fs.String("config", "examples/appmodel/config.yaml", "config for metasync serve")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
+
+	// Writes to a closed stdout or stderr fail with EPIPE instead of
+	// killing the process: the stop below must run whatever happened to
+	// the terminal or the pipe. (Notify, not Ignore: an ignored signal
+	// would stay ignored in the children.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	again := make(chan struct{}) // closed at a second signal: hurry
+	go func() {
+		sig := <-sigs
+		say("\n==> %s: stopping", sig)
+		cancel()
+		<-sigs
+		close(again)
+		for range sigs { // keep them from killing the stop
+		}
+	}()
+
+	addr, err := freeListen(*listen)
+	if err != nil {
+		return err
+	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: use `make run`")
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-
-	fmt.Println("==> starting kube-apiserver and etcd")
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{"examples/appmodel/crd.yaml"}, ErrorIfPathMissing: true},
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
-	}
-	defer func() {
-		fmt.Println("==> stopping the control plane")
-		_ = env.Stop()
-	}()
 	dir, err := os.MkdirTemp("", "metasync-run-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(stderr, "devcluster: remove", dir+":", err)
+		}
+	}()
+
+	say("==> starting kube-apiserver and etcd")
+	env := &envtest.Environment{
+		CRDInstallOptions:       envtest.CRDInstallOptions{Paths: []string{"examples/appmodel/crd.yaml"}, ErrorIfPathMissing: true},
+		ControlPlaneStopTimeout: controlPlaneStop,
+	}
+	if err := backstop(env, dir); err != nil {
+		return err
+	}
+	// Stop whatever Start started, also when it failed half way.
+	defer func() {
+		say("==> stopping the control plane")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(stderr, "devcluster: stop the control plane:", err)
+		}
+	}()
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("start control plane: %w", err)
+	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	fmt.Println("==> control plane at", cfg.Host, "kubeconfig", kubeconfig)
+	say("==> control plane at %s, kubeconfig %s", cfg.Host, kubeconfig)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	applyCtx, applied := context.WithTimeout(ctx, 60*time.Second)
 	files := []string{"examples/appmodel/samples.yaml", "examples/appmodel/routing.yaml"}
-	if err := kubeapply.Files(ctx, cfg, files...); err != nil {
+	err = kubeapply.Files(applyCtx, cfg, files...)
+	applied()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	fmt.Println("==> applied", files)
+	say("==> applied %v", files)
 
-	cmd := exec.Command(*bin, "serve", "--config", *config, "--kubeconfig", kubeconfig, "--listen", *listen)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	// Own process group: a terminal's Ctrl-C reaches devcluster, which
-	// forwards it, so the order of the stop stays ours.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Still free? Another run may have taken it while the control plane
+	// started.
+	if addr, err = freeListen(addr); err != nil {
+		return err
+	}
+	cmd := exec.Command(*bin, "serve", "--config", *config, "--kubeconfig", kubeconfig, "--listen", addr)
+	cmd.Env = childEnv()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Its own process group: a terminal's Ctrl-C reaches devcluster, which
+	// stops metasync first, then the control plane. Pdeathsig (Linux): it
+	// dies with devcluster, whatever kills devcluster.
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", *bin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	defer stopMetasync(cmd, exited, again, say)
 
-	url := "http://" + *listen
-	go func() {
-		for range 300 {
-			resp, err := http.Get(url + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		fmt.Printf(`
+	url := "http://" + addr
+	switch err := waitReady(ctx, url, exited); {
+	case errors.Is(err, errExited):
+		return err
+	case ctx.Err() != nil:
+		return nil
+	case err != nil:
+		say("\n==> metasync serve is not ready after %s: %v\n    it keeps running; see its logs above, and: curl -s '%s/readyz?verbose'", readyTimeout, err, url)
+	default:
+		say(`
 ==> metasync serves on %[1]s. Try:
   curl -s %[1]s/v1/indexes
   curl -s %[1]s/v1/indexes/model-to-app/keys
@@ -104,28 +201,114 @@ func run() error {
   curl -s %[1]s/v1/chains/model-to-addresses/keys/model1
   curl -s '%[1]s/readyz?verbose'
   curl -s %[1]s/metrics | grep ^metasync_
+  %[2]s indexes --server %[1]s
+  %[2]s get --server %[1]s model-to-app
   %[2]s get --server %[1]s model-to-app model2
   %[2]s get --server %[1]s --chain model-to-addresses iiot_dataservice
   KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl
-Ctrl-C stops everything.
-`, url, *bin, kubeconfig)
-	}()
+Ctrl-C stops everything.`, url, *bin, kubeconfig)
+	}
 
 	select {
 	case err := <-exited:
+		exited <- err // for stopMetasync
 		return fmt.Errorf("metasync serve exited: %v", err)
-	case sig := <-sigs:
-		fmt.Println("\n==> stopping metasync serve")
-		_ = cmd.Process.Signal(sig)
+	case <-ctx.Done():
+		return nil
 	}
+}
+
+// freeListen checks that addr is free to listen on, and returns it; port 0
+// picks a free port.
+func freeListen(addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		host, _, _ := net.SplitHostPort(addr)
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		return "", fmt.Errorf("metasync serve cannot listen on %s: %v\n"+
+			"  Is another `make run` (or metasync serve) running? Stop it, or pick another address:\n"+
+			"    make run LISTEN=%s:8081       (or LISTEN=%s:0 for any free port; devcluster --listen ADDR)",
+			addr, err, host, host)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// errExited: metasync serve ended before it was ready.
+var errExited = errors.New("metasync serve exited before it was ready")
+
+// waitReady polls url's /readyz until it answers 200, for readyTimeout. It
+// fails at once when metasync exits (its answer would come from another
+// process: the address was free when metasync started).
+func waitReady(ctx context.Context, url string, exited chan error) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.After(readyTimeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := errors.New("no answer")
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("%w: %v", errExited, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return last
+		case <-tick.C:
+		}
+		resp, err := client.Get(url + "/readyz")
+		if err != nil {
+			last = err
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("/readyz: %s %s", resp.Status, strings.TrimSpace(string(body)))
+			continue
+		}
+		select { // ready, and still ours
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("%w: %v", errExited, err)
+		default:
+			return nil
+		}
+	}
+}
+
+// stopMetasync stops metasync serve: SIGTERM, then SIGKILL after
+// metasyncStopAfter or at a second signal.
+func stopMetasync(cmd *exec.Cmd, exited chan error, again chan struct{}, say func(string, ...any)) {
 	select {
 	case <-exited:
-	case <-sigs:
+		return
+	default:
+	}
+	say("==> stopping metasync serve")
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-again:
 		_ = cmd.Process.Kill()
 		<-exited
-	case <-time.After(20 * time.Second):
+	case <-time.After(metasyncStopAfter):
+		say("==> metasync serve did not stop in %s: killing it", metasyncStopAfter)
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	return nil
+}
+
+// childEnv is devcluster's environment without its own variables.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
