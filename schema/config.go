@@ -74,8 +74,9 @@ type Index struct {
 	Value string `koanf:"value"`
 	// MaxEntriesPerObject bounds the (key, value) entries that one object
 	// may contribute to this index: keys × values, and every combination
-	// of a template. An object over it contributes nothing to the index
-	// and counts a rule error, so that one hostile or broken object cannot
+	// of a template; and their size, at most BytesPerEntry per entry on
+	// average. An object over either contributes nothing to the index and
+	// counts a rule error, so that one hostile or broken object cannot
 	// exhaust memory. 0 means DefaultMaxEntriesPerObject.
 	MaxEntriesPerObject int `koanf:"maxEntriesPerObject"`
 }
@@ -84,6 +85,13 @@ type Index struct {
 // far above what a real object contributes (an EndpointSlice holds at most
 // 1,000 endpoints), far below what exhausts a pod's memory.
 const DefaultMaxEntriesPerObject = 10000
+
+// BytesPerEntry is the average size of an entry (key and value) that
+// MaxEntriesPerObject allows: an object's entries in one index may take
+// MaxEntriesPerObject × BytesPerEntry bytes in all (1.25 MiB by default),
+// so that a few long strings repeated in every entry cannot multiply an
+// object's size by the entry limit.
+const BytesPerEntry = 128
 
 // Chain resolves a key through several indexes: each step's values are the
 // next step's keys.

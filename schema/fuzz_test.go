@@ -64,7 +64,7 @@ func FuzzRuleEval(f *testing.F) {
 		// With a bound: the same values up to it, a LimitError past it.
 		for _, max := range []int{1, 2, 3} {
 			m := 0
-			lerr := r.EvalMax(doc, max, func(string) { m++ })
+			lerr := r.EvalMax(doc, Limit{Values: max}, func(string) { m++ })
 			var le *LimitError
 			switch {
 			case err != nil:

@@ -42,10 +42,17 @@ type IndexRule struct {
 	Name  string
 	Key   *Rule
 	Value *Rule // nil: the object key
-	// MaxEntries bounds the entries one object contributes (see
-	// Index.MaxEntriesPerObject); always positive.
-	MaxEntries int
+	// MaxEntries and MaxBytes bound the entries one object contributes
+	// and their size (see Index.MaxEntriesPerObject); always positive.
+	MaxEntries, MaxBytes int
 }
+
+// Limit returns the bound of one rule of the index on one object.
+func (ir *IndexRule) Limit() Limit { return Limit{Values: ir.MaxEntries, Bytes: ir.MaxBytes} }
+
+// FieldLimit bounds what a field's rule may yield on one object, as the
+// default entry limit bounds an index.
+var FieldLimit = Limit{Values: DefaultMaxEntriesPerObject, Bytes: DefaultMaxEntriesPerObject * BytesPerEntry}
 
 // ChainPlan is one compiled chain.
 type ChainPlan struct {
@@ -87,6 +94,7 @@ func Compile(c *Config) (*Plan, error) {
 			if ir.MaxEntries == 0 {
 				ir.MaxEntries = DefaultMaxEntriesPerObject
 			}
+			ir.MaxBytes = ir.MaxEntries * BytesPerEntry
 			ir.Key, _ = CompileRule(ix.Key)
 			if ix.Value != "" {
 				ir.Value, _ = CompileRule(ix.Value)

@@ -88,16 +88,35 @@ func CompileRule(src string) (*Rule, error) {
 	return checkRule(r)
 }
 
-// LimitError reports a rule that yields more values on one object than
-// its bound allows.
+// Limit bounds what a rule may yield on one object: the number of values
+// and their bytes in all. A zero field is no bound.
+type Limit struct {
+	Values int
+	Bytes  int
+}
+
+// LimitError reports a rule that yields more on one object than its
+// Limit allows.
 type LimitError struct {
 	Rule  string
-	Count int // the values it yields, or a lower bound
+	What  string // "values" or "bytes"
+	Count int    // what the rule yields, or a lower bound
 	Max   int
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s yields %d values on this object, over the limit of %d", e.Rule, e.Count, e.Max)
+	return fmt.Sprintf("%s yields %d %s on this object, over the limit of %d", e.Rule, e.Count, e.What, e.Max)
+}
+
+// over returns the LimitError of n values of size bytes, or nil.
+func (l Limit) over(rule string, n, size int) error {
+	switch {
+	case l.Values > 0 && n > l.Values:
+		return &LimitError{Rule: rule, What: "values", Count: n, Max: l.Values}
+	case l.Bytes > 0 && size > l.Bytes:
+		return &LimitError{Rule: rule, What: "bytes", Count: size, Max: l.Bytes}
+	}
+	return nil
 }
 
 // Eval evaluates the rule on one JSON document and calls emit with each
@@ -105,24 +124,30 @@ func (e *LimitError) Error() string {
 // Emitted strings may share memory with json: clone what you keep. Eval
 // emits nothing and returns a *ShapeError when a path has a bad shape.
 func (r *Rule) Eval(json string, emit func(string)) error {
-	return r.EvalMax(json, 0, emit)
+	return r.EvalMax(json, Limit{}, emit)
 }
 
-// EvalMax is Eval with a bound: when the rule yields more than max values
-// (max > 0), it returns a *LimitError, and the caller must drop what was
-// emitted. A template's combinations are counted before any is built, so
-// the work and memory of a rule on one object are bounded by max and the
-// size of the object, not by the product of its arrays.
-func (r *Rule) EvalMax(json string, max int, emit func(string)) error {
+// EvalMax is Eval with a bound: when the rule yields more values, or more
+// bytes, than lim allows, it returns a *LimitError, and the caller must
+// drop what was emitted. A template's combinations are counted, and their
+// sizes summed, before any is built, so the work and memory of a rule on
+// one object are bounded by lim and the size of the object, not by the
+// product of its arrays.
+func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 	if len(r.parts) == 1 && r.parts[0].path != "" {
-		n := 0
+		n, size := 0, 0
+		var over error
 		err := each(r.parts[0].path, gjson.Get(json, r.parts[0].path), func(s string) {
-			if n++; max <= 0 || n <= max {
-				emit(s)
+			n++
+			size += len(s)
+			if over == nil {
+				if over = lim.over(r.src, n, size); over == nil {
+					emit(s)
+				}
 			}
 		})
-		if err == nil && max > 0 && n > max {
-			return &LimitError{Rule: r.src, Count: n, Max: max}
+		if err == nil && over != nil {
+			return lim.over(r.src, n, size) // with the whole count
 		}
 		return err
 	}
@@ -141,12 +166,25 @@ func (r *Rule) EvalMax(json string, max int, emit func(string)) error {
 			return nil
 		}
 	}
-	if max > 0 {
+	if lim.Values > 0 || lim.Bytes > 0 {
+		// Every combination of the parts' values, and their bytes: each
+		// value of part i appears in combinations/len(values[i]) of them.
 		combinations := 1
 		for _, vs := range values {
 			combinations *= len(vs) // each factor is at most the object's size
-			if combinations > max {
-				return &LimitError{Rule: r.src, Count: combinations, Max: max}
+			if err := lim.over(r.src, combinations, 0); err != nil {
+				return err
+			}
+		}
+		size := 0
+		for _, vs := range values {
+			sum := 0
+			for _, v := range vs {
+				sum += len(v)
+			}
+			size += sum * (combinations / len(vs))
+			if err := lim.over(r.src, combinations, size); err != nil {
+				return err
 			}
 		}
 	}

@@ -89,21 +89,28 @@ func (w *watcher) project(raw string) *object {
 	var keys, values []string
 	for i, ix := range w.plan.Indexes {
 		keys, values = keys[:0], values[:0]
-		err := ix.Key.EvalMax(raw, ix.MaxEntries, func(s string) { keys = append(keys, s) })
+		lim := ix.Limit()
+		keyBytes, valueBytes := 0, 0
+		err := ix.Key.EvalMax(raw, lim, func(s string) { keys = append(keys, s); keyBytes += len(s) })
 		if err == nil && len(keys) > 0 {
 			if ix.Value == nil {
 				values = append(values, key)
+				valueBytes = len(key)
 			} else {
-				err = ix.Value.EvalMax(raw, ix.MaxEntries, func(s string) { values = append(values, s) })
+				err = ix.Value.EvalMax(raw, lim, func(s string) { values = append(values, s); valueBytes += len(s) })
 			}
 		}
-		if err == nil && len(keys)*len(values) > ix.MaxEntries {
-			err = fmt.Errorf("%d keys × %d values", len(keys), len(values))
+		if err == nil {
+			// keys × values entries, each key written with each value.
+			n, size := len(keys)*len(values), len(values)*keyBytes+len(keys)*valueBytes
+			if n > ix.MaxEntries || size > ix.MaxBytes {
+				err = fmt.Errorf("%d keys × %d values: %d entries of %d bytes", len(keys), len(values), n, size)
+			}
 		}
 		if err != nil {
 			var limit *schema.LimitError
-			if errors.As(err, &limit) || len(keys)*len(values) > ix.MaxEntries {
-				err = fmt.Errorf("over maxEntriesPerObject (%d): %w; the object adds nothing to this index", ix.MaxEntries, err)
+			if errors.As(err, &limit) || !errors.As(err, new(*schema.ShapeError)) {
+				err = fmt.Errorf("over maxEntriesPerObject (%d entries, %d bytes): %w; the object adds nothing to this index", ix.MaxEntries, ix.MaxBytes, err)
 			}
 			w.ruleError(i, key, err)
 			continue
@@ -120,14 +127,23 @@ func (w *watcher) project(raw string) *object {
 		o.ix.Entries[i] = es
 	}
 	if len(w.plan.Fields) > 0 {
-		o.ix.Payload = projectFields(raw, w.plan.Fields)
+		var over error
+		o.ix.Payload, over = projectFields(raw, w.plan.Fields)
+		if over != nil {
+			w.ruleLog.Do(func() {
+				w.log.Warn("field left out of an object's projection", "object", key, "error", over.Error())
+			})
+		}
 	}
 	w.src.Prepare(&o.ix)
 	return o
 }
 
 // projectFields builds the compact JSON object of the configured fields.
-func projectFields(raw string, fields []schema.FieldRule) string {
+// A field whose rule yields more than schema.FieldLimit is left out, and
+// the last such error returned.
+func projectFields(raw string, fields []schema.FieldRule) (string, error) {
+	var over error
 	var b strings.Builder
 	b.WriteByte('{')
 	n := 0
@@ -141,7 +157,13 @@ func projectFields(raw string, fields []schema.FieldRule) string {
 			value = res.Raw
 		} else {
 			var vals []string
-			if err := f.Rule.Eval(raw, func(s string) { vals = append(vals, s) }); err != nil || len(vals) == 0 {
+			// Bounded as an index is: a template of arrays yields every
+			// combination. A field over the bound is left out.
+			err := f.Rule.EvalMax(raw, schema.FieldLimit, func(s string) { vals = append(vals, s) })
+			if errors.As(err, new(*schema.LimitError)) {
+				over = fmt.Errorf("field %s: %w", f.Name, err)
+			}
+			if err != nil || len(vals) == 0 {
 				continue
 			}
 			if len(vals) == 1 {
@@ -163,7 +185,7 @@ func projectFields(raw string, fields []schema.FieldRule) string {
 		n++
 	}
 	b.WriteByte('}')
-	return b.String()
+	return b.String(), over
 }
 
 func (w *watcher) ruleError(i int, key string, err error) {
