@@ -75,7 +75,7 @@ type ResourceStatus struct {
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
 	Objects  int       `json:"objects"`
 	// Error is the last list or watch error, "" once a watch is
-	// established again (it delivered an event or stayed open a second);
+	// established again (it stayed open a second without an error);
 	// a list that works does not clear it.
 	Error string `json:"error,omitempty"`
 	// ErrorSince is when the trouble began: the first error since a watch

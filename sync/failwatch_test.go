@@ -236,8 +236,12 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 	}{
 		{"forbidden-event", status(403, "Forbidden", "configmaps is forbidden: refused in the stream"), "refused in the stream", false},
 		{"internal-error-event", status(500, "InternalError", "etcd is sulking"), "etcd is sulking", false},
-		{"ends-at-once", "", "without an event", false},
+		{"ends-at-once", "", "of its start", false},
 		{"gone-event", status(410, "Expired", "too old resource version: 1 (2)"), "too old resource version", true},
+		// An event, then an error, on every watch: no watch stays up, so
+		// the resource must go stale all the same.
+		{"event-then-error", `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}` + "\n" +
+			status(500, "InternalError", "etcd is sulking after an event"), "after an event", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,6 +256,13 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 				t.Fatalf("status = %+v, want a stale resource whose reason has %q", st, tc.reason)
 			}
 			time.Sleep(time.Until(start.Add(3 * time.Second)))
+			// The trouble began with the first failure and no watch has
+			// worked since: an event between failures must not restart
+			// the clock (else StaleAfter, longer than the backoff, never
+			// passes).
+			if st := e.Status()[0]; time.Since(st.ErrorSince) < 2*time.Second {
+				t.Fatalf("after 3s the trouble is said to have begun %s ago: %+v", time.Since(st.ErrorSince).Round(time.Millisecond), st)
+			}
 			lists, watches := counter.counts()
 			t.Logf("in 3s: %d LISTs, %d WATCHes", lists, watches)
 			if lists+watches > 10 || lists < 2 {

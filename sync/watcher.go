@@ -362,8 +362,8 @@ func (w *watcher) checkGone(err error) {
 // IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
 func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
 
-// establishedAfter is how long a watch must stay open without an error, if
-// it delivers no event before, to count as established.
+// establishedAfter is how long a watch must stay open without an error to
+// count as established, whether or not it delivers events.
 const establishedAfter = time.Second
 
 // trackedWatch hands the events of one watch request to the reflector and
@@ -396,8 +396,7 @@ func (t *trackedWatch) stopped() bool {
 }
 
 // track wraps a watch that the apiserver accepted. The watch is
-// established once it delivers an event other than an ERROR, or stays open
-// establishedAfter; an ERROR event, or an end before it was established,
+// established once it stays open establishedAfter without an ERROR event; an ERROR event, or an end before it was established,
 // is a failure. Neither counts while ctx ends or the reflector stops the
 // watch: a stop or a resync.
 func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
@@ -426,18 +425,17 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 				if !established && !failed && !stopping() {
 					w.watchErrors.Add(1)
 					// The same text every time: a changed message is logged again.
-					w.fail(fmt.Errorf("watch: ended within %s without an event", establishedAfter))
+					w.fail(fmt.Errorf("watch: ended within %s of its start", establishedAfter))
 				}
 				return
 			}
-			if ev.Type == watch.Error {
-				if !failed && !stopping() {
-					failed = true
-					w.watchErrors.Add(1)
-					w.fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
-				}
-			} else {
-				establish()
+			// Events do not establish a watch by themselves: one that
+			// delivers an event and then fails, over and over, never
+			// keeps working, and the resource must go stale.
+			if ev.Type == watch.Error && !failed && !stopping() {
+				failed = true
+				w.watchErrors.Add(1)
+				w.fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
 			}
 			select {
 			case t.out <- ev:

@@ -34,7 +34,7 @@ import (
 //	/v1/chains/{chain}/...          /v1/chains/{chain}/*   (every key of the chain)
 //	/metrics                        /metrics
 //	/readyz?verbose                 /readyz/verbose        (the reasons, see below)
-//	any other path                  the path itself
+//	any other path                  /v1/*                  (one answer for every path)
 //
 // Access is granted per index or chain, never per key. Grant it with a
 // ClusterRole rule such as
@@ -50,25 +50,42 @@ import (
 // with the same status code, and says why in "verbose".
 //
 // Verdicts are cached: the caller's identity per token (by its SHA-256),
-// access per identity and index, chain or path. Positive verdicts live
-// for 10 s and are refreshed in the background after 5 s while in use;
-// 401 and 403 for 5 s, in caches of their own, so that a flood of made-up
+// access per identity and index or chain. Positive verdicts live for
+// 10 s and are refreshed in the background after 5 s while in use; 401
+// and 403 for 5 s, in caches of their own, so that a flood of made-up
 // tokens cannot push out the callers that are known. A review that fails
 // (the apiserver unreachable, a timeout) is never cached: that request
-// gets 503. Identical reviews in flight are made once. At most 16 reviews
-// of tokens not known run at once; beyond that a request with a token not
-// known gets 503 with Retry-After at once.
+// gets 503. Identical reviews in flight are made once.
+//
+// No flood, of tokens not known or of a known caller asking for things it
+// was never granted, changes what a caller with a cached positive verdict
+// gets:
+//
+//   - At most 16 reviews of tokens not known run at once, and at most 32
+//     reviews of access not granted before (at most 4 per identity);
+//     beyond that the request gets 503 with Retry-After at once instead
+//     of queueing at the review client's rate limit. Refreshes of
+//     positive verdicts, and reviews of access that was granted before,
+//     take no slot. Paths that are no API resource all ask for /v1/*, so
+//     made-up paths cost one review per identity, not one per path.
+//   - A failed review is not a denial: while the refresh of a positive
+//     verdict fails (or is still waiting at expiry), the verdict keeps
+//     answering, retried at most once a second, for up to 50 s past its
+//     expiry (never more than 60 s after the last review that granted
+//     it); then requests get 503. A refresh answered 401 or 403 takes
+//     effect at once.
 type TokenAuth struct {
 	kube kubernetes.Interface
 	log  *slog.Logger
 
 	ttl, negativeTTL time.Duration
-	timeout          time.Duration
-	slots            chan struct{} // reviews of tokens not known in flight
+	timeout, grace   time.Duration
 
 	mu                 sync.Mutex
-	users, badTokens   *lru // token hash → identity; → 401
-	allowed, forbidden *lru // identity and thing hash → allowed; → 403
+	tokenGate          *gate // reviews of tokens not known
+	accessGate         *gate // reviews of access not granted before
+	users, badTokens   *lru  // token hash → identity; → 401
+	allowed, forbidden *lru  // identity and thing hash → allowed; → 403
 	flights            map[[32]byte]*flight
 
 	reviews    *prometheus.CounterVec
@@ -84,9 +101,16 @@ const (
 	knownCached    = 4096 // positive verdicts, per cache
 	negativeCached = 1024 // 401 and 403 verdicts, per cache
 	unknownReviews = 16   // concurrent reviews of tokens not known
+	accessReviews  = 32   // concurrent reviews of access not granted before
+	accessPerUser  = 4    // of which for one identity
 	reviewTimeout  = 5 * time.Second
 	positiveTTL    = 10 * time.Second
 	negativeTTL    = 5 * time.Second
+	staleGrace     = 50 * time.Second // a positive verdict whose refresh fails, past its expiry
+	retryFailed    = time.Second      // between refreshes of a positive verdict that fail
+
+	// otherPaths is what any path that is no API resource asks access to.
+	otherPaths = "/v1/*"
 
 	// readyzVerbose is what /readyz?verbose asks access to.
 	readyzVerbose = "/readyz/verbose"
@@ -112,7 +136,9 @@ func NewTokenAuth(kube kubernetes.Interface, log *slog.Logger) *TokenAuth {
 		ttl:         positiveTTL,
 		negativeTTL: negativeTTL,
 		timeout:     reviewTimeout,
-		slots:       make(chan struct{}, unknownReviews),
+		grace:       staleGrace,
+		tokenGate:   &gate{max: unknownReviews, busy: "too many tokens under review; retry later"},
+		accessGate:  &gate{max: accessReviews, perOwner: accessPerUser, owners: map[[32]byte]int{}, busy: "too many access reviews; retry later"},
 		users:       newLRU(knownCached),
 		badTokens:   newLRU(negativeCached),
 		allowed:     newLRU(knownCached),
@@ -124,7 +150,7 @@ func NewTokenAuth(kube kubernetes.Interface, log *slog.Logger) *TokenAuth {
 		}, []string{"review", "result"}),
 		busy: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metasync_auth_busy_total",
-			Help: "Requests with a token not known answered 503 at once because every review slot was in use.",
+			Help: "Requests answered 503 at once because every review slot was in use (for tokens not known, or for access not granted before).",
 		}),
 		failLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
 		busyLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
@@ -201,8 +227,10 @@ func verboseNote(r *http.Request) string {
 
 // accessPath names what a request reads, as the non-resource URL that
 // SubjectAccessReview asks about: one per index or chain (not per key),
-// the request's path otherwise. The index or chain is the path segment as
-// sent (still escaped), the one that ServeMux matches.
+// /v1/indexes and /metrics themselves, and otherPaths for any other path
+// (which is no API resource: one review covers them all). The index or
+// chain is the path segment as sent (still escaped), the one that
+// ServeMux matches.
 func accessPath(u *url.URL) string {
 	p := u.EscapedPath()
 	for _, prefix := range []string{"/v1/indexes/", "/v1/chains/"} {
@@ -213,7 +241,11 @@ func accessPath(u *url.URL) string {
 			}
 		}
 	}
-	return u.Path
+	switch u.Path {
+	case "/v1/indexes", "/metrics":
+		return u.Path
+	}
+	return otherPaths
 }
 
 // checkRequest authenticates r's bearer token and asks whether its user
@@ -225,21 +257,21 @@ func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
 		return verdict{code: http.StatusUnauthorized, msg: msgNoToken}
 	}
 	ctx := r.Context()
-	who := a.decide(ctx, sha256.Sum256([]byte("token\x00"+token)), true, a.users, a.badTokens, func(ctx context.Context) (verdict, error) {
+	who := a.decide(ctx, sha256.Sum256([]byte("token\x00"+token)), a.tokenGate, [32]byte{}, a.users, a.badTokens, func(ctx context.Context) (verdict, error) {
 		return a.authenticate(ctx, token)
 	})
 	if who.code != 0 {
 		return who
 	}
 	user := who.user
-	return a.decide(ctx, accessKey(user, thing), false, a.allowed, a.forbidden, func(ctx context.Context) (verdict, error) {
+	id := identityKey(user)
+	return a.decide(ctx, accessKey(id, thing), a.accessGate, id, a.allowed, a.forbidden, func(ctx context.Context) (verdict, error) {
 		return a.authorize(ctx, user, thing)
 	})
 }
 
-// accessKey is the cache key of an access decision: the whole identity
-// (name, UID, groups, extra) and the thing accessed.
-func accessKey(u authenticationv1.UserInfo, thing string) [32]byte {
+// identityKey hashes the whole identity (name, UID, groups, extra).
+func identityKey(u authenticationv1.UserInfo) [32]byte {
 	groups := slices.Clone(u.Groups)
 	slices.Sort(groups)
 	extra := make([][]string, 0, len(u.Extra))
@@ -247,30 +279,69 @@ func accessKey(u authenticationv1.UserInfo, thing string) [32]byte {
 		extra = append(extra, append([]string{k}, v...))
 	}
 	slices.SortFunc(extra, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
-	b, _ := json.Marshal([]any{u.Username, u.UID, groups, extra, thing})
-	return sha256.Sum256(append([]byte("access\x00"), b...))
+	b, _ := json.Marshal([]any{u.Username, u.UID, groups, extra})
+	return sha256.Sum256(append([]byte("identity\x00"), b...))
+}
+
+// accessKey is the cache key of an access decision: the identity and the
+// thing accessed.
+func accessKey(id [32]byte, thing string) [32]byte {
+	return sha256.Sum256(append(append([]byte("access\x00"), id[:]...), thing...))
+}
+
+// gate bounds the reviews of keys never seen allowed, in total and per
+// owner (an identity). It is guarded by TokenAuth.mu.
+type gate struct {
+	max, perOwner int
+	inFlight      int
+	owners        map[[32]byte]int
+	busy          string // the answer when full
+}
+
+func (g *gate) enter(owner [32]byte) bool {
+	if g.inFlight >= g.max || (g.perOwner > 0 && g.owners[owner] >= g.perOwner) {
+		return false
+	}
+	g.inFlight++
+	if g.perOwner > 0 {
+		g.owners[owner]++
+	}
+	return true
+}
+
+func (g *gate) leave(owner [32]byte) {
+	g.inFlight--
+	if g.perOwner > 0 {
+		if g.owners[owner]--; g.owners[owner] <= 0 {
+			delete(g.owners, owner)
+		}
+	}
 }
 
 // flight is one review in progress; every request asking the same shares it.
 type flight struct {
-	done chan struct{}
-	v    verdict
-	err  error
+	done       chan struct{}
+	background bool // the refresh of a positive verdict
+	v          verdict
+	err        error
 }
 
 // decide answers from the caches, or from a review that runs once for
 // every request waiting on the same key. A positive verdict past half its
-// life is refreshed in the background while it keeps answering. With
-// unknown set, a key never seen allowed needs a review slot: when none is
-// free, the answer is 503 at once.
-func (a *TokenAuth) decide(ctx context.Context, key [32]byte, unknown bool, pos, neg *lru, review func(context.Context) (verdict, error)) verdict {
+// life is refreshed in the background while it keeps answering; past its
+// expiry it keeps answering for a grace period while its refresh fails or
+// is still on its way. A key never seen allowed needs a place in g (for
+// owner): when there is none, the answer is 503 at once.
+func (a *TokenAuth) decide(ctx context.Context, key [32]byte, g *gate, owner [32]byte, pos, neg *lru, review func(context.Context) (verdict, error)) verdict {
 	now := time.Now()
 	a.mu.Lock()
 	known := false
 	if e, ok := pos.get(key); ok {
-		if now.Before(e.expires) {
-			if now.After(e.refresh) && a.flights[key] == nil {
-				a.start(key, nil, pos, neg, review)
+		f := a.flights[key]
+		late := f != nil && f.background // a refresh started in time, still on its way
+		if now.Before(e.expires) || (now.Before(e.stale) && (e.failing || late)) {
+			if now.After(e.refresh) && f == nil {
+				a.start(key, nil, true, pos, neg, review)
 			}
 			a.mu.Unlock()
 			return e.v
@@ -283,22 +354,24 @@ func (a *TokenAuth) decide(ctx context.Context, key [32]byte, unknown bool, pos,
 	}
 	f := a.flights[key]
 	if f == nil {
-		var slot chan struct{}
-		if unknown && !known {
-			select {
-			case a.slots <- struct{}{}:
-				slot = a.slots
-			default:
+		var slot *gate
+		if !known {
+			if !g.enter(owner) {
 				a.mu.Unlock()
 				a.busy.Inc()
 				a.turnedAway.Add(1)
 				a.busyLog.Do(func() {
-					a.log.Warn("too many tokens under review: turning tokens not known away", "turned_away", a.turnedAway.Swap(0))
+					a.log.Warn("too many reviews: turning requests not known away", "turned_away", a.turnedAway.Swap(0))
 				})
-				return verdict{code: http.StatusServiceUnavailable, msg: "too many tokens under review; retry later"}
+				return verdict{code: http.StatusServiceUnavailable, msg: g.busy}
 			}
+			slot = g
 		}
-		f = a.start(key, slot, pos, neg, review)
+		f = a.start(key, func() {
+			if slot != nil {
+				slot.leave(owner)
+			}
+		}, false, pos, neg, review)
 	}
 	a.mu.Unlock()
 	select {
@@ -313,9 +386,12 @@ func (a *TokenAuth) decide(ctx context.Context, key [32]byte, unknown bool, pos,
 }
 
 // start runs a review in its own goroutine, detached from any request,
-// and records its verdict unless it failed. a.mu is held.
-func (a *TokenAuth) start(key [32]byte, slot chan struct{}, pos, neg *lru, review func(context.Context) (verdict, error)) *flight {
-	f := &flight{done: make(chan struct{})}
+// and records its verdict. A failed review is not recorded, except that a
+// positive verdict it was to refresh is marked failing (it keeps
+// answering until its stale time) and retried no sooner than retryFailed.
+// done, if not nil, runs with a.mu held when the review ends. a.mu is held.
+func (a *TokenAuth) start(key [32]byte, done func(), background bool, pos, neg *lru, review func(context.Context) (verdict, error)) *flight {
+	f := &flight{done: make(chan struct{}), background: background}
 	a.flights[key] = f
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
@@ -326,19 +402,25 @@ func (a *TokenAuth) start(key [32]byte, slot chan struct{}, pos, neg *lru, revie
 		delete(a.flights, key)
 		switch {
 		case err != nil: // never cached: the next request asks again
+			if e, ok := pos.peek(key); ok {
+				e.failing = true
+				e.refresh = now.Add(retryFailed)
+				pos.update(key, e)
+			}
 		case v.code == 0:
 			neg.remove(key)
-			pos.put(key, entry{v: v, expires: now.Add(a.ttl), refresh: now.Add(a.ttl / 2)})
+			expires := now.Add(a.ttl)
+			pos.put(key, entry{v: v, expires: expires, refresh: now.Add(a.ttl / 2), stale: expires.Add(a.grace)})
 		default:
 			pos.remove(key)
 			neg.put(key, entry{v: v, expires: now.Add(a.negativeTTL)})
 		}
+		if done != nil {
+			done()
+		}
 		a.mu.Unlock()
 		f.v, f.err = v, err
 		close(f.done)
-		if slot != nil {
-			<-slot
-		}
 	}()
 	return f
 }
@@ -391,10 +473,12 @@ func (a *TokenAuth) authorize(ctx context.Context, u authenticationv1.UserInfo, 
 	return verdict{user: u}, nil
 }
 
-// entry is a cached verdict.
+// entry is a cached verdict. A positive one answers until expires, or
+// until stale while its refresh fails (failing) or is late.
 type entry struct {
-	v                verdict
-	expires, refresh time.Time
+	v                       verdict
+	expires, refresh, stale time.Time
+	failing                 bool
 }
 
 // lru is a bounded cache that drops its least recently used entry when
@@ -421,6 +505,23 @@ func (c *lru) get(k [32]byte) (entry, bool) {
 	}
 	c.order.MoveToFront(el)
 	return el.Value.(*lruItem).e, true
+}
+
+// peek is get without making k the most recent.
+func (c *lru) peek(k [32]byte) (entry, bool) {
+	el, ok := c.items[k]
+	if !ok {
+		return entry{}, false
+	}
+	return el.Value.(*lruItem).e, true
+}
+
+// update replaces k's entry, if still there, without making it the most
+// recent.
+func (c *lru) update(k [32]byte, e entry) {
+	if el, ok := c.items[k]; ok {
+		el.Value.(*lruItem).e = e
+	}
 }
 
 func (c *lru) put(k [32]byte, e entry) {
