@@ -105,6 +105,44 @@ type Source struct {
 	objects  map[string]string
 	dups     []map[Entry]*int32 // per source index: extra contributors of an entry
 	payloads bool               // some object has had a payload
+
+	// The largest count of objects, of each dups map and of each payload
+	// shard since that map was made: a Go map never gives back the room
+	// of deleted entries, so a map whose count falls far below its peak is
+	// copied into one sized for what it holds (see shrunk).
+	objectsPeak int
+	dupsPeak    []int
+	payloadPeak [payloadShards]int
+}
+
+// shrinkMin is the peak count under which a map is never copied to shrink
+// it: a map that small costs little however empty it is.
+const shrinkMin = 16
+
+// shrunk returns m, or, when its count has fallen below a quarter of
+// *peak (the largest count m has had since it was made), a copy of m sized
+// for its count; it keeps *peak up to date. A delete may leave a Go map
+// at the size of its peak forever, and maps.Clone keeps that size too.
+//
+// The copy costs the count, at most a quarter of the peak, and follows at
+// least three quarters of the peak in deletes since the map was made:
+// O(1) per delete, amortized. A count that goes up and down by less than
+// that never copies.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	n := len(m)
+	if n > *peak {
+		*peak = n
+		return m
+	}
+	if *peak < shrinkMin || n*4 >= *peak {
+		return m
+	}
+	c := make(map[K]V, n)
+	for k, v := range m {
+		c[k] = v
+	}
+	*peak = n
+	return c
 }
 
 type indexSnap struct {
@@ -160,6 +198,7 @@ func New(sources ...SourceSpec) (*Store, error) {
 			s.byName[name] = id
 			src.indexes = append(src.indexes, id)
 			src.dups = append(src.dups, map[Entry]*int32{})
+			src.dupsPeak = append(src.dupsPeak, 0)
 			is := &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
 			if spec.Objects {
 				objects := newTable(0)

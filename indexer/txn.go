@@ -155,6 +155,9 @@ func (t *Txn) Put(o Object) {
 		t.count++
 	}
 	src.objects[o.Key] = o.enc
+	if !had && len(src.objects) > src.objectsPeak {
+		src.objectsPeak = len(src.objects)
+	}
 	t.setPayload(o.Key, o.Payload)
 }
 
@@ -172,6 +175,7 @@ func (t *Txn) Delete(objectKey string) {
 	}
 	t.count--
 	delete(src.objects, objectKey)
+	src.objects = shrunk(src.objects, &src.objectsPeak)
 	t.setPayload(objectKey, nil)
 }
 
@@ -293,6 +297,9 @@ func (t *Txn) addValue(i int, e Entry) {
 		} else {
 			one := int32(1)
 			dups[Entry{Key: strings.Clone(e.Key), Value: strings.Clone(e.Value)}] = &one
+			if len(dups) > t.src.dupsPeak[i] {
+				t.src.dupsPeak[i] = len(dups)
+			}
 		}
 		return
 	}
@@ -304,6 +311,7 @@ func (t *Txn) removeValue(i int, e Entry) {
 	if d := dups[e]; d != nil {
 		if *d == 1 {
 			delete(dups, e)
+			t.src.dups[i] = shrunk(dups, &t.src.dupsPeak[i])
 		} else {
 			*d--
 		}
@@ -405,7 +413,11 @@ func (t *Txn) Commit() {
 			o, _ := is.objects.update(objects)
 			is.objects = &o
 		}
-		if bits := bitsFor(is.keys); bits > is.values.bits+1 {
+		// Spread the index over more pages when it has outgrown its
+		// pages fourfold, and over fewer when it has shrunk as much: a
+		// key count going up and down by less than that never rehashes,
+		// and a rehash, which costs the index, follows as many writes.
+		if bits := bitsFor(is.keys); bits > is.values.bits+1 || bits+1 < is.values.bits {
 			is.values = is.values.rehash(bits, s.hash)
 			if is.objects != nil {
 				o := is.objects.rehash(bits, s.hash)
@@ -433,6 +445,19 @@ func (t *Txn) Commit() {
 			} else {
 				ss.payload[sh][key] = p
 			}
+		}
+		// A clone keeps the room of the shard's deleted payloads: give it
+		// back when a shard has shrunk a lot (see shrunk), and drop a
+		// shard left empty (a nil shard reads as empty, as after rebuild).
+		for sh, c := range cloned {
+			if !c {
+				continue
+			}
+			if len(ss.payload[sh]) == 0 {
+				ss.payload[sh], t.src.payloadPeak[sh] = nil, 0
+				continue
+			}
+			ss.payload[sh] = shrunk(ss.payload[sh], &t.src.payloadPeak[sh])
 		}
 		next.sources[t.src.id] = &ss
 	}
@@ -596,6 +621,7 @@ func (src *Source) rebuild(objs []Object) {
 			is.objects = &o
 		}
 		src.dups[i] = dups
+		src.dupsPeak[i] = len(dups)
 		next.indexes[id] = is
 	}
 	ss := &sourceSnap{objects: len(objects)}
@@ -607,7 +633,11 @@ func (src *Source) rebuild(objs []Object) {
 		ss.payload[sh][key] = p
 	}
 	next.sources[src.id] = ss
+	for sh := range ss.payload {
+		src.payloadPeak[sh] = len(ss.payload[sh])
+	}
 	src.objects = objects
+	src.objectsPeak = len(objects)
 	s.publish(next)
 }
 
