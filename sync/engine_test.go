@@ -68,25 +68,7 @@ var iidp = map[string]any{"iidp": "iidp"}
 // test's cleanup stops it and checks that Start returned cleanly.
 func runEngine(t *testing.T, plan *mschema.Plan) *msync.Engine {
 	t.Helper()
-	e, err := msync.New(plan, env.Config, msync.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- e.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Start: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Start did not return 10s after its context ended")
-		}
-	})
-	return e
+	return runEngineWith(t, plan, env.Config, msync.Options{})
 }
 
 func testLogger(t *testing.T) *slog.Logger {

@@ -1,7 +1,6 @@
 package sync_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -281,24 +280,6 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // holdFirst delays the first configmaps request of one kind (LIST or
 // WATCH) until the caller's context ends, after telling held: a stop that
 // comes while that request is on its way.
@@ -337,7 +318,7 @@ func TestStopIsNotTrouble(t *testing.T) {
 	plan := configMapPlan(t, ns)
 	for _, phase := range []string{"during-list", "during-watch-request", "watching"} {
 		t.Run(phase, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs testenv.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			cfg := rest.CopyConfig(env.Config)
 			h := &holdFirst{watch: phase == "during-watch-request", held: make(chan struct{})}

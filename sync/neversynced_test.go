@@ -25,7 +25,7 @@ func TestNeverServedIsNotCleared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	e, err := msync.New(plan, env.Config, msync.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

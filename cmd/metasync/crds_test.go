@@ -66,7 +66,7 @@ resources:
 	}
 
 	// serve, from another folder, installs it and syncs the resource.
-	stderr := &syncBuffer{}
+	stderr := &testenv.Buffer{}
 	serve := exec.Command(bin, "serve", "--config", configPath, "--kubeconfig", kubeconfig)
 	serve.Dir = workDir
 	serve.Stderr = stderr

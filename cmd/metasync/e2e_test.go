@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	gosync "sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,27 +55,9 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type daemon struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 	done   chan struct{}
 	err    error
 }
@@ -84,7 +65,7 @@ type daemon struct {
 // start runs `metasync serve` with args and extra environment.
 func start(t *testing.T, envv []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{stderr: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{stderr: &testenv.Buffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	d.cmd.Env = append(os.Environ(), envv...)
 	d.cmd.Stderr = d.stderr

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,6 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
-
-// syncBuffer is a bytes.Buffer that a program may write while a test reads.
-type syncBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // install applies the AppModel example: its CRD, AppModels and routing.
 func install(t *testing.T) {
@@ -50,7 +30,7 @@ func install(t *testing.T) {
 }
 
 // waitOutput waits until out holds every line of want.
-func waitOutput(t *testing.T, out *syncBuffer, exited <-chan struct{}, want ...string) {
+func waitOutput(t *testing.T, out *testenv.Buffer, exited <-chan struct{}, want ...string) {
 	t.Helper()
 	testenv.Eventually(t, "the program's answers", func() string {
 		select {
@@ -76,7 +56,7 @@ func TestRun(t *testing.T) {
 	install(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	done := make(chan struct{})
 	var err error
 	go func() {
@@ -117,7 +97,7 @@ func TestProgram(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	out, stderr := &syncBuffer{}, &syncBuffer{}
+	out, stderr := &testenv.Buffer{}, &testenv.Buffer{}
 	cmd := exec.Command(bin)
 	cmd.Dir = testenv.Root()
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.WriteKubeconfig(t, ""), "HOME="+t.TempDir())

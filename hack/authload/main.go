@@ -57,24 +57,6 @@ func main() {
 	}
 }
 
-// lockedBuffer collects the daemon's stderr.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func run(bin string, duration time.Duration, flooders int) error {
 	env, err := testenv.Start()
 	if err != nil {
@@ -142,7 +124,7 @@ resources:
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	cmd := exec.Command(bin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--auth", "tokenreview")
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

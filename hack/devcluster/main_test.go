@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iidp/metasync/internal/testenv"
 )
 
 // root is the repository's root folder, where `make run` runs devcluster.
@@ -74,25 +76,6 @@ func needControlPlane(t *testing.T) {
 	}
 }
 
-// outBuffer collects what devcluster prints, safe for a reader and a
-// writer.
-type outBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *outBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // devcluster is a running devcluster whose stdout and stderr go, as with
 // `make run 2>&1 | tee run.log`, into one pipe that the test reads (and
 // may close, as tee does when Ctrl-C kills it).
@@ -100,7 +83,7 @@ type devcluster struct {
 	cmd  *exec.Cmd
 	tmp  string // its TMPDIR: every temporary folder it makes is in there
 	pipe *os.File
-	out  *outBuffer
+	out  *testenv.Buffer
 	done chan struct{}
 	kids []proc // its descendants, as wantChildren found them
 }
@@ -110,7 +93,7 @@ type devcluster struct {
 func startDevcluster(t *testing.T, args ...string) *devcluster {
 	t.Helper()
 	bin, _ := binaries(t)
-	d := &devcluster{tmp: t.TempDir(), out: &outBuffer{}, done: make(chan struct{})}
+	d := &devcluster{tmp: t.TempDir(), out: &testenv.Buffer{}, done: make(chan struct{})}
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
