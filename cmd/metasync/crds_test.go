@@ -35,7 +35,7 @@ func TestCRDsRelativeToConfig(t *testing.T) {
 	}
 	// A group of its own: no other test installs this CRD.
 	crd := testenv.LooseCRD("relpath.iidp.com", "Gizmo", "gizmos")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	config := `server:
   listen: ` + addr + `
 crds: [crd.yaml]

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,17 +41,6 @@ func TestMain(m *testing.M) {
 	}
 	defer os.RemoveAll(dir)
 	testenv.Main(m, &env)
-}
-
-// freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 type daemon struct {
@@ -245,7 +233,7 @@ func metasync(t *testing.T, args ...string) (string, string, int) {
 func TestServeEndToEnd(t *testing.T) {
 	testenv.Need(t, env)
 	setupCluster(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	config := writeConfig(t, addr)
 	kubeconfig := env.WriteKubeconfig(t, "")
 	d := start(t, nil, "--config", config, "--kubeconfig", kubeconfig)
@@ -347,7 +335,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if _, errOut, code := metasync(t, "get", "--server", base, "nope", "x"); code != 1 || !strings.Contains(errOut, `unknown index "nope"`) {
 		t.Fatalf("get of an unknown index = %q %d", errOut, code)
 	}
-	if _, errOut, code := metasync(t, "get", "--server", "http://"+freeAddr(t), "model-to-app", "x"); code != 1 || !strings.Contains(errOut, "cannot reach metasync at") {
+	if _, errOut, code := metasync(t, "get", "--server", "http://"+testenv.FreeAddr(t), "model-to-app", "x"); code != 1 || !strings.Contains(errOut, "cannot reach metasync at") {
 		t.Fatalf("get of a dead server = %q %d", errOut, code)
 	}
 
@@ -416,7 +404,7 @@ func TestInvalidConfigStartsNothing(t *testing.T) {
 func TestListenPrecedence(t *testing.T) {
 	testenv.Need(t, env)
 	kubeconfig := env.WriteKubeconfig(t, "")
-	fileAddr, envAddr, flagAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	fileAddr, envAddr, flagAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	config := writeConfig(t, fileAddr)
 
 	d := start(t, nil, "--config", config, "--kubeconfig", kubeconfig)
@@ -442,8 +430,8 @@ func TestListenPrecedence(t *testing.T) {
 func TestApiserverUnreachableThenBack(t *testing.T) {
 	testenv.Need(t, env)
 	setupCluster(t)
-	apiAddr := freeAddr(t)
-	addr := freeAddr(t)
+	apiAddr := testenv.FreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	config := writeConfig(t, addr)
 	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, apiAddr), "--stale-after", "1s")
 	waitHTTP(t, d, addr)
@@ -594,7 +582,7 @@ func TestServeCustomCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	cfg := strings.Replace(string(body), "listen: 127.0.0.1:8081", "listen: "+addr, 1)
 	cfg = "crds: [" + filepath.Join(dir, "crd.yaml") + "]\n" + cfg
 	config := filepath.Join(t.TempDir(), "config.yaml")
@@ -683,7 +671,7 @@ subjects:
 	}
 	reader, nobody := token("reader"), token("nobody")
 
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	d := start(t, nil, "--config", writeConfig(t, addr), "--kubeconfig", env.WriteKubeconfig(t, ""), "--auth", "tokenreview")
 	waitHTTP(t, d, addr)
 	get := func(path, tok string) answer {
@@ -741,7 +729,7 @@ subjects:
 	}
 
 	// Beyond loopback without --auth: refused, nothing started.
-	_, errOut, code := metasync(t, "serve", "--config", writeConfig(t, "0.0.0.0:"+strings.Split(freeAddr(t), ":")[1]), "--kubeconfig", env.WriteKubeconfig(t, ""))
+	_, errOut, code := metasync(t, "serve", "--config", writeConfig(t, "0.0.0.0:"+strings.Split(testenv.FreeAddr(t), ":")[1]), "--kubeconfig", env.WriteKubeconfig(t, ""))
 	if code != 1 || !strings.Contains(errOut, "listening beyond loopback needs --auth=tokenreview") {
 		t.Fatalf("beyond loopback without --auth: exit %d\n%s", code, errOut)
 	}

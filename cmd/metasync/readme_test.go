@@ -89,7 +89,7 @@ func TestCustomCRDReadme(t *testing.T) {
 	if !strings.Contains(string(config), "listen: "+readmeAddr) {
 		t.Fatalf("config.yaml does not listen on %s, the address of the README's commands", readmeAddr)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	testConfig := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(testConfig, []byte(strings.Replace(string(config), "listen: "+readmeAddr, "listen: "+addr, 1)), 0o600); err != nil {
 		t.Fatal(err)

@@ -300,16 +300,6 @@ func wantEmpty(t *testing.T, dir string) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestCtrlCWithOutputPiped is `make run 2>&1 | tee run.log`, then Ctrl-C:
 // tee dies first (the test closes the pipe's reading end), then devcluster
 // gets SIGINT. It must still stop metasync, kube-apiserver and etcd, remove
@@ -319,7 +309,7 @@ func freeAddr(t *testing.T) string {
 func TestCtrlCWithOutputPiped(t *testing.T) {
 	needControlPlane(t)
 	_, metasync := binaries(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	d := startDevcluster(t, "--metasync", metasync, "--listen", addr)
 	d.waitFor(t, "==> metasync serves on http://"+addr, 2*time.Minute)
 	kids := wantChildren(t, d, "kube-apiserver", "etcd", "metasync")
