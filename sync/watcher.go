@@ -396,9 +396,10 @@ func (t *trackedWatch) stopped() bool {
 }
 
 // track wraps a watch that the apiserver accepted. The watch is
-// established once it stays open establishedAfter without an ERROR event; an ERROR event, or an end before it was established,
-// is a failure. Neither counts while ctx ends or the reflector stops the
-// watch: a stop or a resync.
+// established once it stays open establishedAfter without an ERROR event;
+// an ERROR event, or an end before it was established, is a failure.
+// Neither counts while ctx ends or the reflector stops the watch: a stop
+// or a resync.
 func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
 	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
 	go w.follow(ctx, t)
@@ -410,12 +411,6 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 	timer := time.NewTimer(establishedAfter)
 	defer timer.Stop()
 	established, failed := false, false
-	establish := func() {
-		if !established && !failed {
-			established = true
-			w.watchEstablished()
-		}
-	}
 	stopping := func() bool { return ctx.Err() != nil || t.stopped() }
 	in := t.inner.ResultChan()
 	for {
@@ -443,7 +438,10 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 				return
 			}
 		case <-timer.C:
-			establish()
+			if !failed {
+				established = true
+				w.watchEstablished()
+			}
 		case <-t.stop:
 			return
 		}

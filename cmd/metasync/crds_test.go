@@ -66,23 +66,7 @@ resources:
 	}
 
 	// serve, from another folder, installs it and syncs the resource.
-	stderr := &testenv.Buffer{}
-	serve := exec.Command(bin, "serve", "--config", configPath, "--kubeconfig", kubeconfig)
-	serve.Dir = workDir
-	serve.Stderr = stderr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = serve.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("metasync serve stderr:\n%s", stderr)
-		}
-	})
+	d := startIn(t, workDir, nil, "--config", configPath, "--kubeconfig", kubeconfig)
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
@@ -95,8 +79,8 @@ resources:
 	}
 	testenv.Eventually(t, "GET /readyz", func() string {
 		select {
-		case <-exited:
-			t.Fatalf("metasync serve exited: %v\n%s", exitErr, stderr)
+		case <-d.done:
+			t.Fatalf("metasync serve exited: %v\n%s", d.err, d.stderr)
 		default:
 		}
 		if code, body := get("/readyz"); code != http.StatusOK {
@@ -104,7 +88,7 @@ resources:
 		}
 		return ""
 	})
-	if !strings.Contains(stderr.String(), `"msg":"CRDs installed and established"`) {
+	if !strings.Contains(d.stderr.String(), `"msg":"CRDs installed and established"`) {
 		t.Errorf("no CRD install in the logs")
 	}
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

@@ -53,8 +53,15 @@ type daemon struct {
 // start runs `metasync serve` with args and extra environment.
 func start(t *testing.T, envv []string, args ...string) *daemon {
 	t.Helper()
+	return startIn(t, "", envv, args...)
+}
+
+// startIn is start in the working folder dir ("": the test's).
+func startIn(t *testing.T, dir string, envv []string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{stderr: &testenv.Buffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
+	d.cmd.Dir = dir
 	d.cmd.Env = append(os.Environ(), envv...)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
