@@ -331,6 +331,16 @@ func (snap *Snapshot) Payload(src *Source, objectKey string) (any, bool) {
 	return p, ok
 }
 
+// Payloads calls f with the object key and payload of every object of src
+// that has a payload, in no particular order.
+func (snap *Snapshot) Payloads(src *Source, f func(objectKey string, payload any)) {
+	for _, shard := range snap.sources[src.id].payload {
+		for k, p := range shard {
+			f(k, p)
+		}
+	}
+}
+
 // ObjectCount returns the number of objects of src.
 func (snap *Snapshot) ObjectCount(src *Source) int { return snap.sources[src.id].objects }
 

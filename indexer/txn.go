@@ -640,8 +640,3 @@ func (src *Source) rebuild(objs []Object) {
 	src.objectsPeak = len(objects)
 	s.publish(next)
 }
-
-// Encoding returns what Prepare made of the object's entries: two
-// prepared objects with the same key have the same entries exactly when
-// their encodings are equal.
-func (o *Object) Encoding() string { return o.enc }

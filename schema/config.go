@@ -15,7 +15,11 @@
 // helpers that say so.
 package schema
 
-import "time"
+import (
+	"time"
+
+	"github.com/iidp/metasync/internal/plan"
+)
 
 // DefaultListen is the daemon's default listen address: loopback only.
 const DefaultListen = "127.0.0.1:8080"
@@ -84,14 +88,14 @@ type Index struct {
 // DefaultMaxEntriesPerObject is the default of Index.MaxEntriesPerObject:
 // far above what a real object contributes (an EndpointSlice holds at most
 // 1,000 endpoints), far below what exhausts a pod's memory.
-const DefaultMaxEntriesPerObject = 10000
+const DefaultMaxEntriesPerObject = plan.DefaultMaxEntries
 
 // BytesPerEntry is the average size of an entry (key and value) that
 // MaxEntriesPerObject allows: an object's entries in one index may take
 // MaxEntriesPerObject × BytesPerEntry bytes in all (1.25 MiB by default),
 // so that a few long strings repeated in every entry cannot multiply an
 // object's size by the entry limit.
-const BytesPerEntry = 128
+const BytesPerEntry = plan.BytesPerEntry
 
 // Chain resolves a key through several indexes: each step's values are the
 // next step's keys.

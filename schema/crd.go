@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/iidp/metasync/internal/plan"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -60,9 +62,9 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 // fields that exist); paths under x-kubernetes-preserve-unknown-fields, or
 // past a gjson query or modifier, cannot be checked and yield a note.
 // Resources that no CRD in crds defines are not checked.
-func CheckPaths(plan *Plan, crds []*CRD) (notes []string, err error) {
-	var p problems
-	for i, r := range plan.Resources() {
+func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
+	var probs problems
+	for i, r := range p.c.Resources {
 		crd := findCRD(crds, r.GVR.Group, r.GVR.Resource)
 		if crd == nil {
 			continue
@@ -78,21 +80,21 @@ func CheckPaths(plan *Plan, crds []*CRD) (notes []string, err error) {
 		}
 		switch {
 		case version == nil:
-			p.add(at+".version", "CRD %s has no version %q (versions: %s)", crd.Name, r.GVR.Version, strings.Join(names, ", "))
+			probs.add(at+".version", "CRD %s has no version %q (versions: %s)", crd.Name, r.GVR.Version, strings.Join(names, ", "))
 			continue
 		case !version.Served:
-			p.add(at+".version", "CRD %s does not serve version %q", crd.Name, r.GVR.Version)
+			probs.add(at+".version", "CRD %s does not serve version %q", crd.Name, r.GVR.Version)
 			continue
 		case version.Schema == nil || version.Schema.OpenAPIV3Schema == nil:
 			notes = append(notes, fmt.Sprintf("%s: CRD %s %s has no schema; paths not checked", at, crd.Name, r.GVR.Version))
 			continue
 		}
 		root := version.Schema.OpenAPIV3Schema
-		checkRule := func(field string, rule *Rule) {
+		checkRule := func(field string, rule *plan.Rule) {
 			for _, path := range rule.Paths() {
 				problem, note := checkPath(root, path)
 				if problem != "" {
-					p.add(field, "%s: %s in CRD %s %s", path, problem, crd.Name, r.GVR.Version)
+					probs.add(field, "%s: %s in CRD %s %s", path, problem, crd.Name, r.GVR.Version)
 				}
 				if note != "" {
 					notes = append(notes, fmt.Sprintf("%s: %s: %s", field, path, note))
@@ -109,7 +111,7 @@ func CheckPaths(plan *Plan, crds []*CRD) (notes []string, err error) {
 			}
 		}
 	}
-	return notes, p.result()
+	return notes, probs.result()
 }
 
 func findCRD(crds []*CRD, group, resource string) *CRD {

@@ -10,24 +10,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iidp/metasync/internal/plan"
+
 	"github.com/go-viper/mapstructure/v2"
-	"github.com/hashicorp/go-multierror"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 )
 
-// EnvVars maps the environment variables that Load reads to config keys:
+// envVars maps the environment variables that Load reads to config keys:
 // METASYNC_ and the upper-snake name of the matching flag.
-var EnvVars = map[string]string{
+var envVars = map[string]string{
 	"METASYNC_LISTEN": "server.listen",
 }
 
 // LoadOptions are the layers that Load puts over the file.
 type LoadOptions struct {
 	// Environ is the environment as os.Environ returns it; its METASYNC_
-	// variables (see EnvVars) override the file.
+	// variables (METASYNC_LISTEN) override the file.
 	Environ []string
 	// Flags override everything else: config key (such as "server.listen")
 	// to value. Only the flags that were set belong here.
@@ -44,15 +45,28 @@ type LoadOptions struct {
 // Load rewrites them so. Paths given in opts.Flags["crds"] are kept as
 // they are.
 func Load(path string, opts LoadOptions) (*Config, error) {
+	c, _, err := load(path, opts)
+	return c, err
+}
+
+// LoadPlan loads the config file at path and compiles it: Load, then
+// Compile, in one pass.
+func LoadPlan(path string, opts LoadOptions) (*Plan, error) {
+	_, p, err := load(path, opts)
+	return p, err
+}
+
+// load is Load, and the plan compiled while validating.
+func load(path string, opts LoadOptions) (*Config, *Plan, error) {
 	k := koanf.New(".")
 	_ = k.Load(confmap.Provider(map[string]any{"server.listen": DefaultListen}, "."), nil)
 	if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
-		return nil, fmt.Errorf("read config %s: %w", path, err)
+		return nil, nil, fmt.Errorf("read config %s: %w", path, err)
 	}
 	env := map[string]any{}
 	for _, kv := range opts.Environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if key, ok := EnvVars[name]; ok {
+		if key, ok := envVars[name]; ok {
 			env[key] = value
 		}
 	}
@@ -75,21 +89,21 @@ func Load(path string, opts LoadOptions) (*Config, error) {
 	decoded := map[string]bool{}
 	for _, fe := range decodeProblems(decodeErr) {
 		decoded[fe.Path] = true
-		p.err = multierror.Append(p.err, fe)
+		p.list.Add(fe)
 	}
 	var v problems
-	c.validate(&v)
+	compiled := c.compile(&v)
 	for _, err := range Problems(v.result()) {
 		var fe *FieldError
 		if errors.As(err, &fe) && decoded[fe.Path] {
 			continue // already reported by the decoder
 		}
-		p.err = multierror.Append(p.err, err)
+		p.list.Add(err)
 	}
 	if err := p.result(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &c, nil
+	return &c, compiled, nil
 }
 
 // resolveCRDPaths makes each relative entry of c.CRDs relative to the
@@ -105,15 +119,6 @@ func resolveCRDPaths(c *Config, path string) {
 		}
 		c.CRDs[i] = filepath.Join(dir, f)
 	}
-}
-
-// LoadPlan loads the config file at path and compiles it.
-func LoadPlan(path string, opts LoadOptions) (*Plan, error) {
-	c, err := Load(path, opts)
-	if err != nil {
-		return nil, err
-	}
-	return Compile(c)
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -158,7 +163,7 @@ func decodeProblems(err error) []*FieldError {
 					path = at + "." + key
 				}
 				msg := "unknown key"
-				if hint := closest(key, known); hint != "" {
+				if hint := plan.Closest(key, known); hint != "" {
 					msg += " (did you mean " + hint + "?)"
 				}
 				out = append(out, &FieldError{Path: path, Msg: msg})
@@ -320,52 +325,6 @@ func derefType(t reflect.Type) reflect.Type {
 		t = t.Elem()
 	}
 	return t
-}
-
-// closest returns the candidate nearest to word, a likely typo, or "" when
-// none is close enough: at most 2 edits, or a third of word's length for a
-// long word, and fewer edits than either word has letters. Case is ignored.
-func closest(word string, candidates []string) string {
-	best, bestD := "", -1
-	w := []rune(strings.ToLower(word))
-	for _, c := range candidates {
-		d := editDistance(w, []rune(strings.ToLower(c)))
-		if bestD < 0 || d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD < 0 || bestD > max(2, len(w)/3) || bestD >= min(len(w), len([]rune(best))) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance of a and b:
-// insertions, deletions, substitutions and transpositions of two adjacent
-// letters each count one.
-func editDistance(a, b []rune) int {
-	rows := make([][]int, len(a)+1)
-	for i := range rows {
-		rows[i] = make([]int, len(b)+1)
-		rows[i][0] = i
-	}
-	for j := range rows[0] {
-		rows[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d := min(rows[i-1][j]+1, rows[i][j-1]+1, rows[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d = min(d, rows[i-2][j-2]+1)
-			}
-			rows[i][j] = d
-		}
-	}
-	return rows[len(a)][len(b)]
 }
 
 // cleanDecodeMsg drops mapstructure's Go type names where a user would not

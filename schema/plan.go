@@ -1,125 +1,184 @@
 package schema
 
 import (
+	"fmt"
+	"net"
 	"slices"
 	"sort"
-	"time"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/iidp/metasync/internal/plan"
 )
 
-// Plan is a compiled, valid config. The only way to get one is Compile (or
-// Load), so holding a Plan means the config passed validation. A Plan is
-// read-only.
+// Plan is a compiled, valid config: what sync.New runs. The only way to get
+// one is Compile (or LoadPlan), so holding a Plan means the config passed
+// validation. A Plan cannot be changed: its compiled rules are the engine's
+// business and are not exported, and what it answers is a copy.
 type Plan struct {
-	config    Config
-	resources []*ResourcePlan
-	chains    []*ChainPlan
+	server Server
+	crds   []string
+	c      *plan.Plan
 }
 
-// ResourcePlan is one compiled resource entry.
-type ResourcePlan struct {
-	Name          string
-	GVR           k8sschema.GroupVersionResource
-	Namespace     string
-	LabelSelector string // canonical form, "" for everything
-	FieldSelector string // canonical form, "" for everything
-	Resync        time.Duration
-	Fields        []FieldRule // sorted by name
-	Indexes       []IndexRule
+func init() {
+	plan.Of = func(p any) *plan.Plan { return p.(*Plan).c }
 }
 
-// FieldRule is one projected field.
-type FieldRule struct {
-	Name string
-	Rule *Rule
-}
-
-// IndexRule is one compiled index.
-type IndexRule struct {
-	Name  string
-	Key   *Rule
-	Value *Rule // nil: the object key
-	// MaxEntries and MaxBytes bound the entries one object contributes
-	// and their size (see Index.MaxEntriesPerObject); always positive.
-	MaxEntries, MaxBytes int
-}
-
-// Limit returns the bound of one rule of the index on one object.
-func (ir *IndexRule) Limit() Limit { return Limit{Values: ir.MaxEntries, Bytes: ir.MaxBytes} }
-
-// FieldLimit bounds what a field's rule may yield on one object, as the
-// default entry limit bounds an index.
-var FieldLimit = Limit{Values: DefaultMaxEntriesPerObject, Bytes: DefaultMaxEntriesPerObject * BytesPerEntry}
-
-// ChainPlan is one compiled chain.
-type ChainPlan struct {
-	Name    string
-	Indexes []string
-}
-
-// Compile validates the config and compiles it into a Plan. The error lists
-// every problem, one per line (see Problems).
+// Compile validates the config and compiles it into a Plan, in one pass.
+// The error lists every problem, one per line, each with its field path
+// (see Problems and FieldError).
 func Compile(c *Config) (*Plan, error) {
-	if err := c.Validate(); err != nil {
+	var p problems
+	out := c.compile(&p)
+	if err := p.result(); err != nil {
 		return nil, err
 	}
-	p := &Plan{config: *c}
-	if p.config.Server.Listen == "" {
-		p.config.Server.Listen = DefaultListen
-	}
-	for _, r := range c.Resources {
-		rp := &ResourcePlan{
-			Name:      r.Name,
-			GVR:       k8sschema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
-			Namespace: r.Namespace,
-			Resync:    r.Resync,
-		}
-		// Validate has parsed both selectors already.
-		if sel, _ := labels.Parse(r.LabelSelector); !sel.Empty() {
-			rp.LabelSelector = sel.String()
-		}
-		if sel, _ := fields.ParseSelector(r.FieldSelector); !sel.Empty() {
-			rp.FieldSelector = sel.String()
-		}
-		for name, path := range r.Fields {
-			rule, _ := CompileRule(path)
-			rp.Fields = append(rp.Fields, FieldRule{Name: name, Rule: rule})
-		}
-		sort.Slice(rp.Fields, func(i, j int) bool { return rp.Fields[i].Name < rp.Fields[j].Name })
-		for _, ix := range r.Indexes {
-			ir := IndexRule{Name: ix.Name, MaxEntries: ix.MaxEntriesPerObject}
-			if ir.MaxEntries == 0 {
-				ir.MaxEntries = DefaultMaxEntriesPerObject
-			}
-			ir.MaxBytes = ir.MaxEntries * BytesPerEntry
-			ir.Key, _ = CompileRule(ix.Key)
-			if ix.Value != "" {
-				ir.Value, _ = CompileRule(ix.Value)
-			}
-			rp.Indexes = append(rp.Indexes, ir)
-		}
-		p.resources = append(p.resources, rp)
-	}
-	for _, ch := range c.Chains {
-		p.chains = append(p.chains, &ChainPlan{Name: ch.Name, Indexes: slices.Clone(ch.Indexes)})
-	}
-	return p, nil
+	return out, nil
 }
 
-// Resources returns the compiled resources, in config order.
-func (p *Plan) Resources() []*ResourcePlan { return p.resources }
-
-// Chains returns the compiled chains, in config order.
-func (p *Plan) Chains() []*ChainPlan { return p.chains }
+// Validate reports every problem of the config at once, each with its
+// field path, as Compile does; nil for a valid config.
+func (c *Config) Validate() error {
+	_, err := Compile(c)
+	return err
+}
 
 // Server returns the server settings, with defaults applied.
-func (p *Plan) Server() Server { return p.config.Server }
+func (p *Plan) Server() Server { return p.server }
 
 // CRDs returns the CRD files to install at start.
-func (p *Plan) CRDs() []string { return p.config.CRDs }
+func (p *Plan) CRDs() []string { return slices.Clone(p.crds) }
 
-// Config returns the config the plan was compiled from.
-func (p *Plan) Config() Config { return p.config }
+// compile checks c, adding every problem to p, and builds the plan as it
+// goes; the plan is only meaningful when p stays empty.
+func (c *Config) compile(p *problems) *Plan {
+	out := &Plan{server: c.Server, crds: slices.Clone(c.CRDs), c: &plan.Plan{}}
+	if out.server.Listen == "" {
+		out.server.Listen = DefaultListen
+	} else if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
+		p.add("server.listen", "%q is not host:port", c.Server.Listen)
+	}
+	for i, f := range c.CRDs {
+		if strings.TrimSpace(f) == "" {
+			p.add(fmt.Sprintf("crds[%d]", i), "empty file path")
+		}
+	}
+	if len(c.Resources) == 0 {
+		p.add("resources", "no resource is configured; list at least one")
+	}
+	resources := map[string]string{} // name -> path of its first declaration
+	indexes := map[string]string{}
+	for i := range c.Resources {
+		out.c.Resources = append(out.c.Resources, c.Resources[i].compile(p, fmt.Sprintf("resources[%d]", i), resources, indexes))
+	}
+	chains := map[string]string{}
+	for i, ch := range c.Chains {
+		at := fmt.Sprintf("chains[%d]", i)
+		p.name(chains, at, ch.Name)
+		if len(ch.Indexes) < 2 {
+			p.add(at+".indexes", "a chain needs at least two indexes, has %d", len(ch.Indexes))
+		}
+		for j, name := range ch.Indexes {
+			if _, ok := indexes[name]; !ok {
+				p.add(fmt.Sprintf("%s.indexes[%d]", at, j), "unknown index %q%s", name, suggest(name, indexes))
+			}
+		}
+		out.c.Chains = append(out.c.Chains, &plan.Chain{Name: ch.Name, Indexes: slices.Clone(ch.Indexes)})
+	}
+	return out
+}
+
+// compile checks the resource entry at path at and compiles it. resources
+// and indexes hold the names seen so far, for uniqueness.
+func (r *Resource) compile(p *problems, at string, resources, indexes map[string]string) *plan.Resource {
+	rp := &plan.Resource{
+		Name:      r.Name,
+		GVR:       k8sschema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource},
+		Namespace: r.Namespace,
+		Resync:    r.Resync,
+	}
+	p.name(resources, at, r.Name)
+	if r.Group != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(r.Group) {
+			p.add(at+".group", "%q: %s", r.Group, msg)
+		}
+	}
+	if r.Version == "" {
+		p.add(at+".version", "required (for example v1)")
+	} else if msgs := validation.IsDNS1035Label(r.Version); len(msgs) > 0 {
+		p.add(at+".version", "%q: %s", r.Version, msgs[0])
+	}
+	if r.Resource == "" {
+		p.add(at+".resource", "required: the plural resource name (for example appmodels)")
+	} else if msgs := validation.IsDNS1123Label(r.Resource); len(msgs) > 0 {
+		p.add(at+".resource", "%q: %s", r.Resource, msgs[0])
+	}
+	if r.Group == "" && r.Resource == "secrets" && !r.AllowSecrets {
+		p.add(at+".resource", "watching Secrets puts their content in memory and behind the HTTP API; set allowSecrets: true to do it on purpose")
+	}
+	if r.Namespace != "" {
+		if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {
+			p.add(at+".namespace", "%q: %s", r.Namespace, msgs[0])
+		}
+	}
+	if sel, err := labels.Parse(r.LabelSelector); err != nil {
+		p.add(at+".labelSelector", "%q: %v", r.LabelSelector, err)
+	} else if !sel.Empty() {
+		rp.LabelSelector = sel.String()
+	}
+	if sel, err := fields.ParseSelector(r.FieldSelector); err != nil {
+		p.add(at+".fieldSelector", "%q: %v", r.FieldSelector, err)
+	} else if !sel.Empty() {
+		rp.FieldSelector = sel.String()
+	}
+	if r.Resync < 0 {
+		p.add(at+".resync", "%v is negative; use 0 for no resync", r.Resync)
+	}
+	names := make([]string, 0, len(r.Fields))
+	for name := range r.Fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fat := at + ".fields." + name
+		if !fieldNameRE.MatchString(name) {
+			p.add(fat, "field name %q: use letters, digits and '_'", name)
+		}
+		rule, err := plan.CompileRule(r.Fields[name])
+		if err != nil {
+			p.add(fat, "%v", err)
+		}
+		rp.Fields = append(rp.Fields, plan.Field{Name: name, Rule: rule})
+	}
+	if len(r.Indexes) == 0 {
+		p.add(at+".indexes", "no index is declared; declare at least one")
+	}
+	for j, ix := range r.Indexes {
+		iat := fmt.Sprintf("%s.indexes[%d]", at, j)
+		p.name(indexes, iat, ix.Name)
+		ir := plan.Index{Name: ix.Name, MaxEntries: ix.MaxEntriesPerObject}
+		var err error
+		if ir.Key, err = plan.CompileRule(ix.Key); err != nil {
+			p.add(iat+".key", "%v", err)
+		}
+		if ix.Value != "" {
+			if ir.Value, err = plan.CompileRule(ix.Value); err != nil {
+				p.add(iat+".value", "%v", err)
+			}
+		}
+		switch {
+		case ix.MaxEntriesPerObject < 0:
+			p.add(iat+".maxEntriesPerObject", "%d is negative; omit it (or use 0) for the default of %d", ix.MaxEntriesPerObject, DefaultMaxEntriesPerObject)
+		case ix.MaxEntriesPerObject == 0:
+			ir.MaxEntries = DefaultMaxEntriesPerObject
+		}
+		ir.MaxBytes = ir.MaxEntries * BytesPerEntry
+		rp.Indexes = append(rp.Indexes, ir)
+	}
+	return rp
+}

@@ -83,7 +83,7 @@ func TestGoodFileCompiles(t *testing.T) {
 	if got := plan.Server().Listen; got != DefaultListen {
 		t.Errorf("listen = %q, want the default", got)
 	}
-	r := plan.Resources()[0]
+	r := plan.c.Resources[0]
 	if r.GVR.String() != "iidp.com/v1, Resource=appmodels" || r.Namespace != "meta-test" || r.LabelSelector != "iidp=iidp" || r.Resync != 300*time.Second {
 		t.Errorf("resource plan = %+v", r)
 	}
@@ -146,92 +146,11 @@ func TestConfigLiteralWithoutKoanf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Resources()[0].Indexes[0].Value != nil {
+	if plan.c.Resources[0].Indexes[0].Value != nil {
 		t.Error("an empty value must compile to the object key (nil rule)")
 	}
 	if _, err := Compile(&Config{}); err == nil {
 		t.Error("an empty config compiled")
-	}
-}
-
-func eval(t *testing.T, rule, doc string) ([]string, error) {
-	t.Helper()
-	r, err := CompileRule(rule)
-	if err != nil {
-		t.Fatalf("compile %q: %v", rule, err)
-	}
-	var out []string
-	err = r.Eval(doc, func(s string) { out = append(out, s) })
-	return out, err
-}
-
-func TestRuleEvaluation(t *testing.T) {
-	doc := `{
-	  "metadata": {"name": "base", "namespace": "ns", "labels": {"kubernetes.io/service-name": "svc", "n": "1"}},
-	  "spec": {"models": ["m1", "m2"], "type": "model", "version": "1.7", "port": 8080, "on": true,
-	           "empty": [], "nil": null, "obj": {"a": 1}, "mixed": ["a", {"b": 1}],
-	           "routes": [{"hosts": ["h1", "h2"]}, {"hosts": ["h3"]}, {"hosts": []}],
-	           "nested": [["x", "y"], ["z"]], "nulls": ["a", null], "uni": "モデル"},
-	  "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
-	                {"addresses": ["10.0.0.2"], "conditions": {"ready": false}}]
-	}`
-	cases := []struct {
-		rule string
-		want []string
-		err  string
-	}{
-		{rule: "spec.models", want: []string{"m1", "m2"}},
-		{rule: "spec.type", want: []string{"model"}},
-		{rule: "spec.port", want: []string{"8080"}},
-		{rule: "spec.on", want: []string{"true"}},
-		{rule: "spec.missing"},
-		{rule: "spec.nil"},
-		{rule: "spec.empty"},
-		{rule: "spec.uni", want: []string{"モデル"}},
-		{rule: "spec.nulls", want: []string{"a"}},
-		{rule: "spec.nested", want: []string{"x", "y", "z"}},
-		{rule: "spec.routes.#.hosts", want: []string{"h1", "h2", "h3"}},
-		{rule: `metadata.labels.kubernetes\.io/service-name`, want: []string{"svc"}},
-		{rule: `endpoints.#(conditions.ready==true)#.addresses|@flatten`, want: []string{"10.0.0.1"}},
-		{rule: "spec.obj", err: "spec.obj is an object"},
-		{rule: "spec.mixed", err: "spec.mixed is an array holding an object"},
-		{rule: `${metadata.namespace}/${metadata.labels.kubernetes\.io/service-name}`, want: []string{"ns/svc"}},
-		{rule: `${metadata.namespace}/${spec.models}`, want: []string{"ns/m1", "ns/m2"}},
-		{rule: `${metadata.namespace}/${spec.missing}`},
-		{rule: `${spec.models}-${spec.models}`, want: []string{"m1-m1", "m1-m2", "m2-m1", "m2-m2"}},
-		{rule: `v${spec.version}`, want: []string{"v1.7"}},
-		{rule: `${spec.obj}`, err: "spec.obj is an object"},
-		{rule: `${{metadata.name,spec.type}}`, err: "is an object"},
-	}
-	for _, c := range cases {
-		got, err := eval(t, c.rule, doc)
-		if c.err != "" {
-			var se *ShapeError
-			if err == nil || !strings.Contains(err.Error(), c.err) || !errors.As(err, &se) {
-				t.Errorf("%s: err = %v, want %q", c.rule, err, c.err)
-			}
-			if len(got) != 0 {
-				t.Errorf("%s: emitted %v with an error", c.rule, got)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%s: %v", c.rule, err)
-		}
-		if !slices.Equal(got, c.want) {
-			t.Errorf("%s = %q, want %q", c.rule, got, c.want)
-		}
-	}
-}
-
-func TestRuleOnOddDocuments(t *testing.T) {
-	for _, doc := range []string{"", "null", "[]", "42", `"s"`, "{", `{"spec":`, `{"spec":{"models":[1,2.5,-3e2]}}`} {
-		_, _ = eval(t, "spec.models", doc)
-		_, _ = eval(t, "${spec.models}/${metadata.name}", doc)
-	}
-	got, _ := eval(t, "spec.models", `{"spec":{"models":[1,2.5,-3e2]}}`)
-	if !slices.Equal(got, []string{"1", "2.5", "-3e2"}) {
-		t.Errorf("numbers = %v", got)
 	}
 }
 

@@ -15,15 +15,15 @@ package sync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
+
+	compiled "github.com/iidp/metasync/internal/plan"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -49,7 +49,7 @@ const DefaultStaleAfter = 30 * time.Second
 
 // Engine keeps the indexes of a Plan in sync with a cluster.
 type Engine struct {
-	plan     *mschema.Plan
+	plan     *compiled.Plan
 	log      *slog.Logger
 	store    *indexer.Store
 	watchers []*watcher
@@ -106,12 +106,48 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if plan == nil || cfg == nil {
 		return nil, errors.New("sync.New needs a plan and a rest config")
 	}
+	e, err := newEngine(compiled.Of(plan), opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.AcceptContentTypes = "application/json"
+	cfg.ContentType = "application/json"
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "metasync"
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build HTTP client: %w", err)
+	}
+	for _, w := range e.watchers {
+		r := w.plan
+		rc := rest.CopyConfig(cfg)
+		gv := schema.GroupVersion{Group: r.GVR.Group, Version: r.GVR.Version}
+		rc.GroupVersion = &gv
+		rc.APIPath = "/apis"
+		if gv.Group == "" {
+			rc.APIPath = "/api"
+		}
+		rc.NegotiatedSerializer = &codec{project: w.project}
+		client, err := rest.RESTClientForConfigAndClient(rc, httpClient)
+		if err != nil {
+			return nil, fmt.Errorf("resource %s: %w", r.Name, err)
+		}
+		w.client = client
+	}
+	return e, nil
+}
+
+// newEngine builds an Engine of a compiled plan without a cluster: its
+// watchers have no client until New gives them one.
+func newEngine(plan *compiled.Plan, opts Options) (*Engine, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	var specs []indexer.SourceSpec
-	for _, r := range plan.Resources() {
+	for _, r := range plan.Resources {
 		// Object keys per index key serve typed access, which needs fields.
 		spec := indexer.SourceSpec{Name: r.Name, Objects: len(r.Fields) > 0}
 		for _, ix := range r.Indexes {
@@ -136,39 +172,15 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if e.staleAfter <= 0 {
 		e.staleAfter = DefaultStaleAfter
 	}
-
-	cfg = rest.CopyConfig(cfg)
-	cfg.AcceptContentTypes = "application/json"
-	cfg.ContentType = "application/json"
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "metasync"
-	}
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("build HTTP client: %w", err)
-	}
-	for _, r := range plan.Resources() {
+	for _, r := range plan.Resources {
 		w := newWatcher(r, nil, store, log)
-		rc := rest.CopyConfig(cfg)
-		gv := schema.GroupVersion{Group: r.GVR.Group, Version: r.GVR.Version}
-		rc.GroupVersion = &gv
-		rc.APIPath = "/apis"
-		if gv.Group == "" {
-			rc.APIPath = "/api"
-		}
-		rc.NegotiatedSerializer = &codec{project: w.project}
-		client, err := rest.RESTClientForConfigAndClient(rc, httpClient)
-		if err != nil {
-			return nil, fmt.Errorf("resource %s: %w", r.Name, err)
-		}
-		w.client = client
 		e.watchers = append(e.watchers, w)
 		e.byName[r.Name] = w
 		for _, ix := range r.Indexes {
 			e.byIndex[ix.Name] = w
 		}
 	}
-	for _, ch := range plan.Chains() {
+	for _, ch := range plan.Chains {
 		var steps []indexer.Index
 		for _, name := range ch.Indexes {
 			ix, _ := store.Index(name)
@@ -250,150 +262,4 @@ func (e *Engine) Status() []ResourceStatus {
 		out[i] = w.status(snap, e.staleAfter)
 	}
 	return out
-}
-
-// Plan returns the plan the engine runs.
-func (e *Engine) Plan() *mschema.Plan { return e.plan }
-
-// Store returns the engine's indexes, for callers that want handles
-// (indexer.Index) or consistent snapshots.
-func (e *Engine) Store() *indexer.Store { return e.store }
-
-// Lookup returns the values of key in the named index: distinct, sorted,
-// nil when none. The slice is shared and must not be modified. An unknown
-// index yields nil; HasIndex tells the two apart.
-func (e *Engine) Lookup(index, key string) []string { return e.store.Lookup(index, key) }
-
-// HasIndex reports whether the index is configured.
-func (e *Engine) HasIndex(index string) bool {
-	_, ok := e.byIndex[index]
-	return ok
-}
-
-// HasChain reports whether the chain is configured.
-func (e *Engine) HasChain(chain string) bool {
-	_, ok := e.chains[chain]
-	return ok
-}
-
-// IndexResource returns the name of the resource that feeds an index.
-func (e *Engine) IndexResource(index string) (string, bool) {
-	w, ok := e.byIndex[index]
-	if !ok {
-		return "", false
-	}
-	return w.plan.Name, true
-}
-
-// IndexSynced reports whether the resource that feeds an index has
-// completed a list since the engine started: until then an empty answer
-// means "not known yet", not "no values". An unknown index is not synced.
-func (e *Engine) IndexSynced(index string) bool {
-	w, ok := e.byIndex[index]
-	return ok && w.isSynced()
-}
-
-// ChainSynced reports whether every index of a chain is synced (see
-// IndexSynced).
-func (e *Engine) ChainSynced(chain string) bool {
-	for _, ch := range e.plan.Chains() {
-		if ch.Name != chain {
-			continue
-		}
-		for _, index := range ch.Indexes {
-			if !e.IndexSynced(index) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// Resolve follows the named chain from key, on one consistent snapshot,
-// and returns the distinct values of its last index, sorted; nil when none
-// or the chain is unknown.
-func (e *Engine) Resolve(chain, key string) []string {
-	steps, ok := e.chains[chain]
-	if !ok {
-		return nil
-	}
-	return e.store.Snapshot().Resolve(steps, key)
-}
-
-// Keys returns every key of the named index, sorted. The slice is shared
-// by every caller until the index changes: do not modify it.
-func (e *Engine) Keys(index string) []string {
-	ix, ok := e.store.Index(index)
-	if !ok {
-		return nil
-	}
-	return e.store.Snapshot().Keys(ix)
-}
-
-// Objects decodes, into T, the projected fields (the resource's `fields`)
-// of every object behind key in the named index, ordered by object key. T
-// is a struct with json tags matching the field names.
-func Objects[T any](e *Engine, index, key string) ([]T, error) {
-	w, ok := e.byIndex[index]
-	if !ok {
-		return nil, fmt.Errorf("unknown index %q", index)
-	}
-	if len(w.plan.Fields) == 0 {
-		return nil, fmt.Errorf("resource %s declares no fields", w.plan.Name)
-	}
-	ix, _ := e.store.Index(index)
-	snap := e.store.Snapshot()
-	keys := snap.Objects(ix, key)
-	out := make([]T, 0, len(keys))
-	for _, ok := range keys {
-		p, found := snap.Payload(w.src, ok)
-		if !found {
-			continue
-		}
-		var v T
-		if err := json.Unmarshal([]byte(p.(string)), &v); err != nil {
-			return nil, fmt.Errorf("decode fields of %s: %w", ok, err)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// Object decodes the projected fields of one object of a resource, by
-// object key (namespace/name, or name).
-func Object[T any](e *Engine, resource, objectKey string) (T, bool, error) {
-	var v T
-	w, ok := e.byName[resource]
-	if !ok {
-		return v, false, fmt.Errorf("unknown resource %q", resource)
-	}
-	p, found := e.store.Snapshot().Payload(w.src, objectKey)
-	if !found {
-		return v, false, nil
-	}
-	if err := json.Unmarshal([]byte(p.(string)), &v); err != nil {
-		return v, true, fmt.Errorf("decode fields of %s: %w", objectKey, err)
-	}
-	return v, true, nil
-}
-
-// ChainNames returns the configured chain names, sorted.
-func (e *Engine) ChainNames() []string {
-	names := make([]string, 0, len(e.chains))
-	for n := range e.chains {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// IndexNames returns the configured index names, sorted.
-func (e *Engine) IndexNames() []string {
-	names := make([]string, 0, len(e.byIndex))
-	for n := range e.byIndex {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 
 	"github.com/iidp/metasync/indexer"
+	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/schema"
 )
 
@@ -34,9 +35,10 @@ const trickyList = `{"kind":"AppModelList","apiVersion":"iidp.com/v1","metadata"
  {"metadata":{"name":"noSpec","namespace":"ns"}}
 ]}`
 
-func trickyPlan(t *testing.T) *schema.ResourcePlan {
-	t.Helper()
-	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+// trickyConfig is one resource whose indexes meet every odd shape of
+// trickyList.
+func trickyConfig() *schema.Config {
+	return &schema.Config{Resources: []schema.Resource{{
 		Name: "tricky", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Indexes: []schema.Index{
 			{Name: "models", Key: "spec.models"},
@@ -45,11 +47,12 @@ func trickyPlan(t *testing.T) *schema.ResourcePlan {
 			{Name: "hosts", Key: "spec.routes.#.hosts"},
 			{Name: "ns-model", Key: "${metadata.namespace}/${spec.models}", Value: "spec.version"},
 		},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return plan.Resources()[0]
+	}}}
+}
+
+func trickyPlan(tb testing.TB) *compiled.Resource {
+	tb.Helper()
+	return testEngine(tb, trickyConfig()).plan.Resources[0]
 }
 
 // reference evaluates a plain dotted path (with \. escapes and # for every
@@ -132,7 +135,7 @@ func reference(obj any, path string) (values []string, bad bool) {
 }
 
 // plainIndex builds the indexes of the tricky list the slow, obvious way.
-func plainIndex(t *testing.T, plan *schema.ResourcePlan) map[string]map[string][]string {
+func plainIndex(t *testing.T, plan *compiled.Resource) map[string]map[string][]string {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(trickyList))
 	dec.UseNumber()
@@ -151,7 +154,7 @@ func plainIndex(t *testing.T, plan *schema.ResourcePlan) map[string]map[string][
 			key = ns + "/" + key
 		}
 		for _, ix := range plan.Indexes {
-			evalRule := func(r *schema.Rule) ([]string, bool) {
+			evalRule := func(r *compiled.Rule) ([]string, bool) {
 				if path, ok := r.SinglePath(); ok {
 					return reference(item, path)
 				}
@@ -194,17 +197,14 @@ func plainIndex(t *testing.T, plan *schema.ResourcePlan) map[string]map[string][
 	return out
 }
 
-func fastIndex(t *testing.T, plan *schema.ResourcePlan, r io.Reader) map[string]map[string][]string {
+func fastIndex(t *testing.T, r io.Reader) map[string]map[string][]string {
 	t.Helper()
+	e := testEngine(t, trickyConfig())
+	w, store := e.watchers[0], e.store
 	var names []string
-	for _, ix := range plan.Indexes {
+	for _, ix := range w.plan.Indexes {
 		names = append(names, ix.Name)
 	}
-	store, err := indexer.New(indexer.SourceSpec{Name: plan.Name, Indexes: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWatcher(plan, nil, store, testLog())
 	list, err := streamList(r, w.project)
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +246,7 @@ func TestFastPathEqualsPlainDecode(t *testing.T) {
 		"random":   func() io.Reader { return &randomChunks{data: []byte(trickyList), rng: rand.New(rand.NewPCG(3, 4))} },
 	}
 	for name, r := range readers {
-		got := fastIndex(t, plan, r())
+		got := fastIndex(t, r())
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: fast path\n%v\nplain decode\n%v", name, got, want)
 		}

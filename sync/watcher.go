@@ -23,14 +23,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/iidp/metasync/indexer"
-	"github.com/iidp/metasync/schema"
+	compiled "github.com/iidp/metasync/internal/plan"
 )
 
 // watcher runs the watch of one resource entry and feeds its source in the
 // indexer. It is the reflector's store: the reflector hands it projected
 // objects, never raw ones.
 type watcher struct {
-	plan   *schema.ResourcePlan
+	plan   *compiled.Resource
 	log    *slog.Logger
 	client rest.Interface
 	src    *indexer.Source
@@ -59,7 +59,13 @@ type watcher struct {
 	ruleLog                                                   rate.Sometimes
 }
 
-func newWatcher(plan *schema.ResourcePlan, client rest.Interface, store *indexer.Store, log *slog.Logger) *watcher {
+// The contracts of client-go that a watcher fulfils for its reflector.
+var (
+	_ cache.ReflectorStore           = (*watcher)(nil)
+	_ cache.ListerWatcherWithContext = (*watcher)(nil)
+)
+
+func newWatcher(plan *compiled.Resource, client rest.Interface, store *indexer.Store, log *slog.Logger) *watcher {
 	return &watcher{
 		plan:       plan,
 		log:        log.With("resource", plan.Name),
@@ -108,8 +114,8 @@ func (w *watcher) project(raw string) *object {
 			}
 		}
 		if err != nil {
-			var limit *schema.LimitError
-			if errors.As(err, &limit) || !errors.As(err, new(*schema.ShapeError)) {
+			var limit *compiled.LimitError
+			if errors.As(err, &limit) || !errors.As(err, new(*compiled.ShapeError)) {
 				err = fmt.Errorf("over maxEntriesPerObject (%d entries, %d bytes): %w; the object adds nothing to this index", ix.MaxEntries, ix.MaxBytes, err)
 			}
 			w.ruleError(i, key, err)
@@ -140,9 +146,9 @@ func (w *watcher) project(raw string) *object {
 }
 
 // projectFields builds the compact JSON object of the configured fields.
-// A field whose rule yields more than schema.FieldLimit is left out, and
+// A field whose rule yields more than compiled.FieldLimit is left out, and
 // the last such error returned.
-func projectFields(raw string, fields []schema.FieldRule) (string, error) {
+func projectFields(raw string, fields []compiled.Field) (string, error) {
 	var over error
 	var b strings.Builder
 	b.WriteByte('{')
@@ -159,8 +165,8 @@ func projectFields(raw string, fields []schema.FieldRule) (string, error) {
 			var vals []string
 			// Bounded as an index is: a template of arrays yields every
 			// combination. A field over the bound is left out.
-			err := f.Rule.EvalMax(raw, schema.FieldLimit, func(s string) { vals = append(vals, s) })
-			if errors.As(err, new(*schema.LimitError)) {
+			err := f.Rule.EvalMax(raw, compiled.FieldLimit, func(s string) { vals = append(vals, s) })
+			if errors.As(err, new(*compiled.LimitError)) {
 				over = fmt.Errorf("field %s: %w", f.Name, err)
 			}
 			if err != nil || len(vals) == 0 {

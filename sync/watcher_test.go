@@ -10,24 +10,33 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/iidp/metasync/indexer"
+	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/schema"
 )
 
 func testWatcher(t *testing.T) (*watcher, *indexer.Store) {
 	t.Helper()
-	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+	e := testEngine(t, &schema.Config{Resources: []schema.Resource{{
 		Name: "apps", Version: "v1", Resource: "apps",
 		Fields:  map[string]string{"type": "spec.type", "tag": "v${spec.version}"},
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
 	}}})
+	return e.watchers[0], e.store
+}
+
+// testEngine compiles cfg and builds an engine of it as New does, without
+// a cluster: its watchers have no client.
+func testEngine(tb testing.TB, cfg *schema.Config) *Engine {
+	tb.Helper()
+	plan, err := schema.Compile(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	store, err := indexer.New(indexer.SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
+	e, err := newEngine(compiled.Of(plan), Options{Logger: testLog()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return newWatcher(plan.Resources()[0], nil, store, testLog()), store
+	return e
 }
 
 func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

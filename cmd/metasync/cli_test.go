@@ -14,10 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/rest"
-
-	"github.com/iidp/metasync/indexer"
 	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -46,21 +44,34 @@ func appmodelsPlan(t *testing.T) *schema.Plan {
 func apiServer(t *testing.T, keys []string) *httptest.Server {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := msync.New(appmodelsPlan(t), &rest.Config{Host: "https://127.0.0.1:1"}, msync.Options{Logger: quiet})
+	e, f, err := feed.New(appmodelsPlan(t), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []indexer.Object
+	var objs [][]byte
 	for i, k := range keys {
-		objs = append(objs, indexer.Object{
-			Key:     "ns/app-" + string(rune('a'+i)),
-			Entries: [][]indexer.Entry{{{Key: k, Value: appName(i)}}},
-		})
+		objs = append(objs, appModelJSON(t, appName(i), k))
 	}
-	e.Store().Source("appmodels").Replace(objs)
-	srv := httptest.NewServer(api.New(e, quiet))
+	if err := f.Replace("appmodels", objs...); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// appModelJSON is an AppModel that examples/appmodel's config watches.
+func appModelJSON(t testing.TB, name string, models ...string) []byte {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{
+		"apiVersion": "iidp.com/v1", "kind": "AppModel",
+		"metadata": map[string]any{"name": name, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
+		"spec":     map[string]any{"type": "model", "version": "1", "models": models},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func appName(i int) string { return "app-" + string(rune('a'+i)) }

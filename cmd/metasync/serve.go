@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	compiled "github.com/iidp/metasync/internal/plan"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -157,7 +159,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	go reportProgress(engineCtx, engine, log)
 	log.Info("serving", "address", ln.Addr().String(), "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
-		"resources", len(plan.Resources()), "version", version)
+		"resources", len(compiled.Of(plan).Resources), "version", version)
 
 	select {
 	case sig := <-sigs:

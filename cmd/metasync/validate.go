@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	compiled "github.com/iidp/metasync/internal/plan"
+
 	"github.com/iidp/metasync/schema"
 	"github.com/iidp/metasync/schema/cluster"
 )
@@ -83,14 +85,14 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		return exitError{1}
 	}
 	indexes := 0
-	for _, r := range plan.Resources() {
+	for _, r := range compiled.Of(plan).Resources {
 		indexes += len(r.Indexes)
 	}
 	where := ""
 	if *checkCluster {
 		where = " (checked against the cluster)"
 	}
-	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(plan.Resources()), "resource", "resources"),
-		plural(indexes, "index", "indexes"), plural(len(plan.Chains()), "chain", "chains"), where)
+	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(compiled.Of(plan).Resources), "resource", "resources"),
+		plural(indexes, "index", "indexes"), plural(len(compiled.Of(plan).Chains), "chain", "chains"), where)
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 
 // AppModel is the typed view of the fields that config.yaml projects.
 type AppModel struct {
+	Name    string   `json:"name"`
 	Type    string   `json:"type"`
 	Version string   `json:"version"`
 	Models  []string `json:"models"`
@@ -105,31 +106,44 @@ func run() error {
 		return err
 	}
 
-	// Typed access, per object: Objects[AppModel] answers the fields of
-	// the AppModels behind a model ordered by object key, and Lookup the
-	// app names ordered by name, so the two lists do not line up in
-	// general (apps in several namespaces, or a value other than the
-	// name). Take the object keys behind the model instead, and read each
-	// object's fields by its key.
-	modelToApp, _ := engine.Store().Index("model-to-app")
+	// Typed access: each app that serves the model, with its own fields
+	// and its ready pod IPs.
 	for _, model := range strings.Split(*models, ",") {
-		for _, objectKey := range engine.Store().Snapshot().Objects(modelToApp, model) {
-			app, found, err := msync.Object[AppModel](engine, "appmodels", objectKey)
-			if err != nil {
-				return err
-			}
-			if !found {
-				continue // deleted in the meantime
-			}
-			// The index's value is metadata.name: the name in the object
-			// key (namespace/name), which is also the app's Service.
-			name := objectKey[strings.LastIndex(objectKey, "/")+1:]
-			fmt.Printf("model %s -> app %s (type %s, version %s)\n", model, name, app.Type, app.Version)
-			fmt.Printf("app %s -> %s\n", name, strings.Join(engine.Lookup("service-to-addresses", name), ", "))
+		rs, err := routes(engine, model)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			fmt.Printf("model %s -> app %s (type %s, version %s)\n", model, r.App.Name, r.App.Type, r.App.Version)
+			fmt.Printf("app %s -> %s\n", r.App.Name, strings.Join(r.Addresses, ", "))
 		}
 		fmt.Printf("chain model-to-addresses: %s -> %s\n", model, strings.Join(engine.Resolve("model-to-addresses", model), ", "))
 	}
 	return nil
+}
+
+// Route is where a call for a model can go: an app that serves the model,
+// and the ready pod IPs of the app's Service.
+type Route struct {
+	App       AppModel
+	Addresses []string
+}
+
+// routes answers, for a model, each app that serves it (ordered by
+// namespace/name) with its fields and its addresses. It reads through
+// msync.Reader, so that a unit test can give it a metasynctest.Fake
+// (routes_test.go) where the program gives it the engine.
+func routes(r msync.Reader, model string) ([]Route, error) {
+	apps, err := msync.Objects[AppModel](r, "model-to-app", model)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Route, 0, len(apps))
+	for _, app := range apps {
+		// The app's name is also its Service's name.
+		out = append(out, Route{App: app, Addresses: r.Lookup("service-to-addresses", app.Name)})
+	}
+	return out, nil
 }
 
 func appModel(name, version string, models ...string) *unstructured.Unstructured {

@@ -156,7 +156,7 @@ func run() error {
 	ms.sync = syncDur
 	// Write -> visible for both from the same writes: the apiserver's
 	// noise is the same for both.
-	ix, _ := engine.Store().Index("model-to-app")
+	ix, _ := engine.Index("model-to-app")
 	lat, err := latency(ctx, dyn, "write", *writes, informerSees, func(m string) bool { return len(ix.Lookup(m)) > 0 })
 	if err != nil {
 		return err
@@ -653,7 +653,7 @@ func engineFollower(ctx context.Context, cfg *rest.Config) (follower, error) {
 		stop()
 		return follower{}, err
 	}
-	ix, _ := e.Store().Index("model-to-app")
+	ix, _ := e.Index("model-to-app")
 	return follower{sees: func(m string) bool { return len(ix.Lookup(m)) > 0 }, stop: stop}, nil
 }
 

@@ -79,9 +79,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // SetStopping makes /readyz fail from now on: the process is shutting down.
 func (s *Server) SetStopping() { s.stopping.Store(true) }
 
-// Registry returns the Prometheus registry behind /metrics.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
 // get allows GET and HEAD only, answering 405 with a JSON error otherwise.
 func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -94,26 +91,8 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-type indexInfo struct {
-	Name     string `json:"name"`
-	Resource string `json:"resource"`
-	Keys     int    `json:"keys"`
-	Synced   bool   `json:"synced"`
-}
-
 func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
-	synced := map[string]bool{}
-	for _, st := range s.engine.Status() {
-		synced[st.Name] = st.Synced
-	}
-	snap := s.engine.Store().Snapshot()
-	out := []indexInfo{}
-	for _, name := range s.engine.IndexNames() {
-		res, _ := s.engine.IndexResource(name)
-		ix, _ := s.engine.Store().Index(name)
-		out = append(out, indexInfo{Name: name, Resource: res, Keys: snap.KeyCount(ix), Synced: synced[res]})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"indexes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"indexes": s.engine.Indexes()})
 }
 
 type keysAnswer struct {
@@ -146,7 +125,23 @@ func afterKey(token string) (string, error) {
 // naming those it does.
 func (s *Server) unknownIndex(w http.ResponseWriter, kind, index string) {
 	s.lookups.WithLabelValues(kind, "", "unknown").Inc()
-	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q%s", index, known(s.engine.IndexNames())))
+	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q%s", index, known(indexNames(s.engine.Indexes()))))
+}
+
+func indexNames(infos []msync.IndexInfo) []string {
+	names := make([]string, len(infos))
+	for i, in := range infos {
+		names[i] = in.Name
+	}
+	return names
+}
+
+func chainNames(infos []msync.ChainInfo) []string {
+	names := make([]string, len(infos))
+	for i, in := range infos {
+		names[i] = in.Name
+	}
+	return names
 }
 
 // known lists names for an error message.
@@ -231,7 +226,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	chain, key := r.PathValue("chain"), r.PathValue("key")
 	if !s.engine.HasChain(chain) {
 		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(s.engine.ChainNames())))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
 		return
 	}
 	values := s.engine.Resolve(chain, key)

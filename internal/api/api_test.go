@@ -12,9 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iidp/metasync/internal/feed"
+
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/indexer"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -32,6 +33,31 @@ func offlineServer(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	return New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// fedServer serves an engine without a cluster, synced, holding one
+// AppModel of examples/appmodel's config per entry of apps (name to models).
+func fedServer(t testing.TB, apps map[string][]string) *Server {
+	t.Helper()
+	plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, f, err := feed.New(plan, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, models := range apps {
+		b, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"name": name, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
+			"spec":     map[string]any{"models": models},
+		})
+		if err := f.Apply("appmodels", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return New(e.(*msync.Engine), quiet)
 }
 
 func TestOfflineAnswers(t *testing.T) {
@@ -102,13 +128,8 @@ func FuzzHTTP(f *testing.F) {
 // the empty key included wherever it falls (a page that ended with "" used
 // to drop its continue, and an empty continue means "from the start").
 func TestKeysPagingReachesTheEnd(t *testing.T) {
-	s := offlineServer(t)
 	want := []string{"", "a", "b", "c/d", "é"}
-	var es []indexer.Entry
-	for _, k := range want {
-		es = append(es, indexer.Entry{Key: k, Value: "v"})
-	}
-	s.engine.Store().Source("appmodels").Replace([]indexer.Object{{Key: "ns/x", Entries: [][]indexer.Entry{es}}})
+	s := fedServer(t, map[string][]string{"x": want})
 	for limit := 1; limit <= len(want)+1; limit++ {
 		var got []string
 		next := ""

@@ -66,10 +66,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.ruleErrors, n, st.Name, index)
 		}
 	}
-	snap := c.e.Store().Snapshot()
-	for _, name := range c.e.IndexNames() {
-		ix, _ := c.e.Store().Index(name)
-		res, _ := c.e.IndexResource(name)
-		gauge(c.keys, float64(snap.KeyCount(ix)), name, res)
+	for _, ix := range c.e.Indexes() {
+		gauge(c.keys, float64(ix.Keys), ix.Name, ix.Resource)
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
+	mplan "github.com/iidp/metasync/internal/plan"
+	plist "github.com/iidp/metasync/internal/problems"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -92,7 +94,7 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 	}
 	var p problems
 	var crds []*schema.CRD
-	for i, r := range plan.Resources() {
+	for i, r := range mplan.Of(plan).Resources {
 		at := fmt.Sprintf("resources[%d]", i)
 		gv := r.GVR.GroupVersion().String()
 		list, err := dc.ServerResourcesForGroupVersion(gv)
@@ -164,28 +166,16 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 	pathNotes, pathErr := schema.CheckPaths(plan, crds)
 	notes = append(notes, pathNotes...)
 	for _, e := range schema.Problems(pathErr) {
-		p.err = multierror.Append(p.err, e)
+		p.list.Add(e)
 	}
 	return notes, p.result()
 }
 
 // problems collects schema.FieldErrors, printed one per line.
-type problems struct{ err *multierror.Error }
+type problems struct{ list plist.List }
 
 func (p *problems) add(path, format string, args ...any) {
-	p.err = multierror.Append(p.err, &schema.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	p.list.Add(&schema.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (p *problems) result() error {
-	if p.err == nil {
-		return nil
-	}
-	p.err.ErrorFormat = func(errs []error) string {
-		lines := make([]string, len(errs))
-		for i, err := range errs {
-			lines[i] = err.Error()
-		}
-		return fmt.Sprintf("%d problems with the cluster:\n%s", len(errs), strings.Join(lines, "\n"))
-	}
-	return p.err
-}
+func (p *problems) result() error { return p.list.Err("with the cluster") }

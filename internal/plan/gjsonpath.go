@@ -1,4 +1,4 @@
-package schema
+package plan
 
 import (
 	"errors"
@@ -163,7 +163,7 @@ func checkModifier(p string) (string, error) {
 		return "", errors.New(`"@" without a modifier name`)
 	}
 	if !gjson.ModifierExists(name, nil) {
-		hint := closest(name, knownModifiers)
+		hint := Closest(name, knownModifiers)
 		if hint != "" {
 			hint = " (did you mean @" + hint + "?)"
 		} else {

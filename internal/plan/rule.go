@@ -1,4 +1,4 @@
-package schema
+package plan
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ func (r *Rule) String() string { return r.src }
 // index key or value.
 type ShapeError struct {
 	Path string
-	Kind string // "an object"
+	Kind string // what it is instead: "an object", "an array holding an object", "not valid JSON"
 }
 
 func (e *ShapeError) Error() string {

@@ -1,0 +1,29 @@
+// Package feed drives a sync.Engine without a cluster: objects go in as
+// the apiserver would list and watch them, through the same projection and
+// rules as a watch. Package sync implements it (New is set when sync is
+// initialized); package metasynctest and the module's tests use it.
+package feed
+
+import (
+	"log/slog"
+
+	"github.com/iidp/metasync/schema"
+)
+
+// Feeder writes objects, as JSON, into an engine built by New. An object
+// that its resource entry's namespace or selectors exclude is not seen, as
+// the apiserver would not send it; one that stops matching is removed.
+type Feeder interface {
+	// Apply adds or replaces objects of the named resource entry.
+	Apply(resource string, objects ...[]byte) error
+	// Delete removes objects by object key (namespace/name, or name).
+	Delete(resource string, objectKeys ...string) error
+	// Replace makes the objects the resource's whole content, as a relist
+	// does: what they lack is removed.
+	Replace(resource string, objects ...[]byte) error
+}
+
+// New builds a *sync.Engine (returned as any, since sync imports this
+// package) of plan that never talks to a cluster, every resource synced
+// and empty, and the Feeder that fills it.
+var New func(plan *schema.Plan, log *slog.Logger) (engine any, f Feeder, err error)

@@ -1,0 +1,77 @@
+// Package plan holds the compiled form of a metasync config: the gjson rules
+// and the resource, index and chain entries the engine runs. Package schema
+// builds it (schema.Compile), in one pass with validation, and hands it out
+// only inside a schema.Plan; package sync reads it through Of. Nothing
+// outside the module can name these types, so nothing outside the module
+// can change a plan after it was compiled.
+//
+// Words: a resource entry is one element of the config's resources list
+// (one watch); an index entry is one (index key, index value) pair that an
+// object contributes (see package indexer).
+package plan
+
+import (
+	"time"
+
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DefaultMaxEntries is the default bound of the index entries that one
+// object may contribute to one index, and of what one field's rule may yield.
+const DefaultMaxEntries = 10000
+
+// BytesPerEntry bounds the bytes of an object's entries in one index: on
+// average this much per entry of the entry bound.
+const BytesPerEntry = 128
+
+// Plan is a compiled, valid config.
+type Plan struct {
+	Resources []*Resource // in config order
+	Chains    []*Chain    // in config order
+}
+
+// Resource is one compiled resource entry.
+type Resource struct {
+	Name          string
+	GVR           k8sschema.GroupVersionResource
+	Namespace     string
+	LabelSelector string // canonical form, "" for everything
+	FieldSelector string // canonical form, "" for everything
+	Resync        time.Duration
+	Fields        []Field // sorted by name
+	Indexes       []Index
+}
+
+// Field is one projected field.
+type Field struct {
+	Name string
+	Rule *Rule
+}
+
+// Index is one compiled index.
+type Index struct {
+	Name  string
+	Key   *Rule
+	Value *Rule // nil: the object key
+	// MaxEntries and MaxBytes bound the entries one object contributes
+	// and their size; always positive.
+	MaxEntries, MaxBytes int
+}
+
+// Limit returns the bound of one rule of the index on one object.
+func (ix *Index) Limit() Limit { return Limit{Values: ix.MaxEntries, Bytes: ix.MaxBytes} }
+
+// FieldLimit bounds what a field's rule may yield on one object, as the
+// default entry bound bounds an index.
+var FieldLimit = Limit{Values: DefaultMaxEntries, Bytes: DefaultMaxEntries * BytesPerEntry}
+
+// Chain is one compiled chain: the names of its indexes, in order.
+type Chain struct {
+	Name    string
+	Indexes []string
+}
+
+// Of returns the compiled form of a *schema.Plan (passed as any, since
+// schema imports this package). Package schema sets it when it is
+// initialized, before any package that imports schema can call it.
+var Of func(schemaPlan any) *Plan

@@ -1,0 +1,138 @@
+// Package metasynctest is a test double of metasync for unit tests of code
+// that reads it: a Fake satisfies sync.Reader, as the engine does, and holds
+// the objects a test gives it, as YAML or JSON, without a cluster.
+//
+// A Fake runs the same compiled config as the engine: each object goes
+// through the same projection, the same gjson rules and the same indexes as
+// an object that a watch delivers, and the resource entry's namespace,
+// label selector and field selector decide whether it is seen, as the
+// apiserver would. So a config mistake shows up in a unit test too.
+//
+//	plan, _ := schema.LoadPlan("config.yaml", schema.LoadOptions{})
+//	fake, _ := metasynctest.New(plan)
+//	_ = fake.Apply("appmodels", `
+//	apiVersion: iidp.com/v1
+//	kind: AppModel
+//	metadata: {name: base, namespace: meta-test, labels: {iidp: iidp}}
+//	spec: {models: [model1]}
+//	`)
+//	fake.Lookup("model-to-app", "model1") // [base]
+//
+// Every resource is synced from the start, with no objects. Objects may be
+// applied, changed and deleted while the code under test reads: a Fake is
+// safe for concurrent use, and readers see each Apply, Delete or Replace
+// as a whole.
+package metasynctest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// Fake is a sync.Reader over objects given by a test.
+type Fake struct {
+	msync.Reader
+	feed feed.Feeder
+}
+
+var _ msync.Reader = (*Fake)(nil)
+
+// New builds a Fake of a compiled config, with no objects.
+func New(plan *schema.Plan) (*Fake, error) {
+	if plan == nil {
+		return nil, errors.New("metasynctest.New: nil plan")
+	}
+	e, f, err := feed.New(plan, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	return &Fake{Reader: e.(*msync.Engine), feed: f}, nil
+}
+
+// Load builds a Fake of the config file at path (see schema.LoadPlan).
+func Load(path string) (*Fake, error) {
+	plan, err := schema.LoadPlan(path, schema.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return New(plan)
+}
+
+// Apply adds or replaces objects of the named resource entry, given as YAML
+// or JSON: one or more documents separated by "---", and a document of
+// kind *List stands for its items. An object is identified by its
+// metadata.namespace and metadata.name; one that the entry's namespace or
+// selectors exclude is not seen (and removed if it was).
+func (f *Fake) Apply(resource, manifests string) error {
+	objs, err := documents(manifests)
+	if err != nil {
+		return fmt.Errorf("%s: %w", resource, err)
+	}
+	return f.feed.Apply(resource, objs...)
+}
+
+// Delete removes objects of the named resource entry by object key:
+// namespace/name, or name for a cluster-scoped object. A key that is not
+// there is no error.
+func (f *Fake) Delete(resource string, objectKeys ...string) error {
+	return f.feed.Delete(resource, objectKeys...)
+}
+
+// Replace makes the given objects the whole content of the named resource
+// entry, as a relist after a broken watch does: every object they lack is
+// removed, in the same step.
+func (f *Fake) Replace(resource, manifests string) error {
+	objs, err := documents(manifests)
+	if err != nil {
+		return fmt.Errorf("%s: %w", resource, err)
+	}
+	return f.feed.Replace(resource, objs...)
+}
+
+// documents splits YAML or JSON manifests into JSON objects.
+func documents(manifests string) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifests)))
+	var out [][]byte
+	for n := 1; ; n++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+		if string(js) == "null" {
+			continue // only comments
+		}
+		if !gjson.ParseBytes(js).IsObject() {
+			return nil, fmt.Errorf("document %d: not an object", n)
+		}
+		if strings.HasSuffix(gjson.GetBytes(js, "kind").Str, "List") && gjson.GetBytes(js, "items").IsArray() {
+			for _, it := range gjson.GetBytes(js, "items").Array() {
+				out = append(out, []byte(it.Raw))
+			}
+			continue
+		}
+		out = append(out, js)
+	}
+}

@@ -1,0 +1,152 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/iidp/metasync/indexer"
+	"github.com/iidp/metasync/internal/feed"
+	compiled "github.com/iidp/metasync/internal/plan"
+	mschema "github.com/iidp/metasync/schema"
+)
+
+func init() {
+	feed.New = func(plan *mschema.Plan, log *slog.Logger) (any, feed.Feeder, error) {
+		if plan == nil {
+			return nil, nil, errors.New("no plan")
+		}
+		e, err := newEngine(compiled.Of(plan), Options{Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, w := range e.watchers {
+			if err := w.Replace(nil, ""); err != nil {
+				return nil, nil, err
+			}
+		}
+		return e, offline{e}, nil
+	}
+}
+
+// offline feeds an engine that has no cluster (see package feed).
+type offline struct{ e *Engine }
+
+func (f offline) watcher(resource string) (*watcher, error) {
+	w, ok := f.e.byName[resource]
+	if !ok {
+		names := make([]string, 0, len(f.e.watchers))
+		for _, w := range f.e.watchers {
+			names = append(names, w.plan.Name)
+		}
+		return nil, fmt.Errorf("unknown resource %q (known: %s)", resource, strings.Join(names, ", "))
+	}
+	return w, nil
+}
+
+// project checks one object as the apiserver would and projects it; nil
+// when the resource's namespace or selectors exclude it.
+func (f offline) project(w *watcher, raw []byte) (o *object, key string, err error) {
+	if !gjson.ValidBytes(raw) || !gjson.ParseBytes(raw).IsObject() {
+		return nil, "", errors.New("not a JSON object")
+	}
+	meta := gjson.GetManyBytes(raw, "metadata.name", "metadata.namespace", "metadata.labels")
+	if meta[0].Type != gjson.String || meta[0].Str == "" {
+		return nil, "", errors.New("metadata.name: required")
+	}
+	key = meta[0].Str
+	if meta[1].Str != "" {
+		key = meta[1].Str + "/" + key
+	}
+	if !f.matches(w.plan, raw, meta[1].Str, meta[2]) {
+		return nil, key, nil
+	}
+	return w.project(string(raw)), key, nil
+}
+
+// matches reports whether the apiserver would send the object to a watch
+// of r: its namespace, label selector and field selector (whose fields are
+// read as paths into the object).
+func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls gjson.Result) bool {
+	if r.Namespace != "" && namespace != r.Namespace {
+		return false
+	}
+	if r.LabelSelector != "" {
+		sel, _ := labels.Parse(r.LabelSelector) // canonical: it parses
+		set := labels.Set{}
+		lbls.ForEach(func(k, v gjson.Result) bool { set[k.String()] = v.String(); return true })
+		if !sel.Matches(set) {
+			return false
+		}
+	}
+	if r.FieldSelector != "" {
+		sel, _ := fields.ParseSelector(r.FieldSelector)
+		set := fields.Set{}
+		for _, req := range sel.Requirements() {
+			set[req.Field] = gjson.GetBytes(raw, req.Field).String()
+		}
+		if !sel.Matches(set) {
+			return false
+		}
+	}
+	return true
+}
+
+func (f offline) Apply(resource string, objects ...[]byte) error {
+	w, err := f.watcher(resource)
+	if err != nil {
+		return err
+	}
+	for i, raw := range objects {
+		o, key, err := f.project(w, raw)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: object %d: %w", resource, i, err)
+		case o == nil: // excluded: gone from the watch, if it was in it
+			if err := w.Delete(&object{ix: indexer.Object{Key: key}}); err != nil {
+				return err
+			}
+		default:
+			if err := w.Add(o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f offline) Delete(resource string, objectKeys ...string) error {
+	w, err := f.watcher(resource)
+	if err != nil {
+		return err
+	}
+	for _, key := range objectKeys {
+		if err := w.Delete(&object{ix: indexer.Object{Key: key}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f offline) Replace(resource string, objects ...[]byte) error {
+	w, err := f.watcher(resource)
+	if err != nil {
+		return err
+	}
+	list := make([]any, 0, len(objects))
+	for i, raw := range objects {
+		o, _, err := f.project(w, raw)
+		if err != nil {
+			return fmt.Errorf("%s: object %d: %w", resource, i, err)
+		}
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	return w.Replace(list, "")
+}

@@ -1,0 +1,247 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/iidp/metasync/indexer"
+)
+
+// Reader is what reads metasync: lookups, chains, keys, and the projected
+// fields of objects. *Engine satisfies it, and so does the test double of
+// package metasynctest, built from a config and objects without a cluster:
+// write code against Reader to unit-test it.
+//
+// Every method may be called from any number of goroutines. A returned
+// slice is shared and must not be modified. Each call reads one consistent
+// state of the indexes; two calls may read two states.
+type Reader interface {
+	// Lookup returns the values of key in the named index: distinct,
+	// sorted, nil when none or when the index is unknown.
+	Lookup(index, key string) []string
+	// Resolve follows the named chain from key on one state of the
+	// indexes, and returns the values of its last index, distinct and
+	// sorted; nil when none or when the chain is unknown.
+	Resolve(chain, key string) []string
+	// Keys returns every key of the named index, sorted; nil when the
+	// index is unknown.
+	Keys(index string) []string
+	// Indexes describes every index, sorted by name.
+	Indexes() []IndexInfo
+	// Chains describes every chain, sorted by name.
+	Chains() []ChainInfo
+	// IndexFields returns the projected fields of the objects behind key
+	// in the named index, ordered by object key. It fails when the index
+	// is unknown or its resource declares no fields.
+	IndexFields(index, key string) ([]ObjectFields, error)
+	// ResourceFields returns the projected fields of the named objects of
+	// a resource (of all its objects when none is named), ordered by
+	// object key; an object that does not exist is left out. It fails when
+	// the resource is unknown or declares no fields.
+	ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error)
+}
+
+var _ Reader = (*Engine)(nil)
+
+// IndexInfo describes one index.
+type IndexInfo struct {
+	Name     string `json:"name"`
+	Resource string `json:"resource"` // the resource entry that feeds it
+	Keys     int    `json:"keys"`
+	// Synced: the resource has completed a list, so that an empty answer
+	// means "no values", not "not known yet".
+	Synced bool `json:"synced"`
+}
+
+// ChainInfo describes one chain.
+type ChainInfo struct {
+	Name    string   `json:"name"`
+	Indexes []string `json:"indexes"`
+	Synced  bool     `json:"synced"` // every index of the chain is synced
+}
+
+// ObjectFields is one object's projected fields (its resource's `fields`).
+type ObjectFields struct {
+	Key  string // object key: namespace/name, or name when cluster-scoped
+	JSON string // a JSON object, field name to value; a missing value is left out
+}
+
+// Lookup returns the values of key in the named index: distinct, sorted,
+// nil when none. The slice is shared and must not be modified. An unknown
+// index yields nil; HasIndex tells the two apart. It allocates nothing.
+func (e *Engine) Lookup(index, key string) []string { return e.store.Lookup(index, key) }
+
+// Index returns a handle on the named index, for callers that look up one
+// index often: a handle's Lookup skips finding the index by name. The
+// handle reads only; it stays valid for the engine's life.
+func (e *Engine) Index(name string) (indexer.Index, bool) { return e.store.Index(name) }
+
+// HasIndex reports whether the index is configured.
+func (e *Engine) HasIndex(index string) bool {
+	_, ok := e.byIndex[index]
+	return ok
+}
+
+// HasChain reports whether the chain is configured.
+func (e *Engine) HasChain(chain string) bool {
+	_, ok := e.chains[chain]
+	return ok
+}
+
+// IndexSynced reports whether the resource that feeds an index has
+// completed a list since the engine started: until then an empty answer
+// means "not known yet", not "no values". An unknown index is not synced.
+func (e *Engine) IndexSynced(index string) bool {
+	w, ok := e.byIndex[index]
+	return ok && w.isSynced()
+}
+
+// ChainSynced reports whether every index of a chain is synced (see
+// IndexSynced); an unknown chain is not.
+func (e *Engine) ChainSynced(chain string) bool {
+	for _, ch := range e.plan.Chains {
+		if ch.Name != chain {
+			continue
+		}
+		for _, index := range ch.Indexes {
+			if !e.IndexSynced(index) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Resolve follows the named chain from key, on one consistent snapshot,
+// and returns the distinct values of its last index, sorted; nil when none
+// or the chain is unknown. The slice is the caller's.
+func (e *Engine) Resolve(chain, key string) []string {
+	steps, ok := e.chains[chain]
+	if !ok {
+		return nil
+	}
+	return e.store.Snapshot().Resolve(steps, key)
+}
+
+// Keys returns every key of the named index, sorted. The slice is shared
+// by every caller until the index changes: do not modify it.
+func (e *Engine) Keys(index string) []string {
+	ix, ok := e.store.Index(index)
+	if !ok {
+		return nil
+	}
+	return e.store.Snapshot().Keys(ix)
+}
+
+// Indexes describes every index, sorted by name, on one snapshot.
+func (e *Engine) Indexes() []IndexInfo {
+	snap := e.store.Snapshot()
+	out := make([]IndexInfo, 0, len(e.byIndex))
+	for name, w := range e.byIndex {
+		ix, _ := e.store.Index(name)
+		out = append(out, IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.isSynced()})
+	}
+	slices.SortFunc(out, func(a, b IndexInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Chains describes every chain, sorted by name.
+func (e *Engine) Chains() []ChainInfo {
+	out := make([]ChainInfo, 0, len(e.plan.Chains))
+	for _, ch := range e.plan.Chains {
+		out = append(out, ChainInfo{Name: ch.Name, Indexes: slices.Clone(ch.Indexes), Synced: e.ChainSynced(ch.Name)})
+	}
+	slices.SortFunc(out, func(a, b ChainInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// IndexFields returns the projected fields of the objects behind key in
+// the named index, ordered by object key, on one snapshot.
+func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
+	w, ok := e.byIndex[index]
+	if !ok {
+		return nil, fmt.Errorf("unknown index %q", index)
+	}
+	if len(w.plan.Fields) == 0 {
+		return nil, fmt.Errorf("resource %s of index %s declares no fields", w.plan.Name, index)
+	}
+	ix, _ := e.store.Index(index)
+	snap := e.store.Snapshot()
+	keys := snap.Objects(ix, key)
+	out := make([]ObjectFields, 0, len(keys))
+	for _, k := range keys {
+		if p, found := snap.Payload(w.src, k); found {
+			out = append(out, ObjectFields{Key: k, JSON: p.(string)})
+		}
+	}
+	return out, nil
+}
+
+// ResourceFields returns the projected fields of the named objects of a
+// resource, or of all of them when none is named, ordered by object key,
+// on one snapshot.
+func (e *Engine) ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error) {
+	w, ok := e.byName[resource]
+	if !ok {
+		return nil, fmt.Errorf("unknown resource %q", resource)
+	}
+	if len(w.plan.Fields) == 0 {
+		return nil, fmt.Errorf("resource %s declares no fields", resource)
+	}
+	snap := e.store.Snapshot()
+	var out []ObjectFields
+	if len(objectKeys) == 0 {
+		out = make([]ObjectFields, 0, snap.ObjectCount(w.src))
+		snap.Payloads(w.src, func(k string, p any) { out = append(out, ObjectFields{Key: k, JSON: p.(string)}) })
+	} else {
+		for _, k := range objectKeys {
+			if p, found := snap.Payload(w.src, k); found {
+				out = append(out, ObjectFields{Key: k, JSON: p.(string)})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key }), nil
+}
+
+// decode unmarshals each object's fields into a T.
+func decode[T any](objs []ObjectFields, err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(objs))
+	for i, o := range objs {
+		if err := json.Unmarshal([]byte(o.JSON), &out[i]); err != nil {
+			return nil, fmt.Errorf("decode fields of %s: %w", o.Key, err)
+		}
+	}
+	return out, nil
+}
+
+// Objects decodes into T the projected fields of every object behind key
+// in the named index, ordered by object key. T is a struct whose json tags
+// name the fields (a field `name: metadata.name` gives each its name).
+func Objects[T any](r Reader, index, key string) ([]T, error) {
+	return decode[T](r.IndexFields(index, key))
+}
+
+// Object decodes into T the projected fields of one object of a resource,
+// by object key (namespace/name, or name); found is false when there is no
+// such object.
+func Object[T any](r Reader, resource, objectKey string) (v T, found bool, err error) {
+	objs, err := decode[T](r.ResourceFields(resource, objectKey))
+	if err != nil || len(objs) == 0 {
+		return v, false, err
+	}
+	return objs[0], true, nil
+}
+
+// List decodes into T the projected fields of every object of a resource,
+// ordered by object key.
+func List[T any](r Reader, resource string) ([]T, error) {
+	return decode[T](r.ResourceFields(resource))
+}
