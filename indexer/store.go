@@ -70,10 +70,11 @@ type Store struct {
 	// for a single lookup than going through the snapshot.
 	heads []*atomic.Pointer[indexSnap]
 
-	mu      sync.Mutex // serializes writers
-	sources []*Source
-	byName  map[string]int // index name -> index id
-	srcName map[string]int // source name -> source id
+	mu       sync.Mutex // serializes writers
+	onCommit func(prev, next *Snapshot, changes []Change)
+	sources  []*Source
+	byName   map[string]int // index name -> index id
+	srcName  map[string]int // source name -> source id
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -170,6 +171,7 @@ type sourceSnap struct {
 // Reads of one Snapshot are mutually consistent, which makes it the right
 // tool for a chain of lookups.
 type Snapshot struct {
+	seq     uint64 // commits before this one, since New
 	s       *Store
 	indexes []*indexSnap
 	sources []*sourceSnap
@@ -222,7 +224,28 @@ func (s *Store) Index(name string) (Index, bool) {
 	if !ok {
 		return Index{}, false
 	}
-	return Index{s: s, id: id, head: s.heads[id], seed: s.seed}, true
+	return s.handle(id), true
+}
+
+func (s *Store) handle(id int) Index {
+	return Index{s: s, id: id, head: s.heads[id], seed: s.seed}
+}
+
+// Change names the index keys whose values one commit changed in one index.
+type Change struct {
+	Index Index
+	Keys  []string // distinct, in no order; shared with the store: do not modify
+}
+
+// OnCommit sets f, which every commit that changes the values of some
+// index key calls once it has published next (prev is the snapshot that
+// next replaced), with the keys that changed, per index. f runs under the
+// writer lock, in commit order: it must be quick, must not block, and must
+// not write to the store. Set it before the first write.
+func (s *Store) OnCommit(f func(prev, next *Snapshot, changes []Change)) {
+	s.mu.Lock()
+	s.onCommit = f
+	s.mu.Unlock()
 }
 
 // Source returns the writer handle of the named source, or nil.
@@ -237,14 +260,23 @@ func (s *Store) Source(name string) *Source {
 // publish makes next the current snapshot. A reader of one index may see
 // it before or after the snapshot as a whole; either is a state that a
 // commit produced.
-func (s *Store) publish(next *Snapshot) {
+func (s *Store) publish(next *Snapshot, changes []Change) {
+	prev := s.current.Load()
+	next.seq = prev.seq + 1
 	s.current.Store(next)
 	for id, is := range next.indexes {
 		if s.heads[id].Load() != is {
 			s.heads[id].Store(is)
 		}
 	}
+	if s.onCommit != nil && len(changes) > 0 {
+		s.onCommit(prev, next, changes)
+	}
 }
+
+// Seq numbers the snapshot: each commit publishes a snapshot one higher
+// than the one it replaces.
+func (snap *Snapshot) Seq() uint64 { return snap.seq }
 
 // Snapshot returns the current snapshot. It never blocks.
 func (s *Store) Snapshot() *Snapshot { return s.current.Load() }

@@ -384,6 +384,7 @@ func (t *Txn) Commit() {
 	next := &Snapshot{s: s, indexes: old.indexes, sources: old.sources}
 	changed := false
 	var in interner
+	var changes []Change
 	for i, m := range t.work {
 		if len(m) == 0 {
 			continue
@@ -397,10 +398,14 @@ func (t *Txn) Commit() {
 		is.sorted = &sortedKeys{}
 		values := make([]change, 0, len(m))
 		var objects []change
+		var keys []string
 		for key, w := range m {
 			h := s.hash(key)
 			if len(w.addV) > 0 || len(w.remV) > 0 {
 				values = append(values, change{hash: h, key: key, values: apply(w.values, w.addV, w.remV, &in)})
+				if s.onCommit != nil {
+					keys = append(keys, key)
+				}
 			}
 			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
 				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO, &in)})
@@ -425,6 +430,9 @@ func (t *Txn) Commit() {
 			}
 		}
 		next.indexes[id] = &is
+		if len(keys) > 0 {
+			changes = append(changes, Change{Index: s.handle(id), Keys: keys})
+		}
 	}
 	if len(t.payloads) > 0 || t.count != 0 {
 		next.sources = slices.Clone(old.sources)
@@ -461,7 +469,7 @@ func (t *Txn) Commit() {
 		}
 		next.sources[t.src.id] = &ss
 	}
-	s.publish(next)
+	s.publish(next, changes)
 }
 
 // Replace sets the source's objects to exactly objs: objects that objs lacks
@@ -543,6 +551,7 @@ func (src *Source) rebuild(objs []Object) {
 
 	old := s.current.Load()
 	next := &Snapshot{s: s, indexes: slices.Clone(old.indexes), sources: slices.Clone(old.sources)}
+	var published []Change
 	// Decode every object once; count entries per index to size the maps.
 	type decoded struct {
 		key     string
@@ -623,6 +632,13 @@ func (src *Source) rebuild(objs []Object) {
 		src.dups[i] = dups
 		src.dupsPeak[i] = len(dups)
 		next.indexes[id] = is
+		if s.onCommit != nil && len(owned) > 0 {
+			keys := make([]string, 0, len(owned))
+			for _, k := range owned {
+				keys = append(keys, k)
+			}
+			published = append(published, Change{Index: s.handle(id), Keys: keys})
+		}
 	}
 	ss := &sourceSnap{objects: len(objects)}
 	for key, p := range payloads {
@@ -638,5 +654,5 @@ func (src *Source) rebuild(objs []Object) {
 	}
 	src.objects = objects
 	src.objectsPeak = len(objects)
-	s.publish(next)
+	s.publish(next, published)
 }

@@ -57,6 +57,8 @@ type Engine struct {
 	byIndex  map[string]*watcher // index name
 	chains   map[string][]indexer.Index
 	started  atomic.Bool
+	hub      *hub   // routes commits to subscriptions
+	epoch    string // names this engine's run in subscription versions
 
 	staleAfter time.Duration
 }
@@ -172,6 +174,7 @@ func newEngine(plan *compiled.Plan, opts Options) (*Engine, error) {
 	if e.staleAfter <= 0 {
 		e.staleAfter = DefaultStaleAfter
 	}
+	e.hub, e.epoch = newHub(store), newEpoch()
 	for _, r := range plan.Resources {
 		w := newWatcher(r, nil, store, log)
 		e.watchers = append(e.watchers, w)

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -42,6 +43,9 @@ type Reader interface {
 	// object key; an object that does not exist is left out. It fails when
 	// the resource is unknown or declares no fields.
 	ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error)
+	// Subscribe follows a key, a chain key or a whole index as it changes
+	// (see Engine.Subscribe).
+	Subscribe(ctx context.Context, t Target) (*Subscription, error)
 }
 
 var _ Reader = (*Engine)(nil)

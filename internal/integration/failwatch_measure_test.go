@@ -1,11 +1,11 @@
-package sync_test
+package integration_test
 
 // A measurement, not a test (it skips unless METASYNC_MEASURE is set): how
 // many LISTs and WATCHes does one resource whose watch always fails send in
 // a window, and does Ready turn false after StaleAfter? RELIABILITY.md
 // ("Failing watches") has its numbers and the commands.
 //
-//	METASYNC_MEASURE=1 go test -count=1 -run TestMeasureFailingWatch -v ./sync/
+//	METASYNC_MEASURE=1 go test -count=1 -run TestMeasureFailingWatch -v ./internal/integration/
 
 import (
 	"context"

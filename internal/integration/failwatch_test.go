@@ -1,4 +1,4 @@
-package sync_test
+package integration_test
 
 import (
 	"context"

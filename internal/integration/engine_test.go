@@ -1,4 +1,10 @@
-package sync_test
+// Package integration_test holds the tests of package sync that need a real
+// control plane (envtest, through internal/testenv). They live here, not in
+// sync/, so that a library user's go mod tidy, which loads the tests of the
+// packages it imports, does not pull envtest's modules (controller-runtime,
+// etcd, prometheus, grpc, zap) into the user's go.sum. They use only sync's
+// exported API.
+package integration_test
 
 import (
 	"context"

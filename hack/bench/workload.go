@@ -1,0 +1,105 @@
+// The workload: the AppModels the bench writes to the control plane, and the
+// raw LIST of them that the initial syncs are measured against.
+
+package main
+
+import (
+	"context"
+	"fmt"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// model is the name of AppModel i's j-th model: the key that both the
+// informer's index and metasync's model-to-app index are looked up by.
+func model(i, j int) string { return fmt.Sprintf("model-%06d-%d", i, j) }
+
+// appModel is AppModel app-<i>, labelled iidp=iidp, with its three models
+// and any extra ones.
+func appModel(i int, extra ...string) *unstructured.Unstructured {
+	models := []any{model(i, 0), model(i, 1), model(i, 2)}
+	for _, e := range extra {
+		models = append(models, e)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iidp.com/v1", "kind": "AppModel",
+		"metadata": map[string]any{"name": fmt.Sprintf("app-%06d", i), "labels": map[string]any{"iidp": "iidp"}},
+		"spec":     map[string]any{"type": "model", "version": "1.7", "models": models},
+	}}
+}
+
+// applyApp server-side applies appModel(i, extra...), forced, as the field
+// manager appmodels-manager.
+func applyApp(ctx context.Context, dyn dynamic.Interface, i int, extra ...string) error {
+	_, err := dyn.Resource(gvr).Namespace(ns).Apply(ctx, fmt.Sprintf("app-%06d", i), appModel(i, extra...),
+		metav1.ApplyOptions{FieldManager: "appmodels-manager", Force: true})
+	return err
+}
+
+// populate creates the -n AppModels with -workers parallel writers and
+// returns the first error, if any.
+func populate(ctx context.Context, dyn dynamic.Interface) error {
+	var next atomic.Int64
+	var wg gosync.WaitGroup
+	errs := make(chan error, *workers)
+	for range *workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *n {
+					return
+				}
+				if err := applyApp(ctx, dyn, i); err != nil {
+					errs <- err
+					return
+				}
+				if i > 0 && i%10000 == 0 {
+					logf("  %d created", i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// rawList times the bytes of the LIST that metasync's first list sends
+// (label selector, current state, one response), median of runs.
+func rawList(ctx context.Context, cfg *rest.Config, runs int) (time.Duration, int, error) {
+	c, err := rest.RESTClientFor(restCfgFor(cfg))
+	if err != nil {
+		return 0, 0, err
+	}
+	var durs []time.Duration
+	size := 0
+	for range runs {
+		start := time.Now()
+		body, err := c.Get().AbsPath("/apis/iidp.com/v1/namespaces", ns, "appmodels").
+			Param("labelSelector", "iidp=iidp").Do(ctx).Raw()
+		if err != nil {
+			return 0, 0, err
+		}
+		durs = append(durs, time.Since(start))
+		size = len(body)
+	}
+	return median(durs), size, nil
+}
+
+// restCfgFor is cfg for a REST client of iidp.com/v1 that asks for JSON.
+func restCfgFor(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &schema.GroupVersion{Group: "iidp.com", Version: "v1"}
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
+	c.AcceptContentTypes = "application/json"
+	return c
+}

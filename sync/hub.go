@@ -1,0 +1,273 @@
+package sync
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+
+	"github.com/iidp/metasync/indexer"
+)
+
+// journalSize bounds the changes an index remembers for resuming its
+// index subscriptions: a subscriber that fell further behind, or asks for
+// a version older than the first index subscription of its index, gets a
+// reset.
+const journalSize = 16384
+
+// hub routes the store's commits to the subscriptions they affect. The
+// store calls commit under its writer lock, in commit order; hub.mu is
+// taken before a Subscription's mu, never after.
+type hub struct {
+	mu      gosync.Mutex
+	latest  *indexer.Snapshot // of the last commit that changed values
+	indexes map[indexer.Index]*indexSubs
+
+	opened    atomic.Int64 // open subscriptions
+	coalesced atomic.Int64 // changes folded into one not yet taken
+	resets    atomic.Int64 // resumes that could not resume
+}
+
+// indexSubs are the subscriptions of one index.
+type indexSubs struct {
+	keys    map[string]map[*Subscription]struct{} // key and chain subscriptions, by key
+	all     map[*Subscription]struct{}            // index subscriptions
+	journal *journal                              // from the first index subscription on
+}
+
+// journal remembers, for the last journalSize changed keys of an index,
+// their values before the change, to resume index subscriptions.
+type journal struct {
+	entries []journalEntry // a ring
+	next    int            // where the next entry goes
+	full    bool
+	floor   uint64 // changes after this seq are all remembered
+}
+
+type journalEntry struct {
+	seq  uint64
+	key  string
+	prev []string
+}
+
+func newHub(store *indexer.Store) *hub {
+	h := &hub{latest: store.Snapshot(), indexes: map[indexer.Index]*indexSubs{}}
+	store.OnCommit(h.commit)
+	return h
+}
+
+func (h *hub) subsOf(ix indexer.Index) *indexSubs {
+	is := h.indexes[ix]
+	if is == nil {
+		is = &indexSubs{keys: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}}
+		h.indexes[ix] = is
+	}
+	return is
+}
+
+// commit is the store's OnCommit hook: it marks the subscriptions of every
+// changed key, and of every changed index, and journals the changes.
+func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.latest = next
+	for _, c := range changes {
+		is := h.indexes[c.Index]
+		if is == nil {
+			continue
+		}
+		if j := is.journal; j != nil {
+			for _, k := range c.Keys {
+				j.add(journalEntry{seq: next.Seq(), key: k, prev: prev.Lookup(c.Index, k)})
+			}
+		}
+		for s := range is.all {
+			s.markKeys(c.Keys, next)
+		}
+		if len(is.keys) == 0 {
+			continue
+		}
+		for _, k := range c.Keys {
+			for s := range is.keys[k] {
+				s.mark()
+			}
+		}
+	}
+}
+
+func (j *journal) add(e journalEntry) {
+	if j.full {
+		j.floor = max(j.floor, j.entries[j.next].seq)
+	}
+	j.entries[j.next] = e
+	j.next++
+	if j.next == len(j.entries) {
+		j.next, j.full = 0, true
+	}
+}
+
+// changedSince returns the keys whose value at seq differs from their
+// value in snap, which the journal is complete up to; ok is false when the
+// journal does not reach back to seq.
+func (j *journal) changedSince(seq uint64, ix indexer.Index, snap *indexer.Snapshot) (keys []string, ok bool) {
+	if seq < j.floor || seq > snap.Seq() {
+		return nil, false
+	}
+	n := j.next
+	start := 0
+	if j.full {
+		n, start = len(j.entries), j.next
+	}
+	first := map[string][]string{} // key -> its value at seq: before its first change after seq
+	for i := range n {
+		e := &j.entries[(start+i)%len(j.entries)]
+		if e.seq <= seq {
+			continue
+		}
+		if _, seen := first[e.key]; !seen {
+			first[e.key] = e.prev
+		}
+	}
+	for k, was := range first {
+		if !slices.Equal(was, snap.Lookup(ix, k)) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, true
+}
+
+func (h *hub) registerKey(s *Subscription, ix indexer.Index, key string) {
+	h.registerPath(s, map[indexer.Index]map[string]struct{}{ix: {key: {}}})
+}
+
+// registerPath makes s's registered keys exactly path.
+func (h *hub) registerPath(s *Subscription, path map[indexer.Index]map[string]struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-s.done:
+		return // closed: stay out
+	default:
+	}
+	for ix, keys := range s.path {
+		for k := range keys {
+			if _, keep := path[ix][k]; !keep {
+				h.dropKey(s, ix, k)
+			}
+		}
+	}
+	for ix, keys := range path {
+		is := h.subsOf(ix)
+		for k := range keys {
+			subs := is.keys[k]
+			if subs == nil {
+				subs = map[*Subscription]struct{}{}
+				is.keys[k] = subs
+			}
+			subs[s] = struct{}{}
+		}
+	}
+	s.path = path
+}
+
+func (h *hub) dropKey(s *Subscription, ix indexer.Index, key string) {
+	is := h.indexes[ix]
+	if is == nil {
+		return
+	}
+	delete(is.keys[key], s)
+	if len(is.keys[key]) == 0 {
+		delete(is.keys, key)
+	}
+}
+
+// registerIndex adds an index subscription and returns the snapshot its
+// initial state is read from: the one of the last commit that the hub has
+// seen, so that every later change reaches s. For a resume, it returns the
+// keys that changed since the version resume, and ok when it can resume.
+func (h *hub) registerIndex(s *Subscription, resume string) (snap *indexer.Snapshot, catchUp []string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	snap = h.latest
+	select {
+	case <-s.done:
+		return snap, nil, false
+	default:
+	}
+	is := h.subsOf(s.ix)
+	if is.journal == nil {
+		is.journal = &journal{entries: make([]journalEntry, journalSize), floor: snap.Seq()}
+	}
+	is.all[s] = struct{}{}
+	if resume == "" {
+		return snap, nil, false
+	}
+	seq, hash, valid := s.e.parseVersion(resume)
+	if !valid || hash != "" {
+		return snap, nil, false
+	}
+	catchUp, ok = is.journal.changedSince(seq, s.ix, snap)
+	return snap, catchUp, ok
+}
+
+// unregister removes every registration of s.
+func (h *hub) unregister(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ix, keys := range s.path {
+		for k := range keys {
+			h.dropKey(s, ix, k)
+		}
+	}
+	s.path = nil
+	if is := h.indexes[s.ix]; is != nil {
+		delete(is.all, s)
+	}
+}
+
+// newEpoch names one run of an engine in its versions: a version of
+// another run, or of before a restart, cannot be resumed from.
+func newEpoch() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// version formats the version of seq.
+func (e *Engine) version(seq uint64) string { return e.epoch + ":" + strconv.FormatUint(seq, 10) }
+
+// parseVersion reads a version of this engine: its seq and, for a key or
+// chain answer, the answer's hash ("" for an index's).
+func (e *Engine) parseVersion(v string) (seq uint64, hash string, ok bool) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] != e.epoch {
+		return 0, "", false
+	}
+	seq, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	if len(parts) == 3 {
+		if parts[2] == "" || parts[2] == "partial" {
+			return 0, "", false
+		}
+		hash = parts[2]
+	}
+	return seq, hash, true
+}
+
+// SubscriptionStats counts the engine's subscriptions.
+type SubscriptionStats struct {
+	Open      int64 // subscriptions not closed
+	Coalesced int64 // changes folded into a newer one before a subscriber took them
+	Resets    int64 // resumes that could not resume and started over
+}
+
+// Subscriptions counts the engine's subscriptions.
+func (e *Engine) Subscriptions() SubscriptionStats {
+	return SubscriptionStats{Open: e.hub.opened.Load(), Coalesced: e.hub.coalesced.Load(), Resets: e.hub.resets.Load()}
+}

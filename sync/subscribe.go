@@ -1,0 +1,511 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+
+	"github.com/iidp/metasync/indexer"
+)
+
+// EventType says what an Event is.
+type EventType int
+
+// The events of a subscription, in the order a subscriber meets them.
+const (
+	// EventReset: the subscription could not resume from Target.Resume
+	// (see Subscribe); what the subscriber held is void, and a full
+	// snapshot follows as at a first subscription.
+	EventReset EventType = iota + 1
+	// EventSnapshot: the current answer of one key, when the
+	// subscription starts. A key or chain subscription gets one, values
+	// empty when there are none; an index subscription one per key that
+	// has values.
+	EventSnapshot
+	// EventSynced: an index subscription has received its whole initial
+	// state (after its snapshots, or after the updates of a resume).
+	EventSynced
+	// EventUpdate: the answer of a key changed; Values empty when the key
+	// has none any more.
+	EventUpdate
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventReset:
+		return "reset"
+	case EventSnapshot:
+		return "snapshot"
+	case EventSynced:
+		return "synced"
+	case EventUpdate:
+		return "update"
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Event is one message of a subscription.
+type Event struct {
+	Type EventType
+	// Key is the index or chain key of a snapshot or update.
+	Key string
+	// Values is the answer of Key: distinct, sorted, nil when none. It is
+	// shared: do not modify it.
+	Values []string
+	// Version identifies the state the subscriber holds after this event:
+	// give it back as Target.Resume to resume. It is opaque; compare it
+	// for equality only.
+	Version string
+}
+
+// Target is what a subscription follows: one key of an index, one key of
+// a chain, or every key of an index. Build it with KeyOf, ChainOf or
+// IndexOf.
+type Target struct {
+	Index string // with Key: one key of an index; alone: every key
+	Chain string // with Key: one key of a chain
+	Key   string
+	All   bool // every key of Index
+	// Resume, when set, is the Version of the last event that an earlier
+	// subscription to the same target delivered: the new subscription
+	// sends only what changed since (nothing when nothing did), or, when
+	// it cannot resume from there, an EventReset and a full snapshot.
+	Resume string
+}
+
+// KeyOf targets one key of an index.
+func KeyOf(index, key string) Target { return Target{Index: index, Key: key} }
+
+// ChainOf targets one key of a chain: the subscription follows every step.
+func ChainOf(chain, key string) Target { return Target{Chain: chain, Key: key} }
+
+// IndexOf targets every key of an index, to mirror it.
+func IndexOf(index string) Target { return Target{Index: index, All: true} }
+
+// ErrClosed is what Next returns once the subscription is closed, by Close
+// or by the end of the context given to Subscribe.
+var ErrClosed = errors.New("subscription closed")
+
+// Subscription delivers the answers of a Target as they change; see
+// Engine.Subscribe. Next is called from one goroutine at a time; Close and
+// HasSynced from any.
+type Subscription struct {
+	e      *Engine
+	target Target
+	ix     indexer.Index   // the index (key and index subscriptions)
+	steps  []indexer.Index // the chain's indexes
+	stop   func() bool     // unregisters the context's AfterFunc
+	done   chan struct{}
+	once   gosync.Once
+	synced atomic.Bool
+
+	// Written by the hub (under hub.mu, then mu), read by Next.
+	mu      gosync.Mutex
+	signal  chan struct{} // capacity 1: something is pending
+	dirty   bool          // key and chain: the answer may have changed
+	pending map[string]struct{}
+	pendAt  *indexer.Snapshot // index: the snapshot of the last hook that added to pending
+
+	// Next's own state.
+	phase    int
+	resumed  bool
+	last     []string                              // key and chain: the last answer sent
+	lastSet  map[string][]string                   // index: the last answer sent, per key
+	path     map[indexer.Index]map[string]struct{} // chain: the keys registered, per step
+	queue    []keyValues
+	batch    *indexer.Snapshot // index: the snapshot that the queue was read from
+	complete uint64            // index: every change up to this seq is delivered
+}
+
+// keyValues is one key of an index with its values, queued for delivery
+// by an index subscription.
+type keyValues struct {
+	Key    string
+	Values []string
+}
+
+const (
+	phaseWait = iota // for the resources to sync
+	phaseStart
+	phaseInitial // index: delivering the snapshot or catch-up queue
+	phaseLive
+)
+
+// Subscribe follows a target: the subscriber first gets the current answer
+// (for an index, each key that has values, then EventSynced), then each
+// change of the answer, from Next. The initial answer waits until the
+// resources behind the target have synced, so that it is the cluster's,
+// not "not known yet".
+//
+// Guarantees:
+//   - Latest state, coalesced. A slow subscriber never blocks writers or
+//     other subscribers and never holds a backlog: the changes of a key
+//     that it has not taken yet collapse into the newest answer. It never
+//     gets an older answer after a newer one, nor an update equal to the
+//     previous answer of that key.
+//   - Only the affected. A write costs in proportion to the subscribers of
+//     the keys it changes (and of the whole index), not to all subscribers.
+//   - Chains follow every step: a chain subscriber is told when the key
+//     moves to other values at any step, or the values of a later step
+//     change.
+//   - A relist after a broken watch changes only what differs, deletes
+//     included, and subscribers hear only of that.
+//
+// The subscription ends when ctx ends or Close is called; it holds no
+// goroutine. An unknown index or chain is an error.
+func (e *Engine) Subscribe(ctx context.Context, t Target) (*Subscription, error) {
+	s := &Subscription{e: e, target: t, done: make(chan struct{}), signal: make(chan struct{}, 1)}
+	switch {
+	case t.Chain != "" && t.Index == "" && !t.All:
+		steps, ok := e.chains[t.Chain]
+		if !ok {
+			return nil, fmt.Errorf("unknown chain %q", t.Chain)
+		}
+		s.steps = steps
+	case t.Index != "" && t.Chain == "":
+		ix, ok := e.store.Index(t.Index)
+		if !ok {
+			return nil, fmt.Errorf("unknown index %q", t.Index)
+		}
+		s.ix = ix
+	default:
+		return nil, errors.New("a target names an index or a chain (use KeyOf, ChainOf or IndexOf)")
+	}
+	e.hub.opened.Add(1)
+	s.stop = context.AfterFunc(ctx, s.Close)
+	return s, nil
+}
+
+// Close ends the subscription: Next returns ErrClosed. It is idempotent.
+func (s *Subscription) Close() {
+	s.once.Do(func() {
+		s.stop()
+		s.e.hub.unregister(s)
+		close(s.done)
+		s.e.hub.opened.Add(-1)
+	})
+}
+
+// HasSynced reports whether the subscriber has received the initial state
+// (or, for a resume, what changed since): as client-go's
+// ResourceEventHandlerRegistration.HasSynced, for this subscriber.
+func (s *Subscription) HasSynced() bool { return s.synced.Load() }
+
+// Version is the Version of the state delivered so far, for a heartbeat;
+// "" before the initial state.
+func (s *Subscription) Version() string {
+	if !s.synced.Load() {
+		return ""
+	}
+	if s.target.All {
+		return s.e.version(s.complete)
+	}
+	return s.e.version(s.complete) + ":" + answerHash(s.last)
+}
+
+// Next returns the next event, waiting for one until ctx ends (its error
+// is returned) or the subscription is closed (ErrClosed).
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	for {
+		select {
+		case <-s.done:
+			return Event{}, ErrClosed
+		default:
+		}
+		if s.phase == phaseWait {
+			if w := s.unsynced(); w != nil {
+				select {
+				case <-w.synced:
+					continue
+				case <-s.done:
+					return Event{}, ErrClosed
+				case <-ctx.Done():
+					return Event{}, ctx.Err()
+				}
+			}
+			s.phase = phaseStart
+		}
+		if ev, ok := s.step(); ok {
+			return ev, nil
+		}
+		select {
+		case <-s.signal:
+		case <-s.done:
+			return Event{}, ErrClosed
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// unsynced returns a watcher behind the target that has not synced, or nil.
+func (s *Subscription) unsynced() *watcher {
+	names := []string{s.target.Index}
+	if s.steps != nil {
+		names = nil
+		for _, ch := range s.e.plan.Chains {
+			if ch.Name == s.target.Chain {
+				names = ch.Indexes
+			}
+		}
+	}
+	for _, n := range names {
+		if w := s.e.byIndex[n]; !w.isSynced() {
+			return w
+		}
+	}
+	return nil
+}
+
+// step makes the next event, if there is one now.
+func (s *Subscription) step() (Event, bool) {
+	switch {
+	case s.target.All:
+		return s.stepIndex()
+	case s.steps != nil:
+		return s.stepChain()
+	default:
+		return s.stepKey()
+	}
+}
+
+// takeDirty reports and clears the dirty mark.
+func (s *Subscription) takeDirty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dirty
+	s.dirty = false
+	return d
+}
+
+// answer makes a key or chain event of values read from snap, or nothing
+// when they equal the last answer sent.
+func (s *Subscription) answer(t EventType, snap *indexer.Snapshot, values []string) (Event, bool) {
+	if t == EventUpdate && slices.Equal(values, s.last) {
+		return Event{}, false
+	}
+	s.last = values
+	s.complete = snap.Seq()
+	s.synced.Store(true)
+	return Event{Type: t, Key: s.target.Key, Values: values, Version: s.e.version(snap.Seq()) + ":" + answerHash(values)}, true
+}
+
+// start decides how a key or chain subscription begins: a reset, a
+// snapshot, or (a resume) an update only if the answer changed.
+func (s *Subscription) start(snap *indexer.Snapshot, values []string) (Event, bool) {
+	if s.target.Resume != "" && !s.resumed {
+		s.resumed = true
+		seq, hash, ok := s.e.parseVersion(s.target.Resume)
+		if !ok || hash == "" || seq > snap.Seq() {
+			s.e.hub.resets.Add(1)
+			return Event{Type: EventReset, Version: s.e.version(snap.Seq())}, true
+		}
+		s.phase = phaseLive
+		if hash == answerHash(values) {
+			s.last = values
+			s.complete = snap.Seq()
+			s.synced.Store(true)
+			return Event{}, false
+		}
+		s.last = nil
+		return s.answer(EventUpdate, snap, values)
+	}
+	s.phase = phaseLive
+	return s.answer(EventSnapshot, snap, values)
+}
+
+func (s *Subscription) stepKey() (Event, bool) {
+	if s.phase == phaseStart {
+		s.e.hub.registerKey(s, s.ix, s.target.Key)
+		snap := s.e.store.Snapshot()
+		return s.start(snap, snap.Lookup(s.ix, s.target.Key))
+	}
+	if !s.takeDirty() {
+		return Event{}, false
+	}
+	snap := s.e.store.Snapshot()
+	return s.answer(EventUpdate, snap, snap.Lookup(s.ix, s.target.Key))
+}
+
+func (s *Subscription) stepChain() (Event, bool) {
+	if s.phase != phaseStart && !s.takeDirty() {
+		return Event{}, false
+	}
+	snap := s.e.store.Snapshot()
+	values := s.resolve(snap)
+	if s.phase == phaseStart {
+		return s.start(snap, values)
+	}
+	return s.answer(EventUpdate, snap, values)
+}
+
+// resolve follows the chain on snap and registers the subscription on
+// every key of the path, so that a change at any step marks it dirty.
+func (s *Subscription) resolve(snap *indexer.Snapshot) []string {
+	path := make(map[indexer.Index]map[string]struct{}, len(s.steps))
+	keys := []string{s.target.Key}
+	for _, ix := range s.steps {
+		set := make(map[string]struct{}, len(keys))
+		var next []string
+		for _, k := range keys {
+			set[k] = struct{}{}
+			next = append(next, snap.Lookup(ix, k)...)
+		}
+		path[ix] = set
+		slices.Sort(next)
+		keys = slices.Compact(next)
+	}
+	s.e.hub.registerPath(s, path)
+	// A write published after snap whose hook ran before the path was
+	// registered would go unnoticed: look again.
+	if s.e.store.Snapshot().Seq() != snap.Seq() {
+		s.mark()
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return slices.Clip(keys)
+}
+
+// mark sets the dirty mark and wakes Next.
+func (s *Subscription) mark() {
+	s.mu.Lock()
+	if s.dirty {
+		s.e.hub.coalesced.Add(1)
+	}
+	s.dirty = true
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// markKeys adds changed keys of the index, as of snap, and wakes Next.
+func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
+	s.mu.Lock()
+	if s.pending == nil {
+		s.pending = make(map[string]struct{}, len(keys))
+	}
+	n := 0
+	for _, k := range keys {
+		if _, ok := s.pending[k]; ok {
+			n++
+		}
+		s.pending[k] = struct{}{}
+	}
+	s.pendAt = snap
+	s.mu.Unlock()
+	if n > 0 {
+		s.e.hub.coalesced.Add(int64(n))
+	}
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscription) stepIndex() (Event, bool) {
+	for {
+		if s.phase == phaseStart {
+			if reset := s.beginIndex(); reset {
+				return Event{Type: EventReset, Version: s.e.version(s.batch.Seq())}, true
+			}
+		}
+		if len(s.queue) > 0 {
+			// Every queued entry differs from what the subscriber holds.
+			kv := s.queue[0]
+			s.queue = s.queue[1:]
+			t := EventUpdate
+			if s.phase == phaseInitial && !s.resumed {
+				t = EventSnapshot
+			}
+			if len(kv.Values) == 0 {
+				delete(s.lastSet, kv.Key)
+			} else {
+				s.lastSet[kv.Key] = kv.Values
+			}
+			// Until a batch is whole, the subscriber holds no state that a
+			// resume could start from: a partial version resumes nothing.
+			version := s.e.version(s.complete) + ":partial"
+			if len(s.queue) == 0 && t == EventUpdate {
+				s.complete = s.batch.Seq()
+				version = s.e.version(s.complete)
+			}
+			return Event{Type: t, Key: kv.Key, Values: kv.Values, Version: version}, true
+		}
+		if s.phase == phaseInitial {
+			s.phase = phaseLive
+			s.complete = s.batch.Seq()
+			s.synced.Store(true)
+			return Event{Type: EventSynced, Version: s.e.version(s.complete)}, true
+		}
+		// Take what the hub marked: every key changed up to pendAt, whose
+		// values pendAt holds; queue those that differ from what was sent.
+		s.mu.Lock()
+		pending, at := s.pending, s.pendAt
+		s.pending = nil
+		s.mu.Unlock()
+		if len(pending) == 0 {
+			return Event{}, false
+		}
+		s.batch = at
+		for k := range pending {
+			if vs := at.Lookup(s.ix, k); !slices.Equal(vs, s.lastSet[k]) {
+				s.queue = append(s.queue, keyValues{Key: k, Values: vs})
+			}
+		}
+		if len(s.queue) == 0 {
+			s.complete = at.Seq()
+		}
+		slices.SortFunc(s.queue, func(a, b keyValues) int { return strings.Compare(a.Key, b.Key) })
+	}
+}
+
+// beginIndex registers an index subscription and queues its initial state:
+// every key (a snapshot), or what changed since Target.Resume (a resume).
+// It reports whether a reset must be sent first: Resume was given and
+// cannot be resumed from.
+func (s *Subscription) beginIndex() (reset bool) {
+	snap, catchUp, ok := s.e.hub.registerIndex(s, s.target.Resume)
+	s.batch = snap
+	s.lastSet = make(map[string][]string, snap.KeyCount(s.ix))
+	s.phase = phaseInitial
+	keys := snap.Keys(s.ix)
+	for _, k := range keys {
+		s.lastSet[k] = snap.Lookup(s.ix, k)
+	}
+	if s.target.Resume != "" && ok {
+		// The subscriber holds the state of Resume: send what differs.
+		s.resumed = true
+		for _, k := range catchUp {
+			s.queue = append(s.queue, keyValues{Key: k, Values: s.lastSet[k]})
+		}
+		return false
+	}
+	for _, k := range keys {
+		s.queue = append(s.queue, keyValues{Key: k, Values: s.lastSet[k]})
+	}
+	if s.target.Resume != "" {
+		s.e.hub.resets.Add(1)
+		return true
+	}
+	return false
+}
+
+// answerHash is a short digest of an answer, for resuming a key or chain
+// subscription without a journal.
+func answerHash(values []string) string {
+	h := fnv.New64a()
+	for _, v := range values {
+		h.Write([]byte(v))
+		h.Write([]byte{0})
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}
