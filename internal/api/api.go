@@ -3,6 +3,7 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -33,17 +34,26 @@ type Server struct {
 	registry *prometheus.Registry
 	lookups  *prometheus.CounterVec
 	stopping atomic.Bool
+
+	heartbeat     time.Duration
+	streams       context.Context // ends when the server drains
+	endStreams    context.CancelFunc
+	streamMetrics *streamMetrics
 }
 
 // New builds the API over an engine.
 func New(e *msync.Engine, log *slog.Logger) *Server {
-	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry()}
+	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry(),
+		heartbeat: DefaultHeartbeat, streamMetrics: newStreamMetrics()}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metasync_lookups_total",
 		Help: "Lookups served over HTTP, by kind (index, chain, keys), name and result (hit, miss).",
 	}, []string{"kind", "name", "result"})
 	s.registry.MustRegister(
 		s.lookups,
+		s.streamMetrics.open,
+		s.streamMetrics.frames,
 		newEngineCollector(e),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -162,6 +172,10 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "keys", index)
 		return
 	}
+	if watching(r) {
+		s.stream(w, r, msync.IndexOf(index))
+		return
+	}
 	limit := MaxKeys
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -201,6 +215,10 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "index", index)
 		return
 	}
+	if watching(r) {
+		s.stream(w, r, msync.KeyOf(index, key))
+		return
+	}
 	values := s.engine.Lookup(index, key)
 	s.count("index", index, values)
 	writeJSON(w, http.StatusOK, struct {
@@ -227,6 +245,10 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if !s.engine.HasChain(chain) {
 		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
 		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
+		return
+	}
+	if watching(r) {
+		s.stream(w, r, msync.ChainOf(chain, key))
 		return
 	}
 	values := s.engine.Resolve(chain, key)
@@ -336,7 +358,7 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 		// finds them registered already.
 		_ = s.registry.Register(auth)
 	}
-	return &http.Server{
+	srv := &http.Server{
 		Addr:              addr,
 		Handler:           http.MaxBytesHandler(h, 1<<20),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -346,4 +368,8 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(errorLog.Handler(), slog.LevelWarn),
 	}
+	// A change stream outlives WriteTimeout (it sets its own deadline per
+	// frame) and ends when Shutdown begins.
+	srv.RegisterOnShutdown(s.CloseStreams)
+	return srv
 }

@@ -13,6 +13,7 @@ type engineCollector struct {
 	e *msync.Engine
 
 	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
+	subsOpen, subsCoalesced, subsResets                                                         *prometheus.Desc
 }
 
 func newEngineCollector(e *msync.Engine) *engineCollector {
@@ -29,11 +30,15 @@ func newEngineCollector(e *msync.Engine) *engineCollector {
 		watchErrors: prometheus.NewDesc("metasync_watch_errors_total", "Failed watch requests.", res, nil),
 		watches:     prometheus.NewDesc("metasync_watch_starts_total", "Watch requests started (the first and every restart).", res, nil),
 		ruleErrors:  prometheus.NewDesc("metasync_rule_errors_total", "Objects whose rule could not be evaluated, per index.", []string{"resource", "index"}, nil),
+
+		subsOpen:      prometheus.NewDesc("metasync_subscriptions_open", "Subscriptions open (each HTTP stream holds one).", nil, nil),
+		subsCoalesced: prometheus.NewDesc("metasync_subscription_coalesced_total", "Changes folded into a newer one before a subscriber took them.", nil, nil),
+		subsResets:    prometheus.NewDesc("metasync_subscription_resets_total", "Resumes that could not resume and started over with a reset.", nil, nil),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors} {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets} {
 		ch <- d
 	}
 }
@@ -66,6 +71,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.ruleErrors, n, st.Name, index)
 		}
 	}
+	subs := c.e.Subscriptions()
+	gauge(c.subsOpen, float64(subs.Open))
+	counter(c.subsCoalesced, subs.Coalesced)
+	counter(c.subsResets, subs.Resets)
 	for _, ix := range c.e.Indexes() {
 		gauge(c.keys, float64(ix.Keys), ix.Name, ix.Resource)
 	}

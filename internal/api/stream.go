@@ -1,0 +1,145 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// DefaultHeartbeat is how long a stream may go without a frame before it
+// gets a heartbeat.
+const DefaultHeartbeat = 15 * time.Second
+
+// streamWriteTimeout bounds one frame's write: a client that reads nothing
+// for this long loses its stream (and resumes with ?version=). Until then
+// it costs one subscription, whose changes coalesce, and the socket's
+// buffers: never a backlog.
+const streamWriteTimeout = time.Minute
+
+// frame is one line of a stream (see the design's "Change streams").
+type frame struct {
+	Type    string    `json:"type"`
+	Index   string    `json:"index,omitempty"`
+	Chain   string    `json:"chain,omitempty"`
+	Key     *string   `json:"key,omitempty"`
+	Values  *[]string `json:"values,omitempty"`
+	Version string    `json:"version,omitempty"`
+}
+
+// streamMetrics count the streams; no label carries a key.
+type streamMetrics struct {
+	open   prometheus.Gauge
+	frames *prometheus.CounterVec
+}
+
+func newStreamMetrics() *streamMetrics {
+	return &streamMetrics{
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "metasync_streams_open",
+			Help: "HTTP change streams open (?watch=true).",
+		}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metasync_stream_frames_total",
+			Help: "Frames written to HTTP change streams, by type.",
+		}, []string{"type"}),
+	}
+}
+
+// SetHeartbeat sets how long a stream may go without a frame before it
+// gets a heartbeat (default DefaultHeartbeat).
+func (s *Server) SetHeartbeat(d time.Duration) {
+	if d > 0 {
+		s.heartbeat = d
+	}
+}
+
+// CloseStreams ends every change stream cleanly, as the HTTP server's
+// drain begins: http.Server.Shutdown waits for handlers, and a stream's
+// handler would otherwise never return. HTTPServer registers it.
+func (s *Server) CloseStreams() { s.endStreams() }
+
+// watching reports whether a request asks for a stream.
+func watching(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true"
+}
+
+// stream answers a ?watch=true request for target t: NDJSON frames, each
+// flushed, until the client goes or the server drains.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) {
+	t.Resume = r.URL.Query().Get("version")
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+	sub, err := s.engine.Subscribe(ctx, t)
+	if err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	defer sub.Close()
+	s.streamMetrics.open.Inc()
+	defer s.streamMetrics.open.Dec()
+
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for {
+		wait, done := context.WithTimeout(ctx, s.heartbeat)
+		ev, err := sub.Next(wait)
+		done()
+		var f frame
+		switch {
+		case err == nil:
+			f = s.frameOf(t, ev)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			f = frame{Type: "heartbeat", Version: sub.Version()}
+		default:
+			return // the client went, or the server drains
+		}
+		buf.Reset()
+		_ = enc.Encode(f) // a frame always encodes; Encode ends the line
+		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+			return
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		s.streamMetrics.frames.WithLabelValues(f.Type).Inc()
+	}
+}
+
+// frameOf turns an event into a frame of target t.
+func (s *Server) frameOf(t msync.Target, ev msync.Event) frame {
+	f := frame{Type: ev.Type.String(), Version: ev.Version}
+	switch {
+	case ev.Type == msync.EventReset:
+	case t.Chain != "":
+		f.Chain = t.Chain
+	default:
+		f.Index = t.Index
+	}
+	if ev.Type == msync.EventSnapshot || ev.Type == msync.EventUpdate {
+		key, values := ev.Key, nonNil(ev.Values)
+		f.Key, f.Values = &key, &values
+	}
+	return f
+}
