@@ -150,6 +150,17 @@ func (watchEventCodec) Encode(runtime.Object, io.Writer) error {
 
 func (watchEventCodec) Identifier() runtime.Identifier { return "metasync-watch-event" }
 
+// listKey is the top-level key of a LIST response whose value is being
+// read, of those streamList looks at.
+type listKey uint8
+
+const (
+	keyNone     listKey = iota // no key, or the empty one
+	keyItems                   // "items"
+	keyMetadata                // "metadata"
+	keyOther                   // any other
+)
+
 // streamList reads one LIST response page from r and projects each item
 // as soon as its bytes have arrived, so that decoding overlaps the
 // transfer, and the page is never held whole in memory. project must copy
@@ -159,11 +170,9 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 	var (
 		buf      = make([]byte, 0, 256<<10)
 		chunk    = make([]byte, 128<<10)
-		depth    int  // nesting depth at pos
-		inString bool // inside a string
-		escaped  bool // the previous byte was a backslash in a string
-		keyStart int  // start of the last string at depth 1
-		lastKey  string
+		sc       bracketScanner // depth and strings, up to pos
+		keyStart int            // start of the last string at depth 1
+		lastKey  listKey
 		valStart = -1 // start of the current value at depth 1 (metadata)
 		inItems  bool // inside the top-level "items" array
 		itemFrom = -1 // start of the current item
@@ -174,50 +183,56 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 	for {
 		n, rerr := r.Read(chunk)
 		buf = append(buf, chunk[:n]...)
-		for ; pos < len(buf); pos++ {
-			c := buf[pos]
-			if inString {
+		for {
+			// The keys and values of the response are at depth 1, its
+			// items at depth 2: deeper bytes are skipped by the scanner.
+			limit := 1
+			if inItems {
+				limit = 2
+			}
+			if pos = sc.scan(buf, pos, limit); pos == len(buf) {
+				break
+			}
+			switch c := buf[pos]; c {
+			case '"':
 				switch {
-				case escaped:
-					escaped = false
-				case c == '\\':
-					escaped = true
-				case c == '"':
-					inString = false
-					if depth == 1 && valStart < 0 {
-						lastKey = string(buf[keyStart+1 : pos])
+				case sc.inString: // opens
+					if sc.depth == 1 {
+						keyStart = pos
+					}
+				case sc.depth == 1 && valStart < 0:
+					switch unsafeString(buf[keyStart+1 : pos]) {
+					case "":
+						lastKey = keyNone
+					case "items":
+						lastKey = keyItems
+					case "metadata":
+						lastKey = keyMetadata
+					default:
+						lastKey = keyOther
 					}
 				}
-				continue
-			}
-			switch c {
-			case '"':
-				inString = true
-				if depth == 1 {
-					keyStart = pos
-				}
 			case '{', '[':
-				if depth == 1 && lastKey != "" && valStart < 0 && !inItems {
-					if lastKey == "items" && c == '[' {
+				// sc.depth is already inside the bracket.
+				if sc.depth == 2 && lastKey != keyNone && valStart < 0 && !inItems {
+					if lastKey == keyItems && c == '[' {
 						inItems, sawItems = true, true
 					} else {
 						valStart = pos
 					}
 				}
-				if depth == 2 && inItems && c == '{' {
+				if sc.depth == 3 && inItems && c == '{' {
 					itemFrom = pos
 				}
-				depth++
 			case '}', ']':
-				depth--
 				switch {
-				case depth == 2 && inItems && itemFrom >= 0:
+				case sc.depth == 2 && inItems && itemFrom >= 0:
 					list.Items = append(list.Items, project(unsafeString(buf[itemFrom:pos+1])))
 					itemFrom = -1
-				case depth == 1 && inItems:
-					inItems, lastKey = false, ""
-				case depth == 1 && valStart >= 0:
-					if lastKey == "metadata" {
+				case sc.depth == 1 && inItems:
+					inItems, lastKey = false, keyNone
+				case sc.depth == 1 && valStart >= 0:
+					if lastKey == keyMetadata {
 						meta := gjson.GetManyBytes(buf[valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
 						list.ResourceVersion = meta[0].Str
 						list.Continue = meta[1].Str
@@ -227,13 +242,14 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 						}
 						sawMeta = true
 					}
-					valStart, lastKey = -1, ""
+					valStart, lastKey = -1, keyNone
 				}
 			case ',':
-				if depth == 1 {
-					valStart, lastKey = -1, ""
+				if sc.depth == 1 {
+					valStart, lastKey = -1, keyNone
 				}
 			}
+			pos++
 		}
 		// Keep only what a pending item, key or value still needs.
 		keep := pos
@@ -242,7 +258,7 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 			keep = itemFrom
 		case valStart >= 0:
 			keep = valStart
-		case inString && depth == 1:
+		case sc.inString && sc.depth == 1:
 			keep = keyStart
 		}
 		// Compact only when that frees at least half the buffer, so that
@@ -268,7 +284,7 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 			return nil, rerr
 		}
 	}
-	if depth != 0 || inString {
+	if sc.depth != 0 || sc.inString {
 		return nil, errors.New("list response ends before its JSON does")
 	}
 	if !sawMeta || list.ResourceVersion == "" {

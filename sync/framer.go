@@ -66,7 +66,7 @@ func (f *frameReader) Read(data []byte) (int, error) {
 // as much as it needs. The scan of a partial frame resumes where it
 // stopped when more bytes arrive.
 func (f *frameReader) next() (int, int, error) {
-	var sc scanner
+	var sc frameScanner
 	for {
 		if sc.scan(f.buf[f.off:]) {
 			return f.off + sc.start, f.off + sc.pos, nil
@@ -102,54 +102,109 @@ func (f *frameReader) next() (int, int, error) {
 
 var errNotObject = errors.New("watch stream: a frame is not a JSON object")
 
-// scanner finds the end of one JSON object by counting brackets outside
-// strings. It is resumable: scan takes the same bytes again, longer.
-type scanner struct {
+// frameScanner finds the end of one JSON object of a watch stream: it
+// skips the blanks before the object, then leaves the counting of
+// brackets to a bracketScanner. It is resumable: scan takes the same
+// bytes again, longer.
+type frameScanner struct {
+	bracketScanner
 	start, pos int  // the object's first byte; the next byte to scan
-	depth      int  // brackets open
 	started    bool // the object's '{' was seen
-	inString   bool
-	escaped    bool // the previous byte was a backslash in a string
 	err        error
 }
 
 // scan continues over b and reports whether the object is complete, in
 // b[start:pos].
-func (sc *scanner) scan(b []byte) bool {
-	for ; sc.pos < len(b); sc.pos++ {
-		c := b[sc.pos]
-		switch {
-		case !sc.started:
-			if isSpace(c) {
-				continue
-			}
-			if c != '{' {
-				sc.err = errNotObject
-				return false
-			}
-			sc.started, sc.start, sc.depth = true, sc.pos, 1
-		case sc.inString:
+func (sc *frameScanner) scan(b []byte) bool {
+	if !sc.started {
+		for ; sc.pos < len(b) && isSpace(b[sc.pos]); sc.pos++ {
+		}
+		if sc.pos == len(b) {
+			return false
+		}
+		if b[sc.pos] != '{' {
+			sc.err = errNotObject
+			return false
+		}
+		sc.started, sc.start, sc.depth = true, sc.pos, 1
+		sc.pos++
+	}
+	// With the object's '{' open, the only byte at depth 0 is the
+	// bracket that closes it.
+	sc.pos = sc.bracketScanner.scan(b, sc.pos, 0)
+	if sc.pos == len(b) {
+		return false
+	}
+	sc.pos++
+	return true
+}
+
+// bracketScanner follows the nesting of JSON text, as the framer and
+// streamList both need it: it counts the brackets and braces open, and
+// skips the strings, escapes included, so that a bracket or quote inside
+// a string counts for nothing. It does not validate: its callers need the
+// structure, and leave the checking to gjson. It is resumable: a scan that
+// ends in the middle of a string or an escape continues where it stopped
+// when more bytes arrive, the same bytes at the same offsets.
+type bracketScanner struct {
+	depth    int  // brackets and braces open
+	inString bool // inside a string
+	escaped  bool // the previous byte was a backslash in a string
+}
+
+// scan advances over b from index i and stops at the next byte that
+// shapes the structure at depth limit or less, returning its index, or
+// len(b) if there is none. Those bytes are a quote that opens or closes a
+// string, a comma, a bracket or brace that opens with depth limit or less
+// before it, and one that closes with depth limit or less after it. The
+// state is then that after the byte (depth is inside an opening bracket,
+// outside a closing one), and the caller resumes at the index plus one.
+// Unbalanced closers make depth negative; nothing here checks. Bytes
+// deeper than limit are skipped without stopping, which keeps the scan
+// fast: a caller asks only for the depths it reads.
+func (s *bracketScanner) scan(b []byte, i, limit int) int {
+	depth, inString, escaped := s.depth, s.inString, s.escaped
+loop:
+	for ; i < len(b); i++ {
+		c := b[i]
+		if inString {
 			switch {
-			case sc.escaped:
-				sc.escaped = false
+			case escaped:
+				escaped = false
 			case c == '\\':
-				sc.escaped = true
+				escaped = true
 			case c == '"':
-				sc.inString = false
+				inString = false
+				if depth <= limit {
+					break loop
+				}
 			}
-		case c == '"':
-			sc.inString = true
-		case c == '{' || c == '[':
-			sc.depth++
-		case c == '}' || c == ']':
-			sc.depth--
-			if sc.depth == 0 {
-				sc.pos++
-				return true
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			if depth <= limit {
+				break loop
+			}
+		case '{', '[':
+			depth++
+			if depth <= limit+1 {
+				break loop
+			}
+		case '}', ']':
+			depth--
+			if depth <= limit {
+				break loop
+			}
+		case ',':
+			if depth <= limit {
+				break loop
 			}
 		}
 	}
-	return false
+	s.depth, s.inString, s.escaped = depth, inString, escaped
+	return i
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }

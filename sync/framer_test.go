@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 	"testing/iotest"
 
@@ -86,4 +87,108 @@ func TestFramesEndCleanly(t *testing.T) {
 			t.Errorf("%q: %d frames, %v; want %d, %v", tc.stream, len(frames), err, tc.frames, tc.err)
 		}
 	}
+}
+
+// BenchmarkFrames splits a watch stream of AppModel events into frames:
+// the framer alone, without the decoding of the events.
+func BenchmarkFrames(b *testing.B) {
+	var stream bytes.Buffer
+	for i := range 4096 {
+		stream.WriteString(appModelEvent(i, 100+i))
+	}
+	buf := make([]byte, 64<<10)
+	b.SetBytes(int64(stream.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		fr := jsonFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader(stream.Bytes())))
+		n := 0
+		for {
+			_, err := fr.Read(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if n != 4096 {
+			b.Fatalf("%d frames", n)
+		}
+	}
+}
+
+// scanEvent is where a bracketScanner stopped, and its state there.
+type scanEvent struct {
+	at    int
+	state bracketScanner
+}
+
+// scanEvents scans b with a bracketScanner for the bytes at depth limit
+// or less, as if b[:cut] had arrived first and the rest later, and ends
+// with the state after the last byte.
+func scanEvents(b []byte, cut, limit int) []scanEvent {
+	var sc bracketScanner
+	var events []scanEvent
+	i := 0
+	for _, end := range []int{cut, len(b)} {
+		for {
+			if i = sc.scan(b[:end], i, limit); i == end {
+				break
+			}
+			events = append(events, scanEvent{i, sc})
+			i++
+		}
+	}
+	return append(events, scanEvent{len(b), sc})
+}
+
+// FuzzBracketScanner: the scanner stops at the bytes that a plain walk
+// over every byte finds at the depth asked for, in the same state,
+// whatever the split of the bytes between two scans.
+func FuzzBracketScanner(f *testing.F) {
+	for _, s := range frameSeeds {
+		f.Add([]byte(s), uint8(5), int8(1))
+	}
+	f.Add([]byte(trickyList), uint8(200), int8(2))
+	f.Fuzz(func(t *testing.T, b []byte, cut uint8, limit int8) {
+		lim := int(limit) % 4
+		var want []scanEvent
+		var st bracketScanner
+		for i, c := range b {
+			stop := false
+			if st.inString {
+				switch {
+				case st.escaped:
+					st.escaped = false
+				case c == '\\':
+					st.escaped = true
+				case c == '"':
+					st.inString, stop = false, st.depth <= lim
+				}
+			} else {
+				switch c {
+				case '"':
+					st.inString, stop = true, st.depth <= lim
+				case '{', '[':
+					st.depth++
+					stop = st.depth <= lim+1
+				case '}', ']':
+					st.depth--
+					stop = st.depth <= lim
+				case ',':
+					stop = st.depth <= lim
+				}
+			}
+			if stop {
+				want = append(want, scanEvent{i, st})
+			}
+		}
+		want = append(want, scanEvent{len(b), st})
+		for _, k := range []int{0, int(cut) % (len(b) + 1), len(b)} {
+			if got := scanEvents(b, k, lim); !slices.Equal(got, want) {
+				t.Fatalf("split at %d, limit %d: %+v, want %+v", k, lim, got, want)
+			}
+		}
+	})
 }
