@@ -170,8 +170,8 @@ func TestIndexes(t *testing.T) {
 	srv := apiServer(t, []string{"model1", "model2", "model3"})
 	out, errOut, code := cli("indexes", "--server", srv.URL)
 	want := "NAME                  RESOURCE        KEYS  SYNCED\n" +
-		"model-to-app          appmodels       3     false\n" +
-		"service-to-addresses  endpointslices  0     false\n"
+		"model-to-app          appmodels       3     true\n" +
+		"service-to-addresses  endpointslices  0     true\n"
 	if code != 0 || out != want {
 		t.Errorf("indexes = exit %d\n%s%s\nwant\n%s", code, out, errOut, want)
 	}

@@ -25,9 +25,8 @@ func get(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	if err := envForFlags(fs); err != nil {
-		fmt.Fprintln(stderr, "metasync get:", err)
-		return exitError{2}
+	if err := envForFlags(fs, stderr); err != nil {
+		return err
 	}
 	c := newClient(*server)
 	switch {
@@ -51,9 +50,8 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	if err := envForFlags(fs); err != nil {
-		fmt.Fprintln(stderr, "metasync indexes:", err)
-		return exitError{2}
+	if err := envForFlags(fs, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: metasync indexes [--server URL]")
@@ -100,6 +98,7 @@ type client struct {
 	http *http.Client
 }
 
+// newClient returns a client of the daemon at server (a base URL).
 func newClient(server string) *client {
 	return &client{
 		base: strings.TrimRight(server, "/"),

@@ -15,12 +15,13 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"strings"
+
+	"github.com/iidp/metasync/schema"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; left
@@ -35,6 +36,7 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// main runs the command that os.Args name and exits with its code.
 func main() {
 	err := run(os.Args[1:], os.Stdout, os.Stderr)
 	var ee exitError
@@ -81,6 +83,8 @@ func command(name string) func(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// run runs the command that args name (version and help included),
+// printing on stdout and stderr. An exitError carries the exit code.
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -132,22 +136,6 @@ func help(name string, stdout io.Writer) error {
 	_ = command(name)([]string{"-h"}, io.Discard, &buf)
 	_, err := stdout.Write(buf.Bytes())
 	return err
-}
-
-// newFlags returns a FlagSet that reports its errors on stderr, with the
-// command's synopsis above its flags in its usage.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("metasync "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		synopsis := synopses[name]
-		if synopsis == "" {
-			synopsis = "metasync " + name
-		}
-		fmt.Fprintf(fs.Output(), "usage:\n  %s\nflags:\n", synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
 }
 
 // buildVersion is v when the build set it (-ldflags "-X main.version=...");
@@ -234,4 +222,14 @@ func plural(n int, one, many string) string {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// printProblems prints every problem that err holds (see schema.Problems)
+// on w, one per line, and returns how many it printed.
+func printProblems(w io.Writer, err error) int {
+	problems := schema.Problems(err)
+	for _, p := range problems {
+		fmt.Fprintln(w, p)
+	}
+	return len(problems)
 }

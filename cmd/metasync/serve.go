@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,50 +9,28 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	compiled "github.com/iidp/metasync/internal/plan"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/schema"
-	"github.com/iidp/metasync/schema/cluster"
 	msync "github.com/iidp/metasync/sync"
 )
 
-// envForFlags sets every flag that was not given on the command line from
-// its METASYNC_ variable (METASYNC_ + the flag's name in upper snake case),
-// so that flags > environment.
-func envForFlags(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		name := "METASYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
-			}
-		}
-	})
-	return err
-}
-
+// serve runs the daemon: it loads the config, installs the CRDs it lists,
+// watches its resources and answers lookups over HTTP until SIGTERM or
+// SIGINT, then drains (/readyz fails, --shutdown-delay, HTTP shut down,
+// watches stopped). A second signal exits at once.
 func serve(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", stderr)
 	config := fs.String("config", "", "config file (required)")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)")
-	kubecontext := fs.String("context", "", "kubeconfig context (default: the current context)")
+	kube := addKubeFlags(fs,
+		"kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+		"kubeconfig context (default: the current context)")
 	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
@@ -63,9 +39,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	if err := envForFlags(fs); err != nil {
-		fmt.Fprintln(stderr, "metasync serve:", err)
-		return exitError{2}
+	if err := envForFlags(fs, stderr); err != nil {
+		return err
 	}
 	if *config == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "metasync serve: --config FILE is required, and nothing else")
@@ -85,23 +60,18 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ(), Flags: flags})
 	if err != nil {
-		problems := schema.Problems(err)
-		for _, p := range problems {
-			fmt.Fprintln(stderr, p)
-		}
-		log.Error("invalid config: nothing started", "config", *config, "problems", len(problems))
+		n := printProblems(stderr, err)
+		log.Error("invalid config: nothing started", "config", *config, "problems", n)
 		return exitError{1}
 	}
-	restCfg, source, err := restConfig(*kubeconfig, *kubecontext)
+	restCfg, source, err := kube.restConfig()
 	if err != nil {
 		log.Error("no cluster to talk to", "error", err.Error())
 		return exitError{1}
 	}
 	if len(plan.CRDs()) > 0 {
 		if err := installCRDs(plan, restCfg, log); err != nil {
-			for _, p := range schema.Problems(err) {
-				fmt.Fprintln(stderr, p)
-			}
+			printProblems(stderr, err)
 			log.Error("CRDs not installed: nothing started", "error", err.Error())
 			return exitError{1}
 		}
@@ -117,30 +87,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Error("listen", "address", addr, "error", err.Error())
 		return exitError{1}
 	}
-	var guard *api.TokenAuth
-	host, _, _ := net.SplitHostPort(addr)
-	switch *auth {
-	case "tokenreview":
-		kube, err := kubernetes.NewForConfig(reviewConfig(restCfg))
-		if err != nil {
-			log.Error("auth", "error", err.Error())
-			return exitError{1}
-		}
-		guard = api.NewTokenAuth(kube, log)
-	case "none":
-		if !isLoopback(host) {
-			log.Warn("the HTTP API listens beyond loopback without authentication, as --auth=none asks", "address", addr)
-		}
-	case "":
-		if !isLoopback(host) {
-			ln.Close()
-			log.Error("listening beyond loopback needs --auth=tokenreview (or --auth=none to serve without authentication on purpose)", "address", addr)
-			return exitError{1}
-		}
-	default:
+	guard, err := authFor(*auth, addr, restCfg, log)
+	if err != nil {
 		ln.Close()
-		log.Error(`--auth must be "tokenreview" or "none"`, "auth", *auth)
-		return exitError{1}
+		return err
 	}
 
 	sigs := make(chan os.Signal, 2)
@@ -190,88 +140,6 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// installCRDs checks the config's paths against the CRD files it lists,
-// installs them and waits until each is established.
-func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
-	crds, err := schema.ReadCRDs(plan.CRDs())
-	if err != nil {
-		return err
-	}
-	notes, err := schema.CheckPaths(plan, crds)
-	for _, n := range notes {
-		log.Info("path check", "note", n)
-	}
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	start := time.Now()
-	if err := cluster.InstallCRDs(ctx, cfg, crds, 60*time.Second); err != nil {
-		return err
-	}
-	names := make([]string, len(crds))
-	for i, c := range crds {
-		names[i] = c.Name
-	}
-	log.Info("CRDs installed and established", "crds", names, "took", time.Since(start).Round(time.Millisecond).String())
-	return nil
-}
-
-// The review client's rate limits: its own, so that reviews never wait
-// behind the watches (nor the other way round), and well above client-go's
-// default 5 QPS, which a single caller looking up a few indexes exhausts.
-const (
-	reviewQPS   = 50
-	reviewBurst = 100
-)
-
-// reviewConfig is the rest.Config of the TokenReview and
-// SubjectAccessReview client: a copy of cfg with a rate limiter of its own.
-func reviewConfig(cfg *rest.Config) *rest.Config {
-	c := rest.CopyConfig(cfg)
-	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
-	c.UserAgent = rest.DefaultKubernetesUserAgent() + " metasync-auth"
-	return c
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// restConfig finds the cluster: --kubeconfig, then $KUBECONFIG, then
-// in-cluster, then ~/.kube/config. It returns where the config came from.
-func restConfig(path, context string) (*rest.Config, string, error) {
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
-	load := func(rules *clientcmd.ClientConfigLoadingRules) (*rest.Config, error) {
-		return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	}
-	switch {
-	case path != "":
-		cfg, err := load(&clientcmd.ClientConfigLoadingRules{ExplicitPath: path})
-		return cfg, path, err
-	case os.Getenv("KUBECONFIG") != "":
-		files := filepath.SplitList(os.Getenv("KUBECONFIG"))
-		cfg, err := load(&clientcmd.ClientConfigLoadingRules{Precedence: files})
-		return cfg, strings.Join(files, string(filepath.ListSeparator)) + " (from KUBECONFIG)", err
-	}
-	if context == "" {
-		if cfg, err := rest.InClusterConfig(); err == nil {
-			return cfg, "in-cluster", nil
-		}
-	}
-	home := clientcmd.RecommendedHomeFile
-	if _, err := os.Stat(home); err != nil {
-		return nil, "", errors.New("no kubeconfig: give --kubeconfig, set KUBECONFIG, run in a pod, or create " + home)
-	}
-	cfg, err := load(&clientcmd.ClientConfigLoadingRules{ExplicitPath: home})
-	return cfg, home, err
 }
 
 // reportProgress logs the initial sync of each resource every 2 s until

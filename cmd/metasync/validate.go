@@ -21,8 +21,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	config := fs.String("config", "", "config file (required)")
 	checkCluster := fs.Bool("cluster", false, "also check against the cluster: resources served, list/watch allowed, paths in CRD schemas")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, with --cluster")
-	kubecontext := fs.String("context", "", "kubeconfig context, with --cluster")
+	kube := addKubeFlags(fs, "kubeconfig file, with --cluster", "kubeconfig context, with --cluster")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -39,9 +38,8 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		_ = fs.Set("config", file)
 	}
-	if err := envForFlags(fs); err != nil {
-		fmt.Fprintln(stderr, "metasync validate:", err)
-		return exitError{2}
+	if err := envForFlags(fs, stderr); err != nil {
+		return err
 	}
 	if *config == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "metasync validate: one config file is required (--config FILE, or FILE), and nothing else")
@@ -49,9 +47,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	}
 	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ()})
 	if err != nil {
-		for _, p := range schema.Problems(err) {
-			fmt.Fprintln(stderr, p)
-		}
+		printProblems(stderr, err)
 		return exitError{1}
 	}
 	var problems []error
@@ -64,7 +60,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		problems = append(problems, schema.Problems(err)...)
 	}
 	if *checkCluster {
-		cfg, _, err := restConfig(*kubeconfig, *kubecontext)
+		cfg, _, err := kube.restConfig()
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
 			return exitError{1}

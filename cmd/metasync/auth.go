@@ -1,0 +1,71 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/api"
+)
+
+// authFor is the HTTP API's authentication, as --auth (mode) asks for the
+// listen address addr: "tokenreview" checks bearer tokens against the
+// cluster of cfg (TokenReview, SubjectAccessReview); "none" checks
+// nothing, with a warning beyond loopback; "" checks nothing on loopback
+// and is refused beyond it. A nil *api.TokenAuth means no authentication.
+// A refusal is logged and returned as exitError{1}.
+func authFor(mode, addr string, cfg *rest.Config, log *slog.Logger) (*api.TokenAuth, error) {
+	host, _, _ := net.SplitHostPort(addr)
+	switch mode {
+	case "tokenreview":
+		kube, err := kubernetes.NewForConfig(reviewConfig(cfg))
+		if err != nil {
+			log.Error("auth", "error", err.Error())
+			return nil, exitError{1}
+		}
+		return api.NewTokenAuth(kube, log), nil
+	case "none":
+		if !isLoopback(host) {
+			log.Warn("the HTTP API listens beyond loopback without authentication, as --auth=none asks", "address", addr)
+		}
+		return nil, nil
+	case "":
+		if !isLoopback(host) {
+			log.Error("listening beyond loopback needs --auth=tokenreview (or --auth=none to serve without authentication on purpose)", "address", addr)
+			return nil, exitError{1}
+		}
+		return nil, nil
+	default:
+		log.Error(`--auth must be "tokenreview" or "none"`, "auth", mode)
+		return nil, exitError{1}
+	}
+}
+
+// The review client's rate limits: its own, so that reviews never wait
+// behind the watches (nor the other way round), and well above client-go's
+// default 5 QPS, which a single caller looking up a few indexes exhausts.
+const (
+	reviewQPS   = 50
+	reviewBurst = 100
+)
+
+// reviewConfig is the rest.Config of the TokenReview and
+// SubjectAccessReview client: a copy of cfg with a rate limiter of its own.
+func reviewConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
+	c.UserAgent = rest.DefaultKubernetesUserAgent() + " metasync-auth"
+	return c
+}
+
+// isLoopback reports whether host (an address's host, without the port)
+// is "localhost" or a loopback IP.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
