@@ -22,6 +22,7 @@ func get(args []string, stdout, stderr io.Writer) error {
 	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
 	chain := fs.String("chain", "", "resolve KEY through this chain instead of an index")
 	limit := fs.Int("limit", 0, "with INDEX alone: keys asked per request (default: the daemon's page, at most 10000); every page is printed")
+	watch := fs.Bool("watch", false, "print each answer as it changes, one JSON line each, until interrupted (with INDEX alone: every key's)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -29,6 +30,22 @@ func get(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	c := newClient(*server)
+	if *watch {
+		var path string
+		switch {
+		case *chain != "" && fs.NArg() == 1:
+			path = "/v1/chains/" + pathSegment(*chain) + "/keys/" + pathSegment(fs.Arg(0))
+		case *chain == "" && fs.NArg() == 2:
+			path = "/v1/indexes/" + pathSegment(fs.Arg(0)) + "/keys/" + pathSegment(fs.Arg(1))
+		case *chain == "" && fs.NArg() == 1:
+			path = "/v1/indexes/" + pathSegment(fs.Arg(0)) + "/keys"
+		}
+		if path != "" {
+			ctx, stop := watchContext()
+			defer stop()
+			return c.follow(ctx, path, stdout, stderr)
+		}
+	}
 	switch {
 	case *chain != "" && fs.NArg() == 1:
 		return c.printValues("/v1/chains/"+pathSegment(*chain)+"/keys/"+pathSegment(fs.Arg(0)), stdout, stderr)
@@ -37,7 +54,7 @@ func get(args []string, stdout, stderr io.Writer) error {
 	case *chain == "" && fs.NArg() == 1:
 		return c.printKeys(fs.Arg(0), *limit, stdout, stderr)
 	default:
-		fmt.Fprintln(stderr, "usage: metasync get [--server URL] INDEX KEY   or   metasync get [--server URL] --chain CHAIN KEY   or   metasync get [--server URL] INDEX")
+		fmt.Fprintln(stderr, "usage: metasync get [--server URL] [--watch] INDEX KEY   or   metasync get [--server URL] [--watch] --chain CHAIN KEY   or   metasync get [--server URL] [--watch] INDEX")
 		return exitError{2}
 	}
 }

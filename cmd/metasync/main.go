@@ -3,7 +3,7 @@
 //
 //	metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
 //	metasync validate --config FILE [--cluster]   (or: metasync validate [--cluster] FILE)
-//	metasync get      [--server URL] INDEX KEY    (or: --chain CHAIN KEY)
+//	metasync get      [--server URL] [--watch] INDEX KEY    (or: --chain CHAIN KEY)
 //	metasync get      [--server URL] INDEX        (every key of the index, one per line)
 //	metasync indexes  [--server URL]              (every index: name, resource, keys, synced)
 //	metasync version
@@ -53,7 +53,7 @@ func main() {
 const usage = `usage:
   metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
   metasync validate --config FILE [--cluster]    (or: metasync validate [--cluster] FILE)
-  metasync get      [--server URL] INDEX KEY     (or: --chain CHAIN KEY)
+  metasync get      [--server URL] [--watch] INDEX KEY     (or: --chain CHAIN KEY)
   metasync get      [--server URL] INDEX         every key of the index, one per line
   metasync indexes  [--server URL]               every index: name, resource, keys, synced
   metasync version
@@ -64,7 +64,7 @@ Run 'metasync COMMAND --help' for the flags of a command.
 var synopses = map[string]string{
 	"serve":    "metasync serve --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]",
 	"validate": "metasync validate --config FILE [--cluster]\n  metasync validate [--cluster] FILE",
-	"get":      "metasync get [--server URL] INDEX KEY\n  metasync get [--server URL] --chain CHAIN KEY\n  metasync get [--server URL] INDEX    (every key of the index, one per line)",
+	"get":      "metasync get [--server URL] [--watch] INDEX KEY\n  metasync get [--server URL] [--watch] --chain CHAIN KEY\n  metasync get [--server URL] [--watch] INDEX    (every key of the index, one per line)\n  --watch prints each answer as it changes, one JSON line each, until Ctrl-C",
 	"indexes":  "metasync indexes [--server URL]    (every index: name, resource, keys, synced)",
 }
 

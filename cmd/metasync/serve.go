@@ -34,6 +34,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
+	heartbeat := fs.Duration("stream-heartbeat", api.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	if err := fs.Parse(args); err != nil {
@@ -45,6 +46,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if *config == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "metasync serve: --config FILE is required, and nothing else")
 		return exitError{2}
+	}
+	for name, d := range map[string]time.Duration{"stream-heartbeat": *heartbeat, "stale-after": *staleAfter} {
+		if d <= 0 {
+			fmt.Fprintf(stderr, "metasync serve: --%s %v: must be positive\n", name, d)
+			return exitError{2}
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -98,6 +105,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer signal.Stop(sigs)
 
 	handler := api.New(engine, log)
+	handler.SetHeartbeat(*heartbeat)
 	srv := handler.HTTPServer(addr, log, guard)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	engineDone := make(chan struct{})
