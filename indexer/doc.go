@@ -34,6 +34,14 @@
 // reader sees either none or all of it, never half of one object's update.
 // An index is a hash table split into pages that are copied on write, so
 // the cost of a write grows with the page it touches, not with the whole
-// index. A lookup hashes its key once and reads one page; it allocates
+// index (up to 4096 pages: past about 262,144 keys, pages grow with the
+// index). A lookup hashes its key once and reads one page; it allocates
 // nothing and takes no lock.
+//
+// # Commits
+//
+// Every commit publishes a snapshot numbered one higher than the one it
+// replaces (Snapshot.Seq). Store.OnCommit registers the one function that
+// hears, in commit order, which index keys each commit changed: metasync's
+// subscriptions are built on it.
 package indexer

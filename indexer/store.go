@@ -13,7 +13,11 @@ import (
 // An index's table is split into 1<<bits pages, bits chosen for about
 // keysPerPage keys per page when the index is rebuilt, and raised when it
 // outgrows that fourfold. A write copies the pages it touches, so pages
-// keep writes to large indexes cheap.
+// keep writes to large indexes cheap. The pages are at most
+// 1<<maxPageBits (4096): up to 4096 × 64 = 262,144 keys a write copies a
+// page of about 64 keys; past that, pages grow with the index (a page of
+// an index of a million keys holds about 244), and so does the cost of a
+// write.
 const (
 	maxPageBits   = 12
 	keysPerPage   = 64

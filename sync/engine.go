@@ -1,16 +1,3 @@
-// Package sync is metasync's engine: one watch per configured resource,
-// each object projected to the fields its rules need, and the results fed
-// into the named reverse indexes of package indexer.
-//
-// The package name shadows the standard library's sync; import it under
-// another name where both are needed:
-//
-//	import msync "github.com/iidp/metasync/sync"
-//
-// An Engine is built from a compiled schema.Plan and a *rest.Config. Start
-// runs every watch until its context ends; WaitForSync waits for the first
-// complete list of every resource; Lookup, Resolve and Objects read the
-// indexes from memory, without locks, from any number of goroutines.
 package sync
 
 import (

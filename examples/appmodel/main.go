@@ -4,7 +4,9 @@
 //     a field manager, the seed's write path, and another writer that
 //     claims the same field without force gets a conflict;
 //  2. an engine built from config.yaml resolves model -> app -> pod IPs
-//     from memory, with typed access to each app's fields by object key.
+//     from memory, with typed access to each app's fields;
+//  3. a subscription follows a model's addresses while a pod of its app
+//     comes and goes.
 //
 // Run it against a cluster that has crd.yaml and routing.yaml applied:
 //
@@ -53,6 +55,7 @@ func run() error {
 	config := flag.String("config", "examples/appmodel/config.yaml", "metasync config")
 	namespace := flag.String("namespace", "meta-test", "namespace of the AppModels (as in the config)")
 	models := flag.String("models", "iiot_dataservice,model1", "models to resolve, comma-separated")
+	follow := flag.String("follow", "iiot_dataservice", "model whose addresses to follow while a pod comes and goes (\"\": none)")
 	flag.Parse()
 
 	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -119,8 +122,58 @@ func run() error {
 		}
 		fmt.Printf("chain model-to-addresses: %s -> %s\n", model, strings.Join(engine.Resolve("model-to-addresses", model), ", "))
 	}
+	if *follow != "" {
+		return followModel(ctx, engine, client, *namespace, *follow)
+	}
 	return nil
 }
+
+// followModel subscribes to a model's addresses (the chain follows every
+// step: the model's apps and their pods), then starts a pod of its first
+// app (an EndpointSlice with one ready address) and stops it, printing
+// each answer as it comes.
+func followModel(ctx context.Context, engine *msync.Engine, client dynamic.Interface, namespace, model string) error {
+	sub, err := engine.Subscribe(ctx, msync.ChainOf("model-to-addresses", model))
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	next := func(what string) error {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("follow %s: %w", model, err)
+		}
+		fmt.Printf("%s: %s -> %s\n", what, model, strings.Join(ev.Values, ", "))
+		return nil
+	}
+	if err := next("follow"); err != nil {
+		return err
+	}
+	rs, err := routes(engine, model)
+	if err != nil || len(rs) == 0 {
+		return fmt.Errorf("no app serves %s (%v)", model, err)
+	}
+	app := rs[0].App.Name
+	endpointSlices := client.Resource(endpointSliceGVR).Namespace(namespace)
+	pod := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata":    map[string]any{"name": app + "-follow", "labels": map[string]any{"kubernetes.io/service-name": app}},
+		"addressType": "IPv4",
+		"endpoints":   []any{map[string]any{"addresses": []any{"10.0.99.1"}, "conditions": map[string]any{"ready": true}}},
+	}}
+	if _, err := endpointSlices.Apply(ctx, app+"-follow", pod, metav1.ApplyOptions{FieldManager: "appmodel-example", Force: true}); err != nil {
+		return fmt.Errorf("start a pod of %s: %w", app, err)
+	}
+	if err := next("a pod of " + app + " is ready"); err != nil {
+		return err
+	}
+	if err := endpointSlices.Delete(ctx, app+"-follow", metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("stop the pod of %s: %w", app, err)
+	}
+	return next("the pod of " + app + " is gone")
+}
+
+var endpointSliceGVR = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
 
 // Route is where a call for a model can go: an app that serves the model,
 // and the ready pod IPs of the app's Service.

@@ -44,6 +44,9 @@ func TestExampleProgram(t *testing.T) {
 		"model model1 -> app base (type model, version 1.7)\n",
 		"app base -> 10.0.0.5, 10.0.0.6, 10.0.1.7, 10.0.2.9\n",
 		"chain model-to-addresses: model1 -> 10.0.0.5, 10.0.0.6, 10.0.1.7, 10.0.2.9\n",
+		"follow: iiot_dataservice -> 10.0.3.10\n",
+		"a pod of iiot is ready: iiot_dataservice -> 10.0.3.10, 10.0.99.1\n",
+		"the pod of iiot is gone: iiot_dataservice -> 10.0.3.10\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
