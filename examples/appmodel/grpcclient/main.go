@@ -1,0 +1,130 @@
+// Command grpcclient calls a model's servers through metasync's gRPC
+// resolver: one target, metasync:///chains/model-to-addresses/MODEL, and
+// the channel follows the model's app and its ready pods as they change.
+//
+//	go run ./examples/appmodel/grpcclient --kubeconfig ~/.kube/config --model model1 --port 9000
+//
+// Each second it calls the standard gRPC health service of whichever pod
+// round_robin picks and prints the pod's address, or the error (with no
+// ready pod: UNAVAILABLE at once). With --daemon URL it resolves through a
+// metasync daemon's change streams instead of watching the cluster itself.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/iidp/metasync/grpcresolver"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "grpcclient:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	flags := flag.NewFlagSet("grpcclient", flag.ContinueOnError)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig file (default: KUBECONFIG, ~/.kube/config, in-cluster)")
+	config := flags.String("config", "examples/appmodel/config.yaml", "metasync config file")
+	daemon := flags.String("daemon", "", "resolve through this metasync daemon (such as http://127.0.0.1:8080) instead of in process")
+	model := flags.String("model", "model1", "model to call")
+	port := flags.Int("port", 9000, "port of the pods' gRPC servers (the EndpointSlices hold bare IPs)")
+	calls := flags.Int("calls", 0, "stop after this many calls (0: until Ctrl-C)")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var builder resolver.Builder
+	if *daemon != "" {
+		builder = grpcresolver.NewRemoteBuilder(*daemon)
+	} else {
+		engine, stop, err := startEngine(ctx, *kubeconfig, *config)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		builder = grpcresolver.NewBuilder(engine)
+	}
+	target := fmt.Sprintf("metasync:///chains/model-to-addresses/%s?port=%d", url.PathEscape(*model), *port)
+	return callLoop(ctx, target, builder, *calls, time.Second, out)
+}
+
+// startEngine runs an engine of the config until stop is called.
+func startEngine(ctx context.Context, kubeconfig, config string) (*msync.Engine, func(), error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	restConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	plan, err := schema.LoadPlan(config, schema.LoadOptions{Environ: os.Environ()})
+	if err != nil {
+		return nil, nil, err
+	}
+	engine, err := msync.New(plan, restConfig, msync.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = engine.Start(ctx); close(done) }()
+	stop := func() { cancel(); <-done }
+	syncCtx, syncDone := context.WithTimeout(ctx, time.Minute)
+	defer syncDone()
+	if err := engine.WaitForSync(syncCtx); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return engine, stop, nil
+}
+
+// callLoop dials target and calls the health service every interval,
+// printing who answered, n times (0: until ctx ends).
+func callLoop(ctx context.Context, target string, builder resolver.Builder, n int, interval time.Duration, out io.Writer) error {
+	conn, err := grpc.NewClient(target,
+		grpc.WithResolvers(builder),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithTransportCredentials(insecure.NewCredentials())) // use real credentials between pods
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	for i := 0; n == 0 || i < n; i++ {
+		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var p peer.Peer
+		_, err := health.Check(callCtx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+		cancel()
+		if err != nil {
+			fmt.Fprintf(out, "call %d: %v\n", i+1, err)
+		} else {
+			fmt.Fprintf(out, "call %d: answered by %s\n", i+1, p.Addr)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/iidp/metasync/grpcresolver"
+	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// TestCallLoop calls "model1" through the chain of examples/appmodel's
+// config, over an engine without a cluster holding one AppModel and one
+// EndpointSlice whose pod is a local gRPC server.
+func TestCallLoop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+
+	plan, err := schema.LoadPlan("../config.yaml", schema.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, f, err := feed.New(plan, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base", "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
+		"spec": map[string]any{"models": []string{"model1"}}})
+	// An EndpointSlice holds bare IPs; the target's ?port gives the port.
+	slice, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base-a", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "base"}},
+		"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{"ready": true}}}})
+	if err := f.Apply("appmodels", app); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Apply("endpointslices", slice); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = callLoop(ctx, "metasync:///chains/model-to-addresses/model1?port="+port, grpcresolver.NewBuilder(e.(*msync.Engine)), 2, 10*time.Millisecond, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "call 1: answered by " + ln.Addr().String() + "\n"; !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("printed %q, want it to start with %q", out.String(), want)
+	}
+}
