@@ -3,9 +3,13 @@ package grpcresolver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -345,4 +349,46 @@ func TestRemoteBuilder(t *testing.T) {
 	within(t, 15*time.Second, "the resolver resumes against the new daemon", func() bool {
 		return spread(t, conn, 10, b1, b2)[b1] == 10
 	})
+}
+
+// TestRemoteTokenFile: the remote builder sends the token file's content
+// as a bearer token, read again at each connection (tokens rotate).
+func TestRemoteTokenFile(t *testing.T) {
+	tokens := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokens <- r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"type":"snapshot","chain":"c","key":"k","values":["127.0.0.1:1"],"version":"x:1:y"}`)
+		// the stream ends: the resolver reconnects with the file's new token
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	conn, err := grpc.NewClient("metasync:///chains/c/k", grpc.WithResolvers(grpcresolver.NewRemoteBuilder(srv.URL, grpcresolver.WithTokenFile(file), grpcresolver.WithLogger(quiet))),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Connect()
+	if got := <-tokens; got != "Bearer first" {
+		t.Fatalf("first connection: Authorization %q", got)
+	}
+	if err := os.WriteFile(file, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-tokens:
+			if got == "Bearer second" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the rotated token was never sent")
+		}
+	}
 }
