@@ -26,7 +26,12 @@ type Plan struct {
 }
 
 func init() {
-	plan.Of = func(p any) *plan.Plan { return p.(*Plan).c }
+	plan.Of = func(p any) *plan.Plan {
+		if sp, ok := p.(*Plan); ok && sp != nil {
+			return sp.c
+		}
+		return nil
+	}
 }
 
 // Compile validates the config and compiles it into a Plan, in one pass.

@@ -31,6 +31,10 @@ type Options struct {
 	StaleAfter time.Duration
 }
 
+// errEmptyPlan is the error of a zero schema.Plan, which only Compile and
+// LoadPlan can fill.
+var errEmptyPlan = errors.New("an empty schema.Plan: build one with schema.Compile or schema.LoadPlan")
+
 // DefaultStaleAfter is the default of Options.StaleAfter.
 const DefaultStaleAfter = 30 * time.Second
 
@@ -95,7 +99,11 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if plan == nil || cfg == nil {
 		return nil, errors.New("sync.New needs a plan and a rest config")
 	}
-	e, err := newEngine(compiled.Of(plan), opts)
+	cp := compiled.Of(plan)
+	if cp == nil {
+		return nil, errEmptyPlan
+	}
+	e, err := newEngine(cp, opts)
 	if err != nil {
 		return nil, err
 	}

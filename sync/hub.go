@@ -206,8 +206,8 @@ func (h *hub) registerIndex(s *Subscription, resume string) (snap *indexer.Snaps
 	if resume == "" {
 		return snap, nil, false
 	}
-	seq, hash, valid := s.e.parseVersion(resume)
-	if !valid || hash != "" {
+	seq, tag, valid := s.e.parseVersion(resume)
+	if !valid || tag != indexTag(s.target.Index) {
 		return snap, nil, false
 	}
 	catchUp, ok = is.journal.changedSince(seq, s.ix, snap)
@@ -240,8 +240,8 @@ func newEpoch() string {
 // version formats the version of seq.
 func (e *Engine) version(seq uint64) string { return e.epoch + ":" + strconv.FormatUint(seq, 10) }
 
-// parseVersion reads a version of this engine: its seq and, for a key or
-// chain answer, the answer's hash ("" for an index's).
+// parseVersion reads a version of this engine: its seq and its third part
+// (a key or chain answer's hash, or an index's tag).
 func (e *Engine) parseVersion(v string) (seq uint64, hash string, ok bool) {
 	parts := strings.Split(v, ":")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] != e.epoch {

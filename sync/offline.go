@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/iidp/metasync/indexer"
 	"github.com/iidp/metasync/internal/feed"
 	compiled "github.com/iidp/metasync/internal/plan"
 	mschema "github.com/iidp/metasync/schema"
@@ -21,7 +20,11 @@ func init() {
 		if plan == nil {
 			return nil, nil, errors.New("no plan")
 		}
-		e, err := newEngine(compiled.Of(plan), Options{Logger: log})
+		cp := compiled.Of(plan)
+		if cp == nil {
+			return nil, nil, errEmptyPlan
+		}
+		e, err := newEngine(cp, Options{Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -63,6 +66,9 @@ func (f offline) project(w *watcher, raw []byte) (o *object, key string, err err
 	if meta[1].Str != "" {
 		key = meta[1].Str + "/" + key
 	}
+	if w.plan.Namespace != "" && meta[1].Str == "" {
+		return nil, key, fmt.Errorf("metadata.namespace: required: resource %s watches namespace %s only", w.plan.Name, w.plan.Namespace)
+	}
 	if !f.matches(w.plan, raw, meta[1].Str, meta[2]) {
 		return nil, key, nil
 	}
@@ -97,26 +103,36 @@ func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls 
 	return true
 }
 
+// Apply projects every object first, so that a bad one changes nothing,
+// then applies them in one transaction: readers see all or none.
 func (f offline) Apply(resource string, objects ...[]byte) error {
 	w, err := f.watcher(resource)
 	if err != nil {
 		return err
 	}
+	type change struct {
+		o   *object // nil: the object is excluded, delete key
+		key string
+	}
+	changes := make([]change, 0, len(objects))
 	for i, raw := range objects {
 		o, key, err := f.project(w, raw)
-		switch {
-		case err != nil:
+		if err != nil {
 			return fmt.Errorf("%s: object %d: %w", resource, i, err)
-		case o == nil: // excluded: gone from the watch, if it was in it
-			if err := w.Delete(&object{ix: indexer.Object{Key: key}}); err != nil {
-				return err
-			}
-		default:
-			if err := w.Add(o); err != nil {
-				return err
-			}
+		}
+		changes = append(changes, change{o, key})
+	}
+	tx := w.src.Begin()
+	for _, c := range changes {
+		if c.o == nil {
+			tx.Delete(c.key)
+			w.deleted.Add(1)
+		} else {
+			tx.Put(c.o.ix)
+			w.added.Add(1)
 		}
 	}
+	tx.Commit()
 	return nil
 }
 
@@ -125,11 +141,12 @@ func (f offline) Delete(resource string, objectKeys ...string) error {
 	if err != nil {
 		return err
 	}
+	tx := w.src.Begin()
 	for _, key := range objectKeys {
-		if err := w.Delete(&object{ix: indexer.Object{Key: key}}); err != nil {
-			return err
-		}
+		tx.Delete(key)
+		w.deleted.Add(1)
 	}
+	tx.Commit()
 	return nil
 }
 

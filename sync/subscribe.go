@@ -93,26 +93,31 @@ func IndexOf(index string) Target { return Target{Index: index, All: true} }
 var ErrClosed = errors.New("subscription closed")
 
 // Subscription delivers the answers of a Target as they change; see
-// Engine.Subscribe. Next is called from one goroutine at a time; Close and
-// HasSynced from any.
+// Engine.Subscribe. Calls of Next are serialized (one waits for the
+// other); Close, HasSynced and Version may be called from any goroutine.
 type Subscription struct {
-	e      *Engine
-	target Target
-	ix     indexer.Index   // the index (key and index subscriptions)
-	steps  []indexer.Index // the chain's indexes
-	stop   func() bool     // unregisters the context's AfterFunc
-	done   chan struct{}
-	once   gosync.Once
-	synced atomic.Bool
+	e       *Engine
+	target  Target
+	ix      indexer.Index   // the index (key and index subscriptions)
+	steps   []indexer.Index // the chain's indexes
+	stop    func() bool     // unregisters the context's AfterFunc
+	done    chan struct{}
+	once    gosync.Once
+	synced  atomic.Bool
+	version atomic.Pointer[string] // see Version
 
 	// Written by the hub (under hub.mu, then mu), read by Next.
-	mu      gosync.Mutex
-	signal  chan struct{} // capacity 1: something is pending
-	dirty   bool          // key and chain: the answer may have changed
-	pending map[string]struct{}
-	pendAt  *indexer.Snapshot // index: the snapshot of the last hook that added to pending
+	mu       gosync.Mutex
+	signal   chan struct{} // capacity 1: something is pending
+	dirty    bool          // key and chain: the answer may have changed
+	pending  map[string]struct{}
+	overflow bool              // index: pending was given up (see markKeys)
+	pendAt   *indexer.Snapshot // index: the snapshot of the last hook that added to pending
 
-	// Next's own state.
+	// Next's own state, under nextMu.
+	nextMu   gosync.Mutex
+	force    bool // key and chain: send the next answer even if equal to last
+	full     bool // index: pending overflowed; diff the whole index instead
 	phase    int
 	resumed  bool
 	last     []string                              // key and chain: the last answer sent
@@ -129,6 +134,10 @@ type keyValues struct {
 	Key    string
 	Values []string
 }
+
+// pendingFloor is the size of the pending set of an index subscription
+// that is never given up, however small the index.
+const pendingFloor = 1024
 
 const (
 	phaseWait = iota // for the resources to sync
@@ -178,7 +187,11 @@ func (e *Engine) Subscribe(ctx context.Context, t Target) (*Subscription, error)
 		return nil, errors.New("a target names an index or a chain (use KeyOf, ChainOf or IndexOf)")
 	}
 	e.hub.opened.Add(1)
-	s.stop = context.AfterFunc(ctx, s.Close)
+	// ctx may have ended already: Close then runs at once, in another
+	// goroutine, and must find s.stop set.
+	ready := make(chan struct{})
+	s.stop = context.AfterFunc(ctx, func() { <-ready; s.Close() })
+	close(ready)
 	return s, nil
 }
 
@@ -186,8 +199,10 @@ func (e *Engine) Subscribe(ctx context.Context, t Target) (*Subscription, error)
 func (s *Subscription) Close() {
 	s.once.Do(func() {
 		s.stop()
-		s.e.hub.unregister(s)
+		// done first: a registration that Next makes from now on sees it
+		// (under the hub's lock) and stays out; one made before is undone.
 		close(s.done)
+		s.e.hub.unregister(s)
 		s.e.hub.opened.Add(-1)
 	})
 }
@@ -200,18 +215,31 @@ func (s *Subscription) HasSynced() bool { return s.synced.Load() }
 // Version is the Version of the state delivered so far, for a heartbeat;
 // "" before the initial state.
 func (s *Subscription) Version() string {
-	if !s.synced.Load() {
-		return ""
+	if v := s.version.Load(); v != nil {
+		return *v
 	}
+	return ""
+}
+
+// versionOf is the version of what a subscriber holds at seq: for a key or
+// chain, with the answer's hash; for an index, with the index's tag.
+func (s *Subscription) versionOf(seq uint64, values []string) string {
 	if s.target.All {
-		return s.e.version(s.complete)
+		return s.e.version(seq) + ":" + indexTag(s.target.Index)
 	}
-	return s.e.version(s.complete) + ":" + answerHash(s.last)
+	return s.e.version(seq) + ":" + answerHash(values)
+}
+
+// settle records the version of the state delivered so far.
+func (s *Subscription) settle(v string) {
+	s.version.Store(&v)
 }
 
 // Next returns the next event, waiting for one until ctx ends (its error
 // is returned) or the subscription is closed (ErrClosed).
 func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
 	for {
 		select {
 		case <-s.done:
@@ -287,13 +315,15 @@ func (s *Subscription) takeDirty() bool {
 // answer makes a key or chain event of values read from snap, or nothing
 // when they equal the last answer sent.
 func (s *Subscription) answer(t EventType, snap *indexer.Snapshot, values []string) (Event, bool) {
-	if t == EventUpdate && slices.Equal(values, s.last) {
+	if t == EventUpdate && !s.force && slices.Equal(values, s.last) {
 		return Event{}, false
 	}
-	s.last = values
+	s.last, s.force = values, false
 	s.complete = snap.Seq()
+	v := s.versionOf(s.complete, values)
+	s.settle(v)
 	s.synced.Store(true)
-	return Event{Type: t, Key: s.target.Key, Values: values, Version: s.e.version(snap.Seq()) + ":" + answerHash(values)}, true
+	return Event{Type: t, Key: s.target.Key, Values: values, Version: v}, true
 }
 
 // start decides how a key or chain subscription begins: a reset, a
@@ -302,7 +332,7 @@ func (s *Subscription) start(snap *indexer.Snapshot, values []string) (Event, bo
 	if s.target.Resume != "" && !s.resumed {
 		s.resumed = true
 		seq, hash, ok := s.e.parseVersion(s.target.Resume)
-		if !ok || hash == "" || seq > snap.Seq() {
+		if !ok || hash == "" || strings.HasPrefix(hash, "~") || seq > snap.Seq() {
 			s.e.hub.resets.Add(1)
 			return Event{Type: EventReset, Version: s.e.version(snap.Seq())}, true
 		}
@@ -310,10 +340,13 @@ func (s *Subscription) start(snap *indexer.Snapshot, values []string) (Event, bo
 		if hash == answerHash(values) {
 			s.last = values
 			s.complete = snap.Seq()
+			s.settle(s.versionOf(s.complete, values))
 			s.synced.Store(true)
 			return Event{}, false
 		}
-		s.last = nil
+		// The subscriber holds another answer, whatever it was: send this
+		// one even when it is empty.
+		s.force = true
 		return s.answer(EventUpdate, snap, values)
 	}
 	s.phase = phaseLive
@@ -390,15 +423,25 @@ func (s *Subscription) mark() {
 // markKeys adds changed keys of the index, as of snap, and wakes Next.
 func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
 	s.mu.Lock()
-	if s.pending == nil {
-		s.pending = make(map[string]struct{}, len(keys))
-	}
 	n := 0
-	for _, k := range keys {
-		if _, ok := s.pending[k]; ok {
-			n++
+	if !s.overflow {
+		if s.pending == nil {
+			s.pending = make(map[string]struct{}, len(keys))
 		}
-		s.pending[k] = struct{}{}
+		for _, k := range keys {
+			if _, ok := s.pending[k]; ok {
+				n++
+			}
+			s.pending[k] = struct{}{}
+		}
+		// Keys that come and go would grow the pending set past the
+		// index: past twice its size, give the set up and compare the
+		// whole index with what was sent instead, when Next comes.
+		if len(s.pending) > max(pendingFloor, 2*snap.KeyCount(s.ix)) {
+			s.pending, s.overflow = nil, true
+		}
+	} else {
+		n = len(keys)
 	}
 	s.pendAt = snap
 	s.mu.Unlock()
@@ -433,29 +476,42 @@ func (s *Subscription) stepIndex() (Event, bool) {
 			}
 			// Until a batch is whole, the subscriber holds no state that a
 			// resume could start from: a partial version resumes nothing.
-			version := s.e.version(s.complete) + ":partial"
+			version := s.versionOf(s.complete, nil) + ":partial"
 			if len(s.queue) == 0 && t == EventUpdate {
 				s.complete = s.batch.Seq()
-				version = s.e.version(s.complete)
+				version = s.versionOf(s.complete, nil)
+				s.settle(version)
 			}
 			return Event{Type: t, Key: kv.Key, Values: kv.Values, Version: version}, true
 		}
 		if s.phase == phaseInitial {
 			s.phase = phaseLive
 			s.complete = s.batch.Seq()
+			v := s.versionOf(s.complete, nil)
+			s.settle(v)
 			s.synced.Store(true)
-			return Event{Type: EventSynced, Version: s.e.version(s.complete)}, true
+			return Event{Type: EventSynced, Version: v}, true
 		}
 		// Take what the hub marked: every key changed up to pendAt, whose
 		// values pendAt holds; queue those that differ from what was sent.
 		s.mu.Lock()
-		pending, at := s.pending, s.pendAt
-		s.pending = nil
+		pending, at, overflow := s.pending, s.pendAt, s.overflow
+		s.pending, s.overflow = nil, false
 		s.mu.Unlock()
-		if len(pending) == 0 {
+		if len(pending) == 0 && !overflow {
 			return Event{}, false
 		}
 		s.batch = at
+		if overflow {
+			// Every key that was sent or is there now.
+			pending = make(map[string]struct{}, len(s.lastSet)+at.KeyCount(s.ix))
+			for k := range s.lastSet {
+				pending[k] = struct{}{}
+			}
+			for _, k := range at.Keys(s.ix) {
+				pending[k] = struct{}{}
+			}
+		}
 		for k := range pending {
 			if vs := at.Lookup(s.ix, k); !slices.Equal(vs, s.lastSet[k]) {
 				s.queue = append(s.queue, keyValues{Key: k, Values: vs})
@@ -463,6 +519,7 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		}
 		if len(s.queue) == 0 {
 			s.complete = at.Seq()
+			s.settle(s.versionOf(s.complete, nil))
 		}
 		slices.SortFunc(s.queue, func(a, b keyValues) int { return strings.Compare(a.Key, b.Key) })
 	}
@@ -498,6 +555,10 @@ func (s *Subscription) beginIndex() (reset bool) {
 	}
 	return false
 }
+
+// indexTag names an index in its subscriptions' versions, so that the
+// version of one index cannot resume another's.
+func indexTag(index string) string { return "~" + answerHash([]string{index}) }
 
 // answerHash is a short digest of an answer, for resuming a key or chain
 // subscription without a journal.

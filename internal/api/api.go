@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	gosync "sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,7 @@ type Server struct {
 	streams       context.Context // ends when the server drains
 	endStreams    context.CancelFunc
 	streamMetrics *streamMetrics
+	openStreams   gosync.Map // *http.ResponseController of each open stream
 }
 
 // New builds the API over an engine.

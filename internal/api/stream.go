@@ -62,8 +62,15 @@ func (s *Server) SetHeartbeat(d time.Duration) {
 
 // CloseStreams ends every change stream cleanly, as the HTTP server's
 // drain begins: http.Server.Shutdown waits for handlers, and a stream's
-// handler would otherwise never return. HTTPServer registers it.
-func (s *Server) CloseStreams() { s.endStreams() }
+// handler would otherwise never return. A stream stuck writing to a client
+// that reads nothing is cut at once. HTTPServer registers it.
+func (s *Server) CloseStreams() {
+	s.endStreams()
+	s.openStreams.Range(func(k, _ any) bool {
+		_ = k.(*http.ResponseController).SetWriteDeadline(time.Now())
+		return true
+	})
+}
 
 // watching reports whether a request asks for a stream.
 func watching(r *http.Request) bool {
@@ -88,6 +95,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	defer s.streamMetrics.open.Dec()
 
 	rc := http.NewResponseController(w)
+	s.openStreams.Store(rc, nil)
+	defer s.openStreams.Delete(rc)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -114,6 +123,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 		}
 		buf.Reset()
 		_ = enc.Encode(f) // a frame always encodes; Encode ends the line
+		if ctx.Err() != nil {
+			return // draining: CloseStreams may have cut the deadline already
+		}
 		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
 			return
 		}
