@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/iidp/metasync/internal/streamclient"
 )
 
 // defaultServer is where get and indexes find a daemon by default.
@@ -94,20 +96,9 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-// pathSegment escapes s as one segment of a URL path: "/" and every other
-// reserved byte percent-encoded, and "." and ".." (which url.PathEscape
-// leaves alone, and which a client or ServeMux would clean away as "this
-// folder" and "the parent") as %2E and %2E%2E. ServeMux cleans the path as
-// sent, so %2E stays, and it unescapes each segment when it matches.
-func pathSegment(s string) string {
-	switch s {
-	case ".":
-		return "%2E"
-	case "..":
-		return "%2E%2E"
-	}
-	return url.PathEscape(s)
-}
+// pathSegment escapes s as one segment of a URL path (see
+// streamclient.PathSegment).
+func pathSegment(s string) string { return streamclient.PathSegment(s) }
 
 // client asks one daemon.
 type client struct {

@@ -1,0 +1,176 @@
+// Package streamclient follows a change stream of a metasync daemon
+// (?watch=true: NDJSON frames), resumed after every break from the last
+// version it got, with a backoff. `metasync get --watch` and the remote
+// gRPC resolver read streams through it.
+package streamclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Frame is one line of a stream.
+type Frame struct {
+	Type    string    `json:"type"`
+	Values  *[]string `json:"values"`
+	Version string    `json:"version"`
+	// Raw is the line as the daemon sent it, valid until onFrame returns.
+	Raw []byte `json:"-"`
+}
+
+// Options tune Follow.
+type Options struct {
+	// Client makes the requests; it must have no Timeout (a stream lasts).
+	// Default: a client that follows no redirect.
+	Client *http.Client
+	// Token returns the bearer token of each connection, or nil for none.
+	Token func() (string, error)
+	// Idle is how long a stream may stay silent before Follow reconnects
+	// (a daemon sends a heartbeat every 15 s by default). Default 1 minute.
+	Idle time.Duration
+	// StopOnRefusal makes Follow return an answer that retrying cannot
+	// change (4xx other than 429) as a *Refused, instead of retrying it.
+	StopOnRefusal bool
+	// OnBreak hears of each broken stream, with when it is retried.
+	OnBreak func(err error, retry time.Duration)
+}
+
+// Refused is an answer of the daemon that retrying cannot change: an
+// unknown index or chain, a bad token, a denied access.
+type Refused struct{ Err error }
+
+func (r *Refused) Error() string { return r.Err.Error() }
+func (r *Refused) Unwrap() error { return r.Err }
+
+// Follow reads the stream of the lookup at target (a URL without
+// ?watch=true) until ctx ends (then it returns nil), onFrame returns an
+// error (returned), or, with StopOnRefusal, the daemon refuses. Heartbeats
+// go to onFrame too. After a break it waits (0.5 s, doubling to 8 s; back
+// to 0.5 s after a stream that lasted 10 s) and resumes from the last
+// version; the daemon then sends what changed, or a reset and a snapshot.
+func Follow(ctx context.Context, target string, o Options, onFrame func(Frame) error) error {
+	if o.Client == nil {
+		o.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if o.Idle <= 0 {
+		o.Idle = time.Minute
+	}
+	version := ""
+	backoff := 500 * time.Millisecond
+	for {
+		start := time.Now()
+		err := once(ctx, target, &version, o, onFrame)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var refused *Refused
+		var stop stopError
+		switch {
+		case errors.As(err, &stop):
+			return stop.err
+		case errors.As(err, &refused) && o.StopOnRefusal:
+			return err
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = 500 * time.Millisecond
+		}
+		if o.OnBreak != nil {
+			o.OnBreak(err, backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 8*time.Second)
+	}
+}
+
+// stopError carries an error of onFrame out of Follow.
+type stopError struct{ err error }
+
+func (s stopError) Error() string { return s.err.Error() }
+
+// once reads one stream until it ends.
+func once(ctx context.Context, target string, version *string, o Options, onFrame func(Frame) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	q := url.Values{"watch": {"true"}}
+	if *version != "" {
+		q.Set("version", *version)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target+"?"+q.Encode(), nil)
+	if err != nil {
+		return &Refused{err}
+	}
+	if o.Token != nil {
+		token, err := o.Token()
+		if err != nil {
+			return fmt.Errorf("bearer token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var e struct {
+			Error string `json:"error"`
+		}
+		err := fmt.Errorf("answered %s", resp.Status)
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			err = fmt.Errorf("%s (%s)", e.Error, resp.Status)
+		}
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return &Refused{err}
+		}
+		return err
+	}
+	idle := time.AfterFunc(o.Idle, cancel)
+	defer idle.Stop()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		idle.Reset(o.Idle)
+		var f Frame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			return fmt.Errorf("a line that is not a frame: %.200s", sc.Text())
+		}
+		f.Raw = sc.Bytes()
+		if err := onFrame(f); err != nil {
+			return stopError{err}
+		}
+		if f.Version != "" {
+			*version = f.Version
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF
+}
+
+// PathSegment escapes s as one segment of a URL path: "/" and every other
+// reserved byte percent-encoded, and "." and ".." (which url.PathEscape
+// leaves alone, and which a client or ServeMux would clean away as "this
+// folder" and "the parent") as %2E and %2E%2E. ServeMux cleans the path as
+// sent, so %2E stays, and it unescapes each segment when it matches.
+func PathSegment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}
