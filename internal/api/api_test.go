@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iidp/metasync/internal/feed"
 
@@ -97,6 +100,8 @@ func FuzzHTTP(f *testing.F) {
 	f.Add("GET", "/readyz", "verbose")
 	f.Add("GET", "/v1/indexes/%zz/keys", "limit=-1")
 	f.Add("GET", "/../../v1//indexes", "")
+	f.Add("GET", "/v1/indexes/model-to-app/keys/model1", "watch=true&version=x")
+	f.Add("GET", "/v1/chains/model-to-addresses/keys/m", "watch=true")
 	s := offlineServer(f)
 	f.Fuzz(func(t *testing.T, method, path, query string) {
 		if method == "" || strings.ContainsAny(method, " \t\r\n") {
@@ -106,9 +111,20 @@ func FuzzHTTP(f *testing.F) {
 		if p, err := url.PathUnescape(path); err == nil {
 			u.Path, u.RawPath = p, path
 		}
-		req := &http.Request{Method: method, URL: u, Header: http.Header{}, Body: http.NoBody, Host: "x"}
+		// A stream (?watch=true) lasts until its request's context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		req := (&http.Request{Method: method, URL: u, Header: http.Header{}, Body: http.NoBody, Host: "x"}).WithContext(ctx)
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req)
+		if rec.Header().Get("Content-Type") == "application/x-ndjson" {
+			for _, line := range bytes.Split(bytes.TrimSpace(rec.Body.Bytes()), []byte("\n")) {
+				if len(line) > 0 && !json.Valid(line) {
+					t.Fatalf("%s %q %q: a frame that is not JSON: %q", method, path, query, line)
+				}
+			}
+			return
+		}
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s %q %q: %d %s", method, path, query, rec.Code, rec.Body)
 		}

@@ -126,7 +126,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 		if ctx.Err() != nil {
 			return // draining: CloseStreams may have cut the deadline already
 		}
-		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return
 		}
 		if _, err := w.Write(buf.Bytes()); err != nil {
