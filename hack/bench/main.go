@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,7 @@ var (
 	fanoutInformers = flag.Bool("fanout-informers", true, "also time the fan-out with as many plain informers (skipped when n × fanout > 1,000,000: memory)")
 	httpDur         = flag.Duration("http", 3*time.Second, "load duration per HTTP server (0: skip)")
 	httpConns       = flag.Int("http-conns", 8, "concurrent HTTP clients")
+	streams         = flag.Bool("streams", true, "also time change streams (a library subscription, an HTTP stream and a gRPC resolver on each written key) and measure 1,000 open ones")
 	memProfile      = flag.String("memprofile", "", "write a heap profile after metasync's sync to this file")
 	cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the fan-out writes to this file")
 	apiProfile      = flag.String("apiserver-profile", "", "write the kube-apiserver's CPU profile of 3 s of fan-out writes to this file")
@@ -149,12 +151,23 @@ func run() error {
 	}
 	ms.sync = syncDur
 	// Write -> visible for both from the same writes: the apiserver's
-	// noise is the same for both.
+	// noise is the same for both. With -streams, the same writes also time
+	// a library subscription and an HTTP stream of the written key.
 	ix, _ := engine.Index("model-to-app")
-	lat, err := latency(ctx, dyn, "write", *writes, informerSees, func(m string) bool { return len(ix.Lookup(m)) > 0 })
+	probes := []probe{polled(informerSees), polled(func(m string) bool { return len(ix.Lookup(m)) > 0 })}
+	var srv *streamServer
+	if *streams {
+		if srv, err = startStreams(engine); err != nil {
+			return err
+		}
+		defer srv.stop()
+		probes = append(probes, libraryProbe(engine), httpProbe(srv), resolverProbe(engine))
+	}
+	ds, err := timeWrites(ctx, dyn, "write", *writes, probes...)
 	if err != nil {
 		return err
 	}
+	lat := summarize(ds)
 	base.p50, base.p99, ms.p50, ms.p99 = lat[0].p50, lat[0].p99, lat[1].p50, lat[1].p99
 	stopInformer()
 	runtime.GC()
@@ -174,6 +187,38 @@ func run() error {
 		row{name: "write → visible p50", unit: "ms", baseline: base.p50, metasync: ms.p50},
 		row{name: "write → visible p99", unit: "ms", baseline: base.p99, metasync: ms.p99, target: "≤ informer + 1 ms"},
 	)
+	var streamSummary string
+	if *streams {
+		// The subscribers against metasync's own write -> visible, and per
+		// write: each one's notification less the poll's finding.
+		libLate, httpLate := make([]float64, len(ds[1])), make([]float64, len(ds[1]))
+		for w, v := range ds[1] {
+			libLate[w], httpLate[w] = ds[2][w]-v, ds[3][w]-v
+		}
+		l, h := pct(libLate), pct(httpLate)
+		rows = append(rows,
+			row{name: "write → subscriber notified (library) p50", unit: "ms", metasync: lat[2].p50},
+			row{name: "write → subscriber notified (library) p99", unit: "ms", metasync: lat[2].p99, target: "≤ visible + 1 ms"},
+			row{name: "write → subscriber notified (HTTP stream) p50", unit: "ms", metasync: lat[3].p50},
+			row{name: "write → subscriber notified (HTTP stream) p99", unit: "ms", metasync: lat[3].p99, target: "≤ visible + 2 ms"},
+			row{name: "write → gRPC resolver UpdateState p50", unit: "ms", metasync: lat[4].p50},
+			row{name: "write → gRPC resolver UpdateState p99", unit: "ms", metasync: lat[4].p99},
+		)
+		open := min(1000, len(keys))
+		lib, stream, err := measureOpenStreams(ctx, engine, srv, keys, open)
+		if err != nil {
+			return err
+		}
+		rows = append(rows,
+			row{name: fmt.Sprintf("heap per key subscription (%d open)", open), unit: "B", metasync: lib.heap},
+			row{name: fmt.Sprintf("heap per idle HTTP stream (%d open)", open), unit: "B", metasync: stream.heap},
+			row{name: "stacks per idle HTTP stream", unit: "B", metasync: stream.stacks},
+			row{name: "goroutines per idle HTTP stream", unit: "count", metasync: stream.goroutines},
+		)
+		streamSummary = fmt.Sprintf("change streams: notified p99 − write → visible p99: library %+.2f ms (target ≤ +1), HTTP %+.2f ms (target ≤ +2); "+
+			"per write, notified − visible: library p50 %+.2f, p99 %+.2f ms; HTTP p50 %+.2f, p99 %+.2f ms\n",
+			lat[2].p99-ms.p99, lat[3].p99-ms.p99, l.p50, l.p99, h.p50, h.p99)
+	}
 	live, total, err := measureRelist(ctx, cfg)
 	if err != nil {
 		return err
@@ -207,8 +252,12 @@ func run() error {
 	stopEngine()
 
 	fmt.Printf("\nmetasync vs plain dynamic informer — %d AppModels (3 models each), kube-apiserver v1.37.2, %d CPUs, %s\n\n", *n, runtime.NumCPU(), runtime.Version())
-	fmt.Printf("| %-40s | %14s | %14s | %8s | %-20s |\n", "measure", "informer", "metasync", "ratio", "target")
-	fmt.Printf("|%s|%s|%s|%s|%s|\n", dashes(42), dashes(16), dashes(16), dashes(10), dashes(22))
+	width := 40
+	for _, r := range rows {
+		width = max(width, utf8.RuneCountInString(r.name))
+	}
+	fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, "measure", "informer", "metasync", "ratio", "target")
+	fmt.Printf("|%s|%s|%s|%s|%s|\n", dashes(width+2), dashes(16), dashes(16), dashes(10), dashes(22))
 	for _, r := range rows {
 		ratio := r.metasync / r.baseline
 		rs := fmt.Sprintf("%.2f", ratio)
@@ -218,11 +267,12 @@ func run() error {
 		if r.baseline == 0 {
 			rs = "—"
 		}
-		fmt.Printf("| %-40s | %14s | %14s | %8s | %-20s |\n", r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
+		fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
 	}
 	fmt.Printf("\ninitial sync / raw LIST: informer %.2f, metasync %.2f (target ≤ 1.30)\n", base.sync.Seconds()/listDur.Seconds(), ms.sync.Seconds()/listDur.Seconds())
 	fmt.Printf("lookup / plain map: hot %.2f, random %.2f, parallel %.2f (target ≤ 1.30)\n", ms.lookupHot/floorHot, ms.lookupRandom/floorRandom.single, ms.lookupParallel/floorRandom.parallel)
 	fmt.Printf("memory: metasync uses 1/%.1f of the informer's heap per object (target ≥ 12)\n", base.bytesPerObject/ms.bytesPerObject)
+	fmt.Print(streamSummary)
 	return nil
 }
 
@@ -239,15 +289,26 @@ func dashes(n int) string {
 func format(v float64, unit string) string {
 	switch unit {
 	case "B":
+		if v == 0 {
+			return "—"
+		}
 		return fmt.Sprintf("%.0f B", v)
 	case "s":
 		return fmt.Sprintf("%.3f s", v)
 	case "ns":
 		return fmt.Sprintf("%.1f ns", v)
 	case "ms":
+		if v == 0 {
+			return "—" // not measured on this side
+		}
 		return fmt.Sprintf("%.2f ms", v)
 	case "allocs":
 		return fmt.Sprintf("%.0f", v)
+	case "count":
+		if v == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", v)
 	case "req/s":
 		return fmt.Sprintf("%.0f/s", v)
 	case "x":
