@@ -32,33 +32,10 @@ type podServer struct {
 	calls atomic.Int64
 }
 
-// backendCRD holds the addresses of an app's servers as host:port strings
-// (an EndpointSlice refuses loopback addresses, which the test servers
-// have; bare hosts with ?port= are tested in package grpcresolver).
-const backendCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: backends.test.iidp.com}
-spec:
-  group: test.iidp.com
-  scope: Namespaced
-  names: {plural: backends, singular: backend, kind: Backend}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              addresses: {type: array, items: {type: string}}
-`
-
-// TestGRPCResolverOnTheControlPlane: Backends on a real apiserver hold
-// their servers' host:port addresses, AppModels map models to them. Three servers
+// TestGRPCResolverOnTheControlPlane: Backends (a CRD) on a real apiserver
+// hold their servers' host:port addresses, AppModels map models to them
+// (an EndpointSlice refuses the loopback addresses of the test servers;
+// bare hosts with ?port= are tested in package grpcresolver). Three servers
 // behind model1 under round_robin all get calls; one leaving the slice
 // stops getting calls within a second; one joining gets calls; an empty
 // slice fails calls with UNAVAILABLE within a second; one back serves
@@ -94,7 +71,7 @@ func TestGRPCResolverOnTheControlPlane(t *testing.T) {
 	}
 
 	apply(t, ns, "base", iidp, "model1")
-	env.InstallCRD(t, backendCRD)
+	env.InstallCRD(t, testenv.LooseCRD("test.iidp.com", "Backend", "backends"))
 	backendGVR := schema.GroupVersionResource{Group: "test.iidp.com", Version: "v1", Resource: "backends"}
 	// slice sets the servers of one part of an app, as an EndpointSlice
 	// of its Service would.
