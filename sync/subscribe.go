@@ -117,15 +117,17 @@ type Subscription struct {
 	// Next's own state, under nextMu.
 	nextMu   gosync.Mutex
 	force    bool // key and chain: send the next answer even if equal to last
-	full     bool // index: pending overflowed; diff the whole index instead
 	phase    int
 	resumed  bool
-	last     []string                              // key and chain: the last answer sent
-	lastSet  map[string][]string                   // index: the last answer sent, per key
-	path     map[indexer.Index]map[string]struct{} // chain: the keys registered, per step
+	last     []string            // key and chain: the last answer sent
+	lastSet  map[string][]string // index: the last answer sent, per key
 	queue    []keyValues
 	batch    *indexer.Snapshot // index: the snapshot that the queue was read from
 	complete uint64            // index: every change up to this seq is delivered
+
+	// path is what the hub holds of a key or chain subscription: the keys
+	// it is registered on, per index (under hub.mu).
+	path map[indexer.Index]map[string]struct{}
 }
 
 // keyValues is one key of an index with its values, queued for delivery
