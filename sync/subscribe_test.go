@@ -448,3 +448,40 @@ func openAfter(t *testing.T, e *Engine, n int64) {
 		}
 	}
 }
+
+// TestResumeOutsideTheJournal: a version older than what the index's
+// journal holds cannot be resumed from: a reset, then a full snapshot.
+func TestResumeOutsideTheJournal(t *testing.T) {
+	e, f := routingEngine(t)
+	must(t, f.Apply("apps", appJSON("a", "m0")))
+	sub, err := e.Subscribe(context.Background(), IndexOf("model-to-app"))
+	must(t, err)
+	var version string
+	for ev := next(t, sub); ; ev = next(t, sub) {
+		if ev.Type == EventSynced {
+			version = ev.Version
+			break
+		}
+	}
+	sub.Close()
+	// Each apply moves app a to a new model: two changed keys.
+	for i := 1; i <= journalSize/2+1; i++ {
+		must(t, f.Apply("apps", appJSON("a", "m"+strconv.Itoa(i))))
+	}
+	sub, err = e.Subscribe(context.Background(), Target{Index: "model-to-app", All: true, Resume: version})
+	must(t, err)
+	defer sub.Close()
+	if ev := next(t, sub); ev.Type != EventReset {
+		t.Fatalf("resume from before the journal: %+v, want a reset", ev)
+	}
+	want := "m" + strconv.Itoa(journalSize/2+1)
+	if ev := next(t, sub); ev.Type != EventSnapshot || ev.Key != want {
+		t.Fatalf("after the reset: %+v, want the snapshot of %s", ev, want)
+	}
+	if ev := next(t, sub); ev.Type != EventSynced {
+		t.Fatalf("after the snapshot: %+v", ev)
+	}
+	if n := e.Subscriptions().Resets; n != 1 {
+		t.Fatalf("resets = %d, want 1", n)
+	}
+}
