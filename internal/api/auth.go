@@ -187,7 +187,8 @@ func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		v := a.checkRequest(r, accessPath(r.URL))
+		thing := accessPath(r.URL)
+		v := a.checkRequest(r, thing)
 		if v.code != 0 {
 			switch v.code {
 			case http.StatusUnauthorized:
@@ -202,9 +203,16 @@ func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 			writeError(w, v.code, v.msg)
 			return
 		}
-		h.ServeHTTP(w, r)
+		// A change stream lasts: it asks again, from the same caches as
+		// the lookups, as it goes (see Server.stream).
+		recheck := func() int { return a.checkRequest(r, thing).code }
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), recheckKey{}, recheck)))
 	})
 }
+
+// recheckKey carries, in an authorized request's context, a function that
+// authorizes the request again: 0, or the status that would refuse it now.
+type recheckKey struct{}
 
 const msgNoToken = "a bearer token is required"
 

@@ -15,6 +15,7 @@ import (
 	gosync "sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -377,4 +378,72 @@ func codeCounts(m *gosync.Map) string {
 		return true
 	})
 	return strings.Join(parts, " ")
+}
+
+// TestAuthStreamEndsWhenAccessGoes: a change stream is authorized again as
+// it goes: when its caller loses access, the stream ends, and the
+// reconnect gets 403.
+func TestAuthStreamEndsWhenAccessGoes(t *testing.T) {
+	testenv.Need(t, env)
+	ctx := context.Background()
+	env.Namespace(t, authNS)
+	const sa, name = "streamer", "metasync-api-test-streamer"
+	if _, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/v1/*"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	token := saToken(t, sa)
+	s := offlineServer(t)
+	s.SetHeartbeat(100 * time.Millisecond)
+	guard := NewTokenAuth(env.Kube, quietLog())
+	guard.ttl = 500 * time.Millisecond
+	srv := httptest.NewServer(guard.Wrap(s))
+	defer srv.Close()
+	target := srv.URL + "/v1/indexes/model-to-app/keys/m?watch=true"
+	var resp *http.Response
+	testenv.Eventually(t, "the stream opens (RBAC has seen the binding)", func() string {
+		req, _ := http.NewRequest("GET", target, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		if r.StatusCode != 200 {
+			r.Body.Close()
+			return r.Status
+		}
+		resp = r
+		return ""
+	})
+	defer resp.Body.Close()
+	ended := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, resp.Body); close(ended) }()
+	select {
+	case <-ended:
+		t.Fatal("the stream ended while its caller had access")
+	case <-time.After(time.Second):
+	}
+	if err := env.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream outlived its caller's access by 30s")
+	}
+	if code, body := getWith(t, http.DefaultClient, target, token); code != http.StatusForbidden {
+		t.Fatalf("reconnect: %d %s, want 403", code, body)
+	}
 }

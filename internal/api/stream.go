@@ -108,7 +108,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
+	// Behind --auth=tokenreview the caller is authorized again each
+	// heartbeat period (from the auth caches, so a review at most every
+	// 10 s or so): a token that lost its access, or expired, ends its
+	// streams; the client's reconnect then gets the 401 or 403.
+	recheck, _ := r.Context().Value(recheckKey{}).(func() int)
+	checked := time.Now()
 	for {
+		if recheck != nil && time.Since(checked) >= s.heartbeat {
+			checked = time.Now()
+			if code := recheck(); code == http.StatusUnauthorized || code == http.StatusForbidden {
+				s.log.Info("stream ended: the caller is no longer authorized", "path", r.URL.Path, "status", code)
+				return
+			}
+		}
 		wait, done := context.WithTimeout(ctx, s.heartbeat)
 		ev, err := sub.Next(wait)
 		done()
