@@ -178,8 +178,8 @@ func TestFollowsTheAnswer(t *testing.T) {
 
 	// The chain follows every step: model1 moves to app "other".
 	setBackends(t, f, "other", b3)
+	setApp(t, f, "other", "model1") // first claimed by both: the answer is never empty
 	setApp(t, f, "base")
-	setApp(t, f, "other", "model1")
 	within(t, time.Second, "calls move to the other app", func() bool {
 		got := spread(t, conn, 20, b2, b3)
 		return got[b2] == 0 && got[b3] == 20

@@ -103,6 +103,27 @@ func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls 
 	return true
 }
 
+// projected is an object checked and projected for a resource: o is nil
+// when the resource's namespace or selectors exclude it.
+type projected struct {
+	o   *object
+	key string
+}
+
+// projectAll checks and projects every object, or fails on the first bad
+// one, naming it, before anything is written.
+func (f offline) projectAll(w *watcher, objects [][]byte) ([]projected, error) {
+	out := make([]projected, 0, len(objects))
+	for i, raw := range objects {
+		o, key, err := f.project(w, raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: object %d: %w", w.plan.Name, i, err)
+		}
+		out = append(out, projected{o, key})
+	}
+	return out, nil
+}
+
 // Apply projects every object first, so that a bad one changes nothing,
 // then applies them in one transaction: readers see all or none.
 func (f offline) Apply(resource string, objects ...[]byte) error {
@@ -110,25 +131,17 @@ func (f offline) Apply(resource string, objects ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	type change struct {
-		o   *object // nil: the object is excluded, delete key
-		key string
-	}
-	changes := make([]change, 0, len(objects))
-	for i, raw := range objects {
-		o, key, err := f.project(w, raw)
-		if err != nil {
-			return fmt.Errorf("%s: object %d: %w", resource, i, err)
-		}
-		changes = append(changes, change{o, key})
+	ps, err := f.projectAll(w, objects)
+	if err != nil {
+		return err
 	}
 	tx := w.src.Begin()
-	for _, c := range changes {
-		if c.o == nil {
-			tx.Delete(c.key)
+	for _, p := range ps {
+		if p.o == nil {
+			tx.Delete(p.key)
 			w.deleted.Add(1)
 		} else {
-			tx.Put(c.o.ix)
+			tx.Put(p.o.ix)
 			w.added.Add(1)
 		}
 	}
@@ -155,14 +168,14 @@ func (f offline) Replace(resource string, objects ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	list := make([]any, 0, len(objects))
-	for i, raw := range objects {
-		o, _, err := f.project(w, raw)
-		if err != nil {
-			return fmt.Errorf("%s: object %d: %w", resource, i, err)
-		}
-		if o != nil {
-			list = append(list, o)
+	ps, err := f.projectAll(w, objects)
+	if err != nil {
+		return err
+	}
+	list := make([]any, 0, len(ps))
+	for _, p := range ps {
+		if p.o != nil {
+			list = append(list, p.o)
 		}
 	}
 	return w.Replace(list, "")
