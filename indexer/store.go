@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -70,15 +69,14 @@ type SourceSpec struct {
 type Store struct {
 	seed    hashSeed // of every index key's hash
 	current atomic.Pointer[Snapshot]
-	// heads[id] is current's index id, published with it: one load less
-	// for a single lookup than going through the snapshot.
-	heads []*atomic.Pointer[indexSnap]
 
 	mu       sync.Mutex // serializes writers
 	onCommit func(prev, next *Snapshot, changes []Change)
-	sources  []*Source
-	byName   map[string]int // index name -> index id
-	srcName  map[string]int // source name -> source id
+	// Under mu. Ids are never reused: a source or index that a
+	// Reconfigure removes keeps its id, retired.
+	sources []*Source
+	srcName map[string]int // source name -> source id, of live sources
+	heads   []*atomic.Pointer[indexSnap]
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -95,8 +93,9 @@ type Source struct {
 	s           *Store
 	id          int
 	name        string
-	indexes     []int // index ids, in SourceSpec order
+	indexes     []int // index ids, in SourceSpec order (under s.mu)
 	withObjects bool
+	removed     bool // by a Reconfigure: writes change nothing (under s.mu)
 
 	// Writer state, guarded by s.mu. objects maps each object key to the
 	// object's normalized entries, encoded into one string (see encode), so
@@ -177,60 +176,62 @@ type sourceSnap struct {
 type Snapshot struct {
 	seq     uint64 // commits before this one, since New
 	s       *Store
-	indexes []*indexSnap
-	sources []*sourceSnap
+	indexes []*indexSnap  // by index id; a retired index is empty
+	sources []*sourceSnap // by source id
+	conf    *config       // the sources and indexes, as of the last Reconfigure
 }
+
+// config is what a Reconfigure publishes and every commit carries over:
+// which names are live, and the engine's opaque view of them.
+type config struct {
+	names map[string]int // live index name -> index id
+	// heads[id] is the current state of index id, published with each
+	// snapshot: one load less for a lookup by handle than going through
+	// the snapshot.
+	heads []*atomic.Pointer[indexSnap]
+	meta  any
+}
+
+// derive starts the snapshot that follows snap: the same state, to be
+// changed by a commit.
+func (snap *Snapshot) derive() *Snapshot {
+	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf}
+}
+
+// Meta returns what the last Reconfigure published with the layout of
+// this snapshot (nil before any): a reader that loads one snapshot gets
+// the indexes and the meta of one configuration.
+func (snap *Snapshot) Meta() any { return snap.conf.meta }
+
+// emptyIndex is the state of a retired index.
+var emptyIndex = &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
 
 // New builds a Store with the given sources. Index names must be unique
 // across all sources, source names among sources.
 func New(sources ...SourceSpec) (*Store, error) {
-	s := &Store{
-		seed:    newHashSeed(rand.Uint64()),
-		byName:  map[string]int{},
-		srcName: map[string]int{},
+	s := &Store{seed: newHashSeed(rand.Uint64()), srcName: map[string]int{}}
+	s.current.Store(&Snapshot{s: s, conf: &config{names: map[string]int{}}})
+	if _, err := s.Reconfigure(sources, nil); err != nil {
+		return nil, err
 	}
-	snap := &Snapshot{s: s}
-	for _, spec := range sources {
-		if _, dup := s.srcName[spec.Name]; dup {
-			return nil, fmt.Errorf("source %q declared twice", spec.Name)
-		}
-		src := &Source{s: s, id: len(s.sources), name: spec.Name, objects: map[string]string{}, withObjects: spec.Objects}
-		s.srcName[spec.Name] = src.id
-		for _, name := range spec.Indexes {
-			if _, dup := s.byName[name]; dup {
-				return nil, fmt.Errorf("index %q declared twice", name)
-			}
-			id := len(snap.indexes)
-			s.byName[name] = id
-			src.indexes = append(src.indexes, id)
-			src.dups = append(src.dups, map[Entry]*int32{})
-			src.dupsPeak = append(src.dupsPeak, 0)
-			is := &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
-			if spec.Objects {
-				objects := newTable(0)
-				is.objects = &objects
-			}
-			snap.indexes = append(snap.indexes, is)
-			head := &atomic.Pointer[indexSnap]{}
-			head.Store(is)
-			s.heads = append(s.heads, head)
-		}
-		s.sources = append(s.sources, src)
-		snap.sources = append(snap.sources, &sourceSnap{})
-	}
-	s.current.Store(snap)
 	return s, nil
 }
 
 // Index returns the handle of the named index.
 func (s *Store) Index(name string) (Index, bool) {
-	id, ok := s.byName[name]
+	return s.current.Load().Index(name)
+}
+
+// Index returns the handle of the named index, if the snapshot has it.
+func (snap *Snapshot) Index(name string) (Index, bool) {
+	id, ok := snap.conf.names[name]
 	if !ok {
 		return Index{}, false
 	}
-	return s.handle(id), true
+	return Index{s: snap.s, id: id, head: snap.conf.heads[id], seed: snap.s.seed}, true
 }
 
+// handle returns the handle of index id; under s.mu.
 func (s *Store) handle(id int) Index {
 	return Index{s: s, id: id, head: s.heads[id], seed: s.seed}
 }
@@ -254,6 +255,8 @@ func (s *Store) OnCommit(f func(prev, next *Snapshot, changes []Change)) {
 
 // Source returns the writer handle of the named source, or nil.
 func (s *Store) Source(name string) *Source {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	id, ok := s.srcName[name]
 	if !ok {
 		return nil
@@ -269,8 +272,8 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	next.seq = prev.seq + 1
 	s.current.Store(next)
 	for id, is := range next.indexes {
-		if s.heads[id].Load() != is {
-			s.heads[id].Store(is)
+		if h := s.heads[id]; h.Load() != is {
+			h.Store(is)
 		}
 	}
 	if s.onCommit != nil && len(changes) > 0 {
@@ -290,11 +293,12 @@ func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
 // callers must not modify its elements; it has no spare capacity, so an
 // append gets an array of its own.
 func (s *Store) Lookup(index, key string) []string {
-	id, ok := s.byName[index]
+	snap := s.current.Load()
+	id, ok := snap.conf.names[index]
 	if !ok {
 		return nil
 	}
-	return s.heads[id].Load().values.lookup(s.seed, key)
+	return snap.indexes[id].values.lookup(s.seed, key)
 }
 
 // Lookup returns the values of key in this index; see Store.Lookup. It
@@ -329,14 +333,32 @@ func hashOf(key string) uint64 {
 
 // Lookup returns the values of key in ix as of this snapshot.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	return snap.indexes[ix.id].values.lookup(snap.s.seed, key)
+	return snap.index(ix).values.lookup(snap.s.seed, key)
+}
+
+// index returns the state of ix in snap: empty when ix was made by a
+// later Reconfigure than snap's.
+func (snap *Snapshot) index(ix Index) *indexSnap {
+	if ix.id >= len(snap.indexes) {
+		return emptyIndex
+	}
+	return snap.indexes[ix.id]
+}
+
+// source returns the state of src in snap: empty when src was made by a
+// later Reconfigure than snap's.
+func (snap *Snapshot) source(src *Source) *sourceSnap {
+	if src.id >= len(snap.sources) {
+		return &sourceSnap{}
+	}
+	return snap.sources[src.id]
 }
 
 // Objects returns the object keys of the objects that contribute under key
 // in ix: distinct, sorted, shared (do not modify). It is nil unless the
 // source was declared with SourceSpec.Objects.
 func (snap *Snapshot) Objects(ix Index, key string) []string {
-	is := snap.indexes[ix.id]
+	is := snap.index(ix)
 	if is.objects == nil {
 		return nil
 	}
@@ -344,14 +366,14 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 }
 
 // KeyCount returns the number of index keys in ix.
-func (snap *Snapshot) KeyCount(ix Index) int { return snap.indexes[ix.id].keys }
+func (snap *Snapshot) KeyCount(ix Index) int { return snap.index(ix).keys }
 
 // Keys returns every index key of ix, sorted. The keys are sorted once per
 // published state of the index, at the first call, and shared by every
 // later call until the index changes: callers must not modify the slice,
 // and a page of it costs its size, not a sort.
 func (snap *Snapshot) Keys(ix Index) []string {
-	is := snap.indexes[ix.id]
+	is := snap.index(ix)
 	is.sorted.once.Do(func() {
 		keys := make([]string, 0, is.keys)
 		is.values.all(func(key string, _ []string) { keys = append(keys, key) })
@@ -363,14 +385,14 @@ func (snap *Snapshot) Keys(ix Index) []string {
 
 // Payload returns the payload of an object of src, if it has one.
 func (snap *Snapshot) Payload(src *Source, objectKey string) (any, bool) {
-	p, ok := snap.sources[src.id].payload[hashOf(objectKey)>>56][objectKey]
+	p, ok := snap.source(src).payload[hashOf(objectKey)>>56][objectKey]
 	return p, ok
 }
 
 // Payloads calls f with the object key and payload of every object of src
 // that has a payload, in no particular order.
 func (snap *Snapshot) Payloads(src *Source, f func(objectKey string, payload any)) {
-	for _, shard := range snap.sources[src.id].payload {
+	for _, shard := range snap.source(src).payload {
 		for k, p := range shard {
 			f(k, p)
 		}
@@ -378,7 +400,7 @@ func (snap *Snapshot) Payloads(src *Source, f func(objectKey string, payload any
 }
 
 // ObjectCount returns the number of objects of src.
-func (snap *Snapshot) ObjectCount(src *Source) int { return snap.sources[src.id].objects }
+func (snap *Snapshot) ObjectCount(src *Source) int { return snap.source(src).objects }
 
 // Resolve follows a chain of indexes: the values of each step are the keys
 // of the next. It returns the distinct values of the last step, sorted, or

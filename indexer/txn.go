@@ -380,8 +380,11 @@ func apply(base []string, add, rem map[string]struct{}, in *interner) []string {
 func (t *Txn) Commit() {
 	s := t.src.s
 	defer s.mu.Unlock()
+	if t.src.removed {
+		return
+	}
 	old := s.current.Load()
-	next := &Snapshot{s: s, indexes: old.indexes, sources: old.sources}
+	next := old.derive()
 	changed := false
 	var in interner
 	var changes []Change
@@ -533,6 +536,9 @@ func (src *Source) rebuild(objs []Object) {
 	s := src.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if src.removed {
+		return
+	}
 
 	objects := make(map[string]string, len(objs))
 	payloads := map[string]any{}
@@ -550,7 +556,8 @@ func (src *Source) rebuild(objs []Object) {
 	}
 
 	old := s.current.Load()
-	next := &Snapshot{s: s, indexes: slices.Clone(old.indexes), sources: slices.Clone(old.sources)}
+	next := old.derive()
+	next.indexes, next.sources = slices.Clone(old.indexes), slices.Clone(old.sources)
 	var published []Change
 	// Decode every object once; count entries per index to size the maps.
 	type decoded struct {

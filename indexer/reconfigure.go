@@ -1,0 +1,215 @@
+package indexer
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync/atomic"
+)
+
+// Reconfigure makes specs the store's sources, as one commit: readers see
+// the old sources and indexes or the new ones, never a mix.
+//
+//   - A source named in specs and in the store is kept, with its objects:
+//     its indexes that specs still gives it keep their contents (and their
+//     handles); indexes it gains start empty; indexes it loses are
+//     retired. A change of SourceSpec.Objects builds or drops the object
+//     keys of its indexes from what the source holds. The writer of a kept
+//     source whose indexes changed must not Prepare objects while
+//     Reconfigure runs (objects prepared before are stale: prepare them
+//     again).
+//   - A source that specs no longer names is removed: its indexes are
+//     retired and its writer's later writes change nothing.
+//   - A source new to the store starts empty.
+//
+// A retired index is empty, and its handles look up nothing; an index name
+// that moves from one source to another is retired and made anew. Ids are
+// never reused, so a handle never reads another index than its own.
+//
+// meta, when not nil, is called under the writer lock with the live sources
+// by name; what it returns is published with the new layout (see
+// Snapshot.Meta). Reconfigure returns the handles of the retired indexes.
+// Nothing is changed when specs are invalid (a name declared twice).
+func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*Source) any) (retired []Index, err error) {
+	srcSeen, ixSeen := map[string]bool{}, map[string]bool{}
+	for _, spec := range specs {
+		if srcSeen[spec.Name] {
+			return nil, fmt.Errorf("source %q declared twice", spec.Name)
+		}
+		srcSeen[spec.Name] = true
+		for _, name := range spec.Indexes {
+			if ixSeen[name] {
+				return nil, fmt.Errorf("index %q declared twice", name)
+			}
+			ixSeen[name] = true
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.current.Load()
+	next := old.derive()
+	next.indexes, next.sources = slices.Clone(old.indexes), slices.Clone(old.sources)
+	names := map[string]int{}
+	// The index ids that each kept source may keep: by name.
+	kept := map[string]int{}
+	for _, spec := range specs {
+		if id, ok := s.srcName[spec.Name]; ok {
+			for _, ixID := range s.sources[id].indexes {
+				kept[s.nameOf(old, ixID)] = ixID
+			}
+		}
+	}
+	live := map[int]bool{} // index ids that stay
+	srcNames := map[string]int{}
+	for _, spec := range specs {
+		var src *Source
+		if id, ok := s.srcName[spec.Name]; ok {
+			src = s.sources[id]
+		} else {
+			src = &Source{s: s, id: len(s.sources), name: spec.Name, objects: map[string]string{}}
+			s.sources = append(s.sources, src)
+			next.sources = append(next.sources, &sourceSnap{})
+		}
+		srcNames[spec.Name] = src.id
+		ids := make([]int, len(spec.Indexes))
+		for i, name := range spec.Indexes {
+			if id, ok := kept[name]; ok && slices.Contains(src.indexes, id) {
+				ids[i] = id
+			} else {
+				ids[i] = len(s.heads)
+				head := &atomic.Pointer[indexSnap]{}
+				head.Store(emptyIndex)
+				s.heads = append(s.heads, head)
+				next.indexes = append(next.indexes, emptyIndex)
+			}
+			names[name] = ids[i]
+			live[ids[i]] = true
+		}
+		src.relayout(next, ids, spec.Objects)
+	}
+	for name, id := range s.srcName {
+		if _, stays := srcNames[name]; stays {
+			continue
+		}
+		src := s.sources[id]
+		src.removed = true
+		src.indexes = nil
+		src.objects, src.dups, src.dupsPeak, src.objectsPeak = map[string]string{}, nil, nil, 0
+		next.sources[id] = &sourceSnap{}
+	}
+	for _, id := range old.conf.names {
+		if !live[id] {
+			next.indexes[id] = emptyIndex
+			retired = append(retired, s.handle(id))
+		}
+	}
+	s.srcName = srcNames
+	heads := slices.Clip(slices.Clone(s.heads))
+	next.conf = &config{names: names, heads: heads}
+	if meta != nil {
+		live := make(map[string]*Source, len(srcNames))
+		for name, id := range srcNames {
+			live[name] = s.sources[id]
+		}
+		next.conf.meta = meta(live)
+	}
+	s.publish(next, nil)
+	return retired, nil
+}
+
+// nameOf returns the name of a live index of snap.
+func (s *Store) nameOf(snap *Snapshot, id int) string {
+	for name, i := range snap.conf.names {
+		if i == id {
+			return name
+		}
+	}
+	return ""
+}
+
+// relayout gives the source the index ids ids (each either one of its
+// own, whose contents stay, or a new, empty one), and keeps object keys
+// per index key when withObjects. It re-encodes every object's entries
+// for the new order of indexes; under s.mu, for next.
+func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool) {
+	if slices.Equal(ids, src.indexes) && withObjects == src.withObjects {
+		return
+	}
+	pos := map[int]int{} // old index id -> its position in the old order
+	for i, id := range src.indexes {
+		pos[id] = i
+	}
+	dups := make([]map[Entry]*int32, len(ids))
+	dupsPeak := make([]int, len(ids))
+	for i, id := range ids {
+		if p, ok := pos[id]; ok {
+			dups[i], dupsPeak[i] = src.dups[p], src.dupsPeak[p]
+		} else {
+			dups[i] = map[Entry]*int32{}
+		}
+	}
+	if !slices.Equal(ids, src.indexes) {
+		for key, enc := range src.objects {
+			was := decode(enc, key, len(src.indexes))
+			now := make([][]Entry, len(ids))
+			for i, id := range ids {
+				if p, ok := pos[id]; ok {
+					now[i] = was[p]
+				}
+			}
+			src.objects[key] = encode(key, now)
+		}
+	}
+	src.indexes, src.dups, src.dupsPeak = ids, dups, dupsPeak
+	if withObjects != src.withObjects {
+		src.withObjects = withObjects
+		for i, id := range ids {
+			if next.indexes[id] == emptyIndex {
+				next.indexes[id] = &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
+			}
+			is := *next.indexes[id]
+			is.objects = nil
+			if withObjects {
+				o := src.objectsTable(i, is.values.bits)
+				is.objects = &o
+			}
+			next.indexes[id] = &is
+		}
+	}
+	for _, id := range ids {
+		if next.indexes[id] == emptyIndex {
+			is := &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
+			if withObjects {
+				o := newTable(0)
+				is.objects = &o
+			}
+			next.indexes[id] = is
+		}
+	}
+}
+
+// objectsTable builds, from the source's objects, the object keys behind
+// each index key of its i-th index.
+func (src *Source) objectsTable(i int, bits uint) table {
+	of := map[string][]string{}
+	for key, enc := range src.objects {
+		es := decode(enc, key, len(src.indexes))[i]
+		for j, e := range es {
+			if j == 0 || es[j-1].Key != e.Key {
+				of[e.Key] = append(of[e.Key], key)
+			}
+		}
+	}
+	changes := make([]change, 0, len(of))
+	var in interner
+	for k, objs := range of {
+		sort.Strings(objs)
+		for j := range objs {
+			objs[j] = in.clone(objs[j])
+		}
+		k = in.clone(k)
+		changes = append(changes, change{hash: src.s.hash(k), key: k, values: slices.Clip(objs)})
+	}
+	return build(bits, changes)
+}
