@@ -27,10 +27,10 @@ func appModelList(n int) []byte {
 // a projection that does nothing, the cost of finding the items and the
 // list's metadata; "project" with the watcher's projection.
 func BenchmarkStreamList(b *testing.B) {
-	w := testEngine(b, &schema.Config{Resources: []schema.Resource{{
+	w := watchersOf(testEngine(b, &schema.Config{Resources: []schema.Resource{{
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
-	}}}).watchers[0]
+	}}}))[0]
 	body := appModelList(10_000)
 	nothing := &object{}
 	for _, bc := range []struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -38,20 +39,52 @@ var errEmptyPlan = errors.New("an empty schema.Plan: build one with schema.Compi
 // DefaultStaleAfter is the default of Options.StaleAfter.
 const DefaultStaleAfter = 30 * time.Second
 
-// Engine keeps the indexes of a Plan in sync with a cluster.
+// Engine keeps the indexes of a Plan in sync with a cluster. Reload
+// changes its plan while it runs.
 type Engine struct {
-	plan     *compiled.Plan
-	log      *slog.Logger
-	store    *indexer.Store
-	watchers []*watcher
-	byName   map[string]*watcher // resource name
-	byIndex  map[string]*watcher // index name
-	chains   map[string][]indexer.Index
-	started  atomic.Bool
-	hub      *hub   // routes commits to subscriptions
-	epoch    string // names this engine's run in subscription versions
+	log     *slog.Logger
+	store   *indexer.Store // its snapshots carry the engine's view (see view)
+	started atomic.Bool
+	hub     *hub   // routes commits to subscriptions
+	epoch   string // names this engine's run in subscription versions
 
 	staleAfter time.Duration
+	// clientFor gives a new watcher its REST client; nil for an engine
+	// without a cluster.
+	clientFor func(w *watcher) error
+
+	// mu serializes Reload, and Reload with Start's launching and its
+	// stop; under it, runCtx is the context of Start (nil before) and
+	// stopped is set once Start's context ended.
+	mu      gosync.Mutex
+	runCtx  context.Context
+	stopped bool
+	running gosync.WaitGroup // every watcher's run
+	reloads int
+}
+
+// view is one configuration of the engine: the plan and its watchers and
+// chains. Each Reconfigure of the store publishes one with the indexes,
+// so that a reader that loads one snapshot sees indexes and chains of the
+// same config.
+type view struct {
+	plan     *compiled.Plan
+	watchers []*watcher          // in config order
+	byName   map[string]*watcher // resource name
+	byIndex  map[string]*watcher // index name
+	chains   map[string]chain
+}
+
+// chain is one chain of a view.
+type chain struct {
+	indexes []string
+	steps   []indexer.Index
+}
+
+// view returns the current view and the snapshot it came with.
+func (e *Engine) view() (*view, *indexer.Snapshot) {
+	snap := e.store.Snapshot()
+	return snap.Meta().(*view), snap
 }
 
 // ResourceStatus is the state of one resource entry.
@@ -62,8 +95,14 @@ type ResourceStatus struct {
 	// Ready is Synced, and the resource has not gone longer than
 	// Options.StaleAfter without an established watch since its first
 	// error; Reason says why not.
-	Ready    bool      `json:"ready"`
-	Reason   string    `json:"reason,omitempty"`
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+	// Syncing: a reload added the resource, or changed its definition,
+	// and its first list since has not completed. It does not count
+	// against the engine's readiness (Engine.Ready) until then: an added
+	// one is not Synced and answers nothing yet; a changed one answers
+	// from its previous definition.
+	Syncing  bool      `json:"syncing,omitempty"`
 	Synced   bool      `json:"synced"`
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
 	Objects  int       `json:"objects"`
@@ -103,10 +142,6 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if cp == nil {
 		return nil, errEmptyPlan
 	}
-	e, err := newEngine(cp, opts)
-	if err != nil {
-		return nil, err
-	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.AcceptContentTypes = "application/json"
 	cfg.ContentType = "application/json"
@@ -117,7 +152,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build HTTP client: %w", err)
 	}
-	for _, w := range e.watchers {
+	clientFor := func(w *watcher) error {
 		r := w.plan
 		rc := rest.CopyConfig(cfg)
 		gv := schema.GroupVersion{Group: r.GVR.Group, Version: r.GVR.Version}
@@ -129,19 +164,171 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 		rc.NegotiatedSerializer = &codec{project: w.project}
 		client, err := rest.RESTClientForConfigAndClient(rc, httpClient)
 		if err != nil {
-			return nil, fmt.Errorf("resource %s: %w", r.Name, err)
+			return fmt.Errorf("resource %s: %w", r.Name, err)
 		}
 		w.client = client
+		return nil
+	}
+	return newEngine(cp, opts, clientFor)
+}
+
+// newEngine builds an Engine of a compiled plan; clientFor, when not nil,
+// gives each watcher its client.
+func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error) (*Engine, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	store, err := indexer.New()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		log:        log,
+		store:      store,
+		staleAfter: opts.StaleAfter,
+		clientFor:  clientFor,
+	}
+	if e.staleAfter <= 0 {
+		e.staleAfter = DefaultStaleAfter
+	}
+	e.hub, e.epoch = newHub(store), newEpoch()
+	e.store.Reconfigure(nil, func(map[string]*indexer.Source) any { return &view{} })
+	if _, err := e.apply(plan, false); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
 
-// newEngine builds an Engine of a compiled plan without a cluster: its
-// watchers have no client until New gives them one.
-func newEngine(plan *compiled.Plan, opts Options) (*Engine, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
+// Start runs one watch per resource and blocks until ctx ends and every
+// goroutine it started (those of reloads included) has exited. It returns
+// an error only when the engine was started before.
+func (e *Engine) Start(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("engine already started")
+	}
+	e.mu.Lock()
+	e.runCtx = ctx
+	v, _ := e.view()
+	e.log.Info("engine starting", "resources", len(v.watchers))
+	for _, w := range v.watchers {
+		e.launch(w)
+	}
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.mu.Lock()
+	e.stopped = true // no reload launches a watch from now on
+	e.mu.Unlock()
+	e.running.Wait()
+	e.log.Info("engine stopped")
+	return nil
+}
+
+// launch runs w until the engine stops or a reload stops w; under e.mu.
+func (e *Engine) launch(w *watcher) {
+	if e.runCtx == nil || e.stopped {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.runCtx)
+	w.cancel, w.done = cancel, make(chan struct{})
+	e.running.Go(func() {
+		defer close(w.done)
+		w.run(ctx)
+	})
+}
+
+// halt stops w's run and waits for it to exit: after halt, w writes
+// nothing; under e.mu.
+func (w *watcher) halt() {
+	if w.cancel != nil {
+		w.cancel()
+		<-w.done
+	}
+}
+
+// Reload makes plan the engine's plan while it runs, and returns what
+// changed. Resource entries are compared by what defines them (GVR,
+// namespace, selectors, resync, fields, index rules and bounds):
+//
+//   - an entry that did not change keeps its watch, its resourceVersion,
+//     its indexes and their subscribers: nothing is asked of the apiserver;
+//   - a changed entry restarts alone: its indexes keep answering from the
+//     old definition until its first list with the new one, which changes
+//     only what differs (as a relist does), so subscribers hear of the
+//     differences only;
+//   - a removed entry stops: its indexes and the chains through them are
+//     gone, and their subscriptions end with EventGone;
+//   - an added entry starts: its indexes are there at once, not synced
+//     until its first list (ResourceStatus.Syncing).
+//
+// Lookups switch from the old indexes and chains to the new ones at one
+// instant: no lookup sees an index of one plan with a chain of another.
+// An index that moves to another resource entry is a new index. Reloads
+// are serialized; Reload may be called before Start.
+func (e *Engine) Reload(plan *mschema.Plan) (mschema.Changes, error) {
+	if plan == nil {
+		return mschema.Changes{}, errors.New("Reload needs a plan")
+	}
+	cp := compiled.Of(plan)
+	if cp == nil {
+		return mschema.Changes{}, errEmptyPlan
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.apply(cp, true)
+}
+
+// apply switches the engine to plan; under e.mu, or before the engine is
+// shared. reload marks what it starts as started by a reload.
+func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error) {
+	old, _ := e.view()
+	oldPlan := old.plan
+	if oldPlan == nil {
+		oldPlan = &compiled.Plan{}
+	}
+	d := compiled.Compare(oldPlan, plan)
+	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep}
+	was := map[string][]string{}
+	for name, ch := range old.chains {
+		was[name] = ch.indexes
+	}
+	for _, ch := range plan.Chains {
+		switch idx, ok := was[ch.Name]; {
+		case !ok:
+			changes.ChainsAdded = append(changes.ChainsAdded, ch.Name)
+		case !slices.Equal(idx, ch.Indexes):
+			changes.ChainsChanged = append(changes.ChainsChanged, ch.Name)
+		}
+		delete(was, ch.Name)
+	}
+	for name := range was {
+		changes.ChainsRemoved = append(changes.ChainsRemoved, name)
+	}
+	slices.Sort(changes.ChainsRemoved)
+
+	// Build the new watchers and their clients first: a failure here
+	// changes nothing.
+	fresh := map[string]*watcher{}
+	for _, r := range plan.Resources {
+		if slices.Contains(d.Keep, r.Name) {
+			continue
+		}
+		w := newWatcher(r, e.log)
+		w.reloaded = reload
+		if e.clientFor != nil {
+			if err := e.clientFor(w); err != nil {
+				return changes, err
+			}
+		}
+		fresh[r.Name] = w
+	}
+	// Stop what stops or restarts: once halted, a watcher writes nothing.
+	for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
+		w := old.byName[name]
+		w.halt()
+		if next := fresh[name]; next != nil {
+			next.inherit(w)
+		}
 	}
 	var specs []indexer.SourceSpec
 	for _, r := range plan.Resources {
@@ -152,65 +339,63 @@ func newEngine(plan *compiled.Plan, opts Options) (*Engine, error) {
 		}
 		specs = append(specs, spec)
 	}
-	store, err := indexer.New(specs...)
+	var next *view
+	retired, err := e.store.Reconfigure(specs, func(sources map[string]*indexer.Source) any {
+		next = &view{plan: plan, byName: map[string]*watcher{}, byIndex: map[string]*watcher{}, chains: map[string]chain{}}
+		for _, r := range plan.Resources {
+			w := fresh[r.Name]
+			if w == nil {
+				w = old.byName[r.Name]
+			}
+			w.src = sources[r.Name]
+			next.watchers = append(next.watchers, w)
+			next.byName[r.Name] = w
+			for _, ix := range r.Indexes {
+				next.byIndex[ix.Name] = w
+			}
+		}
+		return next
+	})
 	if err != nil {
-		return nil, err
-	}
-	e := &Engine{
-		plan:    plan,
-		log:     log,
-		store:   store,
-		byName:  map[string]*watcher{},
-		byIndex: map[string]*watcher{},
-		chains:  map[string][]indexer.Index{},
-
-		staleAfter: opts.StaleAfter,
-	}
-	if e.staleAfter <= 0 {
-		e.staleAfter = DefaultStaleAfter
-	}
-	e.hub, e.epoch = newHub(store), newEpoch()
-	for _, r := range plan.Resources {
-		w := newWatcher(r, nil, store, log)
-		e.watchers = append(e.watchers, w)
-		e.byName[r.Name] = w
-		for _, ix := range r.Indexes {
-			e.byIndex[ix.Name] = w
+		// The plan was compiled: its names are unique. Should it happen,
+		// restart what was halted as it was.
+		for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
+			e.launch(old.byName[name])
 		}
+		return changes, err
 	}
+	// The chains' steps are handles of the indexes just published.
+	snap := e.store.Snapshot()
 	for _, ch := range plan.Chains {
-		var steps []indexer.Index
-		for _, name := range ch.Indexes {
-			ix, _ := store.Index(name)
-			steps = append(steps, ix)
+		steps := make([]indexer.Index, len(ch.Indexes))
+		for i, name := range ch.Indexes {
+			steps[i], _ = snap.Index(name)
 		}
-		e.chains[ch.Name] = steps
+		next.chains[ch.Name] = chain{indexes: ch.Indexes, steps: steps}
 	}
-	return e, nil
-}
-
-// Start runs one watch per resource and blocks until ctx ends and every
-// goroutine it started has exited. It returns an error only when the engine
-// was started before.
-func (e *Engine) Start(ctx context.Context) error {
-	if !e.started.CompareAndSwap(false, true) {
-		return errors.New("engine already started")
+	e.hub.reconfigure(e, retired)
+	for _, r := range plan.Resources {
+		if w := fresh[r.Name]; w != nil {
+			e.launch(w)
+		}
 	}
-	e.log.Info("engine starting", "resources", len(e.watchers))
-	var wg gosync.WaitGroup
-	for _, w := range e.watchers {
-		wg.Go(func() { w.run(ctx) })
+	if reload {
+		e.reloads++
+		e.log.Info("config reloaded", "start", d.Start, "stop", d.Stop, "restart", d.Restart, "keep", len(d.Keep),
+			"chainsAdded", changes.ChainsAdded, "chainsRemoved", changes.ChainsRemoved, "chainsChanged", changes.ChainsChanged)
 	}
-	<-ctx.Done()
-	wg.Wait()
-	e.log.Info("engine stopped")
-	return nil
+	return changes, nil
 }
 
 // WaitForSync blocks until every resource has completed its first list, or
 // ctx ends; then the error names the resources still waiting and why.
 func (e *Engine) WaitForSync(ctx context.Context) error {
-	for _, w := range e.watchers {
+	for {
+		v, _ := e.view()
+		w := v.unsynced()
+		if w == nil {
+			return nil
+		}
 		select {
 		case <-w.synced:
 		case <-ctx.Done():
@@ -227,25 +412,32 @@ func (e *Engine) WaitForSync(ctx context.Context) error {
 			return fmt.Errorf("not synced: %s: %w", strings.Join(waiting, ", "), ctx.Err())
 		}
 	}
+}
+
+// unsynced returns a watcher of v that has not completed its first list,
+// or nil.
+func (v *view) unsynced() *watcher {
+	for _, w := range v.watchers {
+		select {
+		case <-w.synced:
+		default:
+			return w
+		}
+	}
 	return nil
 }
 
 // Synced reports whether every resource has completed its first list.
 func (e *Engine) Synced() bool {
-	for _, w := range e.watchers {
-		select {
-		case <-w.synced:
-		default:
-			return false
-		}
-	}
-	return true
+	v, _ := e.view()
+	return v.unsynced() == nil
 }
 
-// Ready reports whether every resource is ready (see ResourceStatus.Ready).
+// Ready reports whether every resource is ready (see ResourceStatus.Ready),
+// leaving out those a reload started that are still Syncing.
 func (e *Engine) Ready() bool {
 	for _, st := range e.Status() {
-		if !st.Ready {
+		if !st.Ready && !st.Syncing {
 			return false
 		}
 	}
@@ -254,9 +446,9 @@ func (e *Engine) Ready() bool {
 
 // Status returns the state of every resource, in config order.
 func (e *Engine) Status() []ResourceStatus {
-	snap := e.store.Snapshot()
-	out := make([]ResourceStatus, len(e.watchers))
-	for i, w := range e.watchers {
+	v, snap := e.view()
+	out := make([]ResourceStatus, len(v.watchers))
+	for i, w := range v.watchers {
 		out[i] = w.status(snap, e.staleAfter)
 	}
 	return out

@@ -23,10 +23,10 @@ func appModelEvent(i, rv int) string {
 // bytes of the stream to the commit, on a source of 10,000 AppModels: the
 // cost that 50 engines in one process pay 50 times per write.
 func BenchmarkWatchEvent(b *testing.B) {
-	w := testEngine(b, &schema.Config{Resources: []schema.Resource{{
+	w := watchersOf(testEngine(b, &schema.Config{Resources: []schema.Resource{{
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
-	}}}).watchers[0]
+	}}}))[0]
 	const n = 10_000
 	objs := make([]indexer.Object, n)
 	for i := range n {

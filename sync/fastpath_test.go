@@ -52,7 +52,7 @@ func trickyConfig() *schema.Config {
 
 func trickyPlan(tb testing.TB) *compiled.Resource {
 	tb.Helper()
-	return testEngine(tb, trickyConfig()).plan.Resources[0]
+	return watchersOf(testEngine(tb, trickyConfig()))[0].plan
 }
 
 // reference evaluates a plain dotted path (with \. escapes and # for every
@@ -200,7 +200,7 @@ func plainIndex(t *testing.T, plan *compiled.Resource) map[string]map[string][]s
 func fastIndex(t *testing.T, r io.Reader) map[string]map[string][]string {
 	t.Helper()
 	e := testEngine(t, trickyConfig())
-	w, store := e.watchers[0], e.store
+	w, store := watchersOf(e)[0], e.store
 	var names []string
 	for _, ix := range w.plan.Indexes {
 		names = append(names, ix.Name)
@@ -271,7 +271,8 @@ func (r *randomChunks) Read(p []byte) (int, error) {
 func TestStreamListRejectsBrokenBodies(t *testing.T) {
 	plan := trickyPlan(t)
 	store, _ := indexer.New(indexer.SourceSpec{Name: plan.Name, Indexes: []string{"models", "by-service", "by-number", "hosts", "ns-model"}})
-	w := newWatcher(plan, nil, store, testLog())
+	w := newWatcher(plan, testLog())
+	w.src = store.Source(plan.Name)
 	for _, body := range []string{
 		trickyList[:len(trickyList)/2],
 		`{"items":[]}`,

@@ -16,7 +16,7 @@ func FuzzStreamList(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"resourceVersion":"1"},"items":[[],{},"s",1]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e := testEngine(t, trickyConfig())
-		w := e.watchers[0]
+		w := watchersOf(e)[0]
 		whole, errWhole := streamList(strings.NewReader(string(body)), w.project)
 		bytewise, errBytes := streamList(iotest.OneByteReader(strings.NewReader(string(body))), w.project)
 		if (errWhole == nil) != (errBytes == nil) {

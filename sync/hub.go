@@ -3,6 +3,8 @@ package sync
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,8 +25,9 @@ const journalSize = 16384
 // taken before a Subscription's mu, never after.
 type hub struct {
 	mu      gosync.Mutex
-	latest  *indexer.Snapshot // of the last commit that changed values
+	latest  *indexer.Snapshot // of the last commit that changed values, or of the last reload
 	indexes map[indexer.Index]*indexSubs
+	subs    map[*Subscription]struct{} // every open subscription
 
 	opened    atomic.Int64 // open subscriptions
 	coalesced atomic.Int64 // changes folded into one not yet taken
@@ -54,7 +57,7 @@ type journalEntry struct {
 }
 
 func newHub(store *indexer.Store) *hub {
-	h := &hub{latest: store.Snapshot(), indexes: map[indexer.Index]*indexSubs{}}
+	h := &hub{latest: store.Snapshot(), indexes: map[indexer.Index]*indexSubs{}, subs: map[*Subscription]struct{}{}}
 	store.OnCommit(h.commit)
 	return h
 }
@@ -214,10 +217,132 @@ func (h *hub) registerIndex(s *Subscription, resume string) (snap *indexer.Snaps
 	return snap, catchUp, ok
 }
 
+// add binds a new subscription to its target in the engine's current
+// view and counts it among the open ones, under one lock with reconfigure:
+// a reload either precedes the binding or sees the subscription.
+func (h *hub) add(s *Subscription) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, snap := s.e.view()
+	ix, steps, err := bindingOf(v, snap, s.target)
+	if err != nil {
+		return err
+	}
+	s.ix, s.steps = ix, steps
+	h.subs[s] = struct{}{}
+	h.opened.Add(1)
+	return nil
+}
+
+// bindingOf finds what a target reads in one view: the index, or the
+// chain's steps.
+func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []indexer.Index, error) {
+	switch {
+	case t.Chain != "" && t.Index == "" && !t.All:
+		ch, ok := v.chains[t.Chain]
+		if !ok {
+			return indexer.Index{}, nil, fmt.Errorf("unknown chain %q", t.Chain)
+		}
+		return indexer.Index{}, ch.steps, nil
+	case t.Index != "" && t.Chain == "":
+		ix, ok := snap.Index(t.Index)
+		if !ok {
+			return indexer.Index{}, nil, fmt.Errorf("unknown index %q", t.Index)
+		}
+		return ix, nil, nil
+	}
+	return indexer.Index{}, nil, errors.New("a target names an index or a chain (use KeyOf, ChainOf or IndexOf)")
+}
+
+// reconfigure follows a reload: the registrations on retired indexes go;
+// a subscription whose target the new view lacks is told it is gone, one
+// whose target reads other indexes now is told to bind again (Next does
+// it), and every one is woken, so that one waiting for a watcher that a
+// reload replaced waits for the new one.
+func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, snap := e.view()
+	if snap.Seq() > h.latest.Seq() {
+		h.latest = snap
+	}
+	for _, ix := range retired {
+		delete(h.indexes, ix)
+	}
+	for s := range h.subs {
+		ix, steps, err := bindingOf(v, snap, s.target)
+		s.mu.Lock()
+		switch {
+		case err != nil:
+			s.gone = true
+		case ix != s.ix || !slices.Equal(steps, s.steps):
+			s.rebind = true
+		}
+		s.mu.Unlock()
+		s.wake()
+	}
+}
+
+// rebind binds s to what its target reads in the current view, moves its
+// registrations there, and makes its next step compare the answer anew.
+// ok is false when the target is gone. Called by Next.
+func (h *hub) rebind(s *Subscription, registered bool) (ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, snap := s.e.view()
+	ix, steps, err := bindingOf(v, snap, s.target)
+	if err != nil {
+		return false
+	}
+	for oldIx, keys := range s.path {
+		for k := range keys {
+			h.dropKey(s, oldIx, k)
+		}
+	}
+	s.path = nil
+	if is := h.indexes[s.ix]; is != nil {
+		delete(is.all, s)
+	}
+	s.ix, s.steps = ix, steps
+	if !registered {
+		return true // the first step registers it
+	}
+	if snap.Seq() > h.latest.Seq() {
+		h.latest = snap
+	}
+	switch {
+	case s.target.All:
+		is := h.subsOf(ix)
+		if is.journal == nil {
+			is.journal = &journal{entries: make([]journalEntry, journalSize), floor: h.latest.Seq()}
+		}
+		is.all[s] = struct{}{}
+		s.mu.Lock()
+		s.pending, s.overflow, s.pendAt = nil, true, h.latest
+		s.mu.Unlock()
+	case s.steps == nil:
+		is := h.subsOf(ix)
+		if is.keys[s.target.Key] == nil {
+			is.keys[s.target.Key] = map[*Subscription]struct{}{}
+		}
+		is.keys[s.target.Key][s] = struct{}{}
+		s.path = map[indexer.Index]map[string]struct{}{ix: {s.target.Key: {}}}
+		s.mu.Lock()
+		s.dirty = true
+		s.mu.Unlock()
+	default:
+		s.mu.Lock()
+		s.dirty = true // the next step resolves and registers the path
+		s.mu.Unlock()
+	}
+	return true
+}
+
 // unregister removes every registration of s.
 func (h *hub) unregister(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.subs, s)
 	for ix, keys := range s.path {
 		for k := range keys {
 			h.dropKey(s, ix, k)

@@ -24,11 +24,12 @@ func init() {
 		if cp == nil {
 			return nil, nil, errEmptyPlan
 		}
-		e, err := newEngine(cp, Options{Logger: log})
+		e, err := newEngine(cp, Options{Logger: log}, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, w := range e.watchers {
+		v, _ := e.view()
+		for _, w := range v.watchers {
 			if err := w.Replace(nil, ""); err != nil {
 				return nil, nil, err
 			}
@@ -41,10 +42,11 @@ func init() {
 type offline struct{ e *Engine }
 
 func (f offline) watcher(resource string) (*watcher, error) {
-	w, ok := f.e.byName[resource]
+	v, _ := f.e.view()
+	w, ok := v.byName[resource]
 	if !ok {
-		names := make([]string, 0, len(f.e.watchers))
-		for _, w := range f.e.watchers {
+		names := make([]string, 0, len(v.watchers))
+		for _, w := range v.watchers {
 			names = append(names, w.plan.Name)
 		}
 		return nil, fmt.Errorf("unknown resource %q (known: %s)", resource, strings.Join(names, ", "))

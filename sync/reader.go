@@ -80,18 +80,22 @@ func (e *Engine) Lookup(index, key string) []string { return e.store.Lookup(inde
 
 // Index returns a handle on the named index, for callers that look up one
 // index often: a handle's Lookup skips finding the index by name. The
-// handle reads only; it stays valid for the engine's life.
+// handle reads only. It reads the index as long as a reload keeps it;
+// once a reload removes the index (or moves it to another resource entry)
+// the handle looks up nothing: get a new one.
 func (e *Engine) Index(name string) (indexer.Index, bool) { return e.store.Index(name) }
 
 // HasIndex reports whether the index is configured.
 func (e *Engine) HasIndex(index string) bool {
-	_, ok := e.byIndex[index]
+	v, _ := e.view()
+	_, ok := v.byIndex[index]
 	return ok
 }
 
 // HasChain reports whether the chain is configured.
 func (e *Engine) HasChain(chain string) bool {
-	_, ok := e.chains[chain]
+	v, _ := e.view()
+	_, ok := v.chains[chain]
 	return ok
 }
 
@@ -99,54 +103,64 @@ func (e *Engine) HasChain(chain string) bool {
 // completed a list since the engine started: until then an empty answer
 // means "not known yet", not "no values". An unknown index is not synced.
 func (e *Engine) IndexSynced(index string) bool {
-	w, ok := e.byIndex[index]
+	v, _ := e.view()
+	return v.indexSynced(index)
+}
+
+func (v *view) indexSynced(index string) bool {
+	w, ok := v.byIndex[index]
 	return ok && w.isSynced()
 }
 
 // ChainSynced reports whether every index of a chain is synced (see
 // IndexSynced); an unknown chain is not.
 func (e *Engine) ChainSynced(chain string) bool {
-	for _, ch := range e.plan.Chains {
-		if ch.Name != chain {
-			continue
-		}
-		for _, index := range ch.Indexes {
-			if !e.IndexSynced(index) {
-				return false
-			}
-		}
-		return true
+	v, _ := e.view()
+	return v.chainSynced(chain)
+}
+
+func (v *view) chainSynced(chain string) bool {
+	ch, ok := v.chains[chain]
+	if !ok {
+		return false
 	}
-	return false
+	for _, index := range ch.indexes {
+		if !v.indexSynced(index) {
+			return false
+		}
+	}
+	return true
 }
 
 // Resolve follows the named chain from key, on one consistent snapshot,
 // and returns the distinct values of its last index, sorted; nil when none
 // or the chain is unknown. The slice is the caller's.
 func (e *Engine) Resolve(chain, key string) []string {
-	steps, ok := e.chains[chain]
+	v, snap := e.view()
+	ch, ok := v.chains[chain]
 	if !ok {
 		return nil
 	}
-	return e.store.Snapshot().Resolve(steps, key)
+	return snap.Resolve(ch.steps, key)
 }
 
 // Keys returns every key of the named index, sorted. The slice is shared
 // by every caller until the index changes: do not modify it.
 func (e *Engine) Keys(index string) []string {
-	ix, ok := e.store.Index(index)
+	snap := e.store.Snapshot()
+	ix, ok := snap.Index(index)
 	if !ok {
 		return nil
 	}
-	return e.store.Snapshot().Keys(ix)
+	return snap.Keys(ix)
 }
 
 // Indexes describes every index, sorted by name, on one snapshot.
 func (e *Engine) Indexes() []IndexInfo {
-	snap := e.store.Snapshot()
-	out := make([]IndexInfo, 0, len(e.byIndex))
-	for name, w := range e.byIndex {
-		ix, _ := e.store.Index(name)
+	v, snap := e.view()
+	out := make([]IndexInfo, 0, len(v.byIndex))
+	for name, w := range v.byIndex {
+		ix, _ := snap.Index(name)
 		out = append(out, IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.isSynced()})
 	}
 	slices.SortFunc(out, func(a, b IndexInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -155,9 +169,10 @@ func (e *Engine) Indexes() []IndexInfo {
 
 // Chains describes every chain, sorted by name.
 func (e *Engine) Chains() []ChainInfo {
-	out := make([]ChainInfo, 0, len(e.plan.Chains))
-	for _, ch := range e.plan.Chains {
-		out = append(out, ChainInfo{Name: ch.Name, Indexes: slices.Clone(ch.Indexes), Synced: e.ChainSynced(ch.Name)})
+	v, _ := e.view()
+	out := make([]ChainInfo, 0, len(v.chains))
+	for name, ch := range v.chains {
+		out = append(out, ChainInfo{Name: name, Indexes: slices.Clone(ch.indexes), Synced: v.chainSynced(name)})
 	}
 	slices.SortFunc(out, func(a, b ChainInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -166,15 +181,15 @@ func (e *Engine) Chains() []ChainInfo {
 // IndexFields returns the projected fields of the objects behind key in
 // the named index, ordered by object key, on one snapshot.
 func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
-	w, ok := e.byIndex[index]
+	v, snap := e.view()
+	w, ok := v.byIndex[index]
 	if !ok {
 		return nil, fmt.Errorf("unknown index %q", index)
 	}
 	if len(w.plan.Fields) == 0 {
 		return nil, fmt.Errorf("resource %s of index %s declares no fields", w.plan.Name, index)
 	}
-	ix, _ := e.store.Index(index)
-	snap := e.store.Snapshot()
+	ix, _ := snap.Index(index)
 	keys := snap.Objects(ix, key)
 	out := make([]ObjectFields, 0, len(keys))
 	for _, k := range keys {
@@ -189,14 +204,14 @@ func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
 // resource, or of all of them when none is named, ordered by object key,
 // on one snapshot.
 func (e *Engine) ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error) {
-	w, ok := e.byName[resource]
+	v, snap := e.view()
+	w, ok := v.byName[resource]
 	if !ok {
 		return nil, fmt.Errorf("unknown resource %q", resource)
 	}
 	if len(w.plan.Fields) == 0 {
 		return nil, fmt.Errorf("resource %s declares no fields", resource)
 	}
-	snap := e.store.Snapshot()
 	var out []ObjectFields
 	if len(objectKeys) == 0 {
 		out = make([]ObjectFields, 0, snap.ObjectCount(w.src))

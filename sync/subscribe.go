@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -34,6 +33,9 @@ const (
 	// EventUpdate: the answer of a key changed; Values empty when the key
 	// has none any more.
 	EventUpdate
+	// EventGone: a reload removed the index or chain; the subscription
+	// ends (Next returns ErrClosed after it).
+	EventGone
 )
 
 func (t EventType) String() string {
@@ -46,6 +48,8 @@ func (t EventType) String() string {
 		return "synced"
 	case EventUpdate:
 		return "update"
+	case EventGone:
+		return "gone"
 	}
 	return "EventType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -98,8 +102,11 @@ var ErrClosed = errors.New("subscription closed")
 type Subscription struct {
 	e       *Engine
 	target  Target
-	ix      indexer.Index   // the index (key and index subscriptions)
-	steps   []indexer.Index // the chain's indexes
+	// What the target reads, in the engine's view: the index (key and
+	// index subscriptions) or the chain's indexes. Written under the
+	// hub's lock, by Subscribe and then by Next only.
+	ix      indexer.Index
+	steps   []indexer.Index
 	stop    func() bool     // unregisters the context's AfterFunc
 	done    chan struct{}
 	once    gosync.Once
@@ -113,6 +120,8 @@ type Subscription struct {
 	pending  map[string]struct{}
 	overflow bool              // index: pending was given up (see markKeys)
 	pendAt   *indexer.Snapshot // index: the snapshot of the last hook that added to pending
+	gone     bool              // a reload removed the target
+	rebind   bool              // a reload changed what the target reads
 
 	// Next's own state, under nextMu.
 	nextMu   gosync.Mutex
@@ -172,23 +181,9 @@ const (
 // goroutine. An unknown index or chain is an error.
 func (e *Engine) Subscribe(ctx context.Context, t Target) (*Subscription, error) {
 	s := &Subscription{e: e, target: t, done: make(chan struct{}), signal: make(chan struct{}, 1)}
-	switch {
-	case t.Chain != "" && t.Index == "" && !t.All:
-		steps, ok := e.chains[t.Chain]
-		if !ok {
-			return nil, fmt.Errorf("unknown chain %q", t.Chain)
-		}
-		s.steps = steps
-	case t.Index != "" && t.Chain == "":
-		ix, ok := e.store.Index(t.Index)
-		if !ok {
-			return nil, fmt.Errorf("unknown index %q", t.Index)
-		}
-		s.ix = ix
-	default:
-		return nil, errors.New("a target names an index or a chain (use KeyOf, ChainOf or IndexOf)")
+	if err := e.hub.add(s); err != nil {
+		return nil, err
 	}
-	e.hub.opened.Add(1)
 	// ctx may have ended already: Close then runs at once, in another
 	// goroutine, and must find s.stop set.
 	ready := make(chan struct{})
@@ -248,11 +243,20 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 			return Event{}, ErrClosed
 		default:
 		}
+		if gone, rebind := s.takeReload(); gone {
+			s.Close()
+			return Event{Type: EventGone, Key: s.target.Key}, nil
+		} else if rebind && !s.e.hub.rebind(s, s.phase != phaseWait && s.phase != phaseStart) {
+			s.Close()
+			return Event{Type: EventGone, Key: s.target.Key}, nil
+		}
 		if s.phase == phaseWait {
 			if w := s.unsynced(); w != nil {
 				select {
 				case <-w.synced:
 					continue
+				case <-s.signal:
+					continue // a reload: look again
 				case <-s.done:
 					return Event{}, ErrClosed
 				case <-ctx.Done():
@@ -274,23 +278,29 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 	}
 }
 
-// unsynced returns a watcher behind the target that has not synced, or nil.
+// unsynced returns a watcher behind the target that has not synced, or nil
+// (nil too when a reload removed the target: Next then learns it is gone).
 func (s *Subscription) unsynced() *watcher {
+	v, _ := s.e.view()
 	names := []string{s.target.Index}
-	if s.steps != nil {
-		names = nil
-		for _, ch := range s.e.plan.Chains {
-			if ch.Name == s.target.Chain {
-				names = ch.Indexes
-			}
-		}
+	if s.target.Chain != "" {
+		names = v.chains[s.target.Chain].indexes
 	}
 	for _, n := range names {
-		if w := s.e.byIndex[n]; !w.isSynced() {
+		if w := v.byIndex[n]; w != nil && !w.isSynced() {
 			return w
 		}
 	}
 	return nil
+}
+
+// takeReload reports and clears what a reload told the subscription.
+func (s *Subscription) takeReload() (gone, rebind bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gone, rebind = s.gone, s.rebind
+	s.rebind = false
+	return gone, rebind
 }
 
 // step makes the next event, if there is one now.
@@ -416,6 +426,11 @@ func (s *Subscription) mark() {
 	}
 	s.dirty = true
 	s.mu.Unlock()
+	s.wake()
+}
+
+// wake makes a waiting Next look again.
+func (s *Subscription) wake() {
 	select {
 	case s.signal <- struct{}{}:
 	default:

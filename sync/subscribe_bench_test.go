@@ -56,7 +56,7 @@ func newEventRig(tb testing.TB, others int, changed bool) *eventRig {
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
 	}}})
-	r := &eventRig{e: e, w: e.watchers[0], drained: make(chan struct{})}
+	r := &eventRig{e: e, w: watchersOf(e)[0], drained: make(chan struct{})}
 	const n = 10_000
 	objs := make([]any, n)
 	for i := range n {

@@ -33,8 +33,17 @@ type watcher struct {
 	plan   *compiled.Resource
 	log    *slog.Logger
 	client rest.Interface
-	src    *indexer.Source
-	store  *indexer.Store
+	src    *indexer.Source // set when the engine publishes the watcher
+
+	// Set by Engine.launch, under the engine's mu: cancel stops run, done
+	// is closed when it has returned.
+	cancel context.CancelFunc
+	done   chan struct{}
+	// reloaded: a reload started this watcher (ResourceStatus.Syncing
+	// until its first list); inherited: it restarts a resource whose
+	// previous watcher had synced, so that its indexes hold that one's
+	// answers until the first list.
+	reloaded, inherited bool
 
 	synced     chan struct{} // closed after the first complete list
 	syncedOnce gosync.Once
@@ -65,16 +74,36 @@ var (
 	_ cache.ListerWatcherWithContext = (*watcher)(nil)
 )
 
-func newWatcher(plan *compiled.Resource, client rest.Interface, store *indexer.Store, log *slog.Logger) *watcher {
+func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 	return &watcher{
 		plan:       plan,
 		log:        log.With("resource", plan.Name),
-		client:     client,
-		store:      store,
-		src:        store.Source(plan.Name),
 		synced:     make(chan struct{}),
 		ruleErrors: make([]atomic.Int64, len(plan.Indexes)),
 		ruleLog:    rate.Sometimes{First: 5, Interval: 30 * time.Second},
+	}
+}
+
+// inherit takes over the counts and the synced state of the halted
+// watcher of the resource's previous definition, so that its metrics go on
+// counting and its indexes, which keep that one's answers until the first
+// list, do not read as "not known yet".
+func (w *watcher) inherit(old *watcher) {
+	w.inherited = old.isSynced()
+	w.syncedAt.Store(old.syncedAt.Load())
+	for _, c := range []struct{ to, from *atomic.Int64 }{
+		{&w.added, &old.added}, {&w.updated, &old.updated}, {&w.deleted, &old.deleted},
+		{&w.relists, &old.relists}, {&w.listErrors, &old.listErrors}, {&w.watchErrors, &old.watchErrors},
+		{&w.watches, &old.watches}, {&w.failures, &old.failures},
+	} {
+		c.to.Store(c.from.Load())
+	}
+	for i, ix := range w.plan.Indexes {
+		for j, was := range old.plan.Indexes {
+			if was.Name == ix.Name {
+				w.ruleErrors[i].Store(old.ruleErrors[j].Load())
+			}
+		}
 	}
 }
 
@@ -260,15 +289,28 @@ func (w *watcher) Replace(list []any, _ string) error {
 	w.syncedOnce.Do(func() {
 		w.syncedAt.Store(time.Now().UnixNano())
 		close(w.synced)
-		w.log.Info("resource synced", "objects", len(objs))
+		msg := "resource synced"
+		if w.inherited {
+			msg = "resource synced with its new definition"
+		}
+		w.log.Info(msg, "objects", len(objs))
 	})
 	return nil
 }
 
 func (w *watcher) Resync() error { return nil }
 
-// isSynced reports whether the first complete list is done.
+// isSynced reports whether the first complete list is done, or, for a
+// restarted resource, was done by its previous definition's watcher.
 func (w *watcher) isSynced() bool {
+	if w.inherited {
+		return true
+	}
+	return w.listed1()
+}
+
+// listed1 reports whether this watcher's first complete list is done.
+func (w *watcher) listed1() bool {
 	select {
 	case <-w.synced:
 		return true
@@ -621,12 +663,11 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		Listed:      w.listed.Load(),
 		RuleErrors:  map[string]int64{},
 	}
-	select {
-	case <-w.synced:
+	if w.isSynced() {
 		st.Synced = true
 		st.SyncedAt = time.Unix(0, w.syncedAt.Load())
-	default:
 	}
+	st.Syncing = w.reloaded && !w.listed1()
 	for i, ix := range w.plan.Indexes {
 		st.RuleErrors[ix.Name] = w.ruleErrors[i].Load()
 	}
@@ -639,6 +680,10 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	switch {
 	case w.gone.Load() && st.Error != "":
 		st.Reason = "not served: " + st.Error
+	case st.Syncing && !st.Synced && st.Error != "":
+		st.Reason = "syncing, added by a reload: " + st.Error
+	case st.Syncing && !st.Synced:
+		st.Reason = "syncing, added by a reload: first list in progress"
 	case !st.Synced && st.Error != "":
 		st.Reason = "not synced: " + st.Error
 	case !st.Synced:

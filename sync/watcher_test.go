@@ -21,7 +21,7 @@ func testWatcher(t *testing.T) (*watcher, *indexer.Store) {
 		Fields:  map[string]string{"type": "spec.type", "tag": "v${spec.version}"},
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
 	}}})
-	return e.watchers[0], e.store
+	return watchersOf(e)[0], e.store
 }
 
 // testEngine compiles cfg and builds an engine of it as New does, without
@@ -32,17 +32,23 @@ func testEngine(tb testing.TB, cfg *schema.Config) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e, err := newEngine(compiled.Of(plan), Options{Logger: testLog()})
+	e, err := newEngine(compiled.Of(plan), Options{Logger: testLog()}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return e
 }
 
+// watchersOf returns the watchers of the engine's current view.
+func watchersOf(e *Engine) []*watcher {
+	v, _ := e.view()
+	return v.watchers
+}
+
 func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestProjection(t *testing.T) {
-	w, _ := testWatcher(t)
+	w, store := testWatcher(t)
 	o := w.project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
 		"spec":{"type":"model","version":"1.7","models":["m1","m2"],"blob":"` + string(make([]byte, 0)) + `"}}`)
 	if o.ix.Key != "ns/base" || o.rv != "7" {
@@ -54,9 +60,9 @@ func TestProjection(t *testing.T) {
 	if err := w.Add(o); err != nil {
 		t.Fatal(err)
 	}
-	ix, _ := w.store.Index("model-to-app")
+	ix, _ := store.Index("model-to-app")
 	for _, k := range []string{"m1", "m2"} {
-		if got := w.store.Snapshot().Lookup(ix, k); !slices.Equal(got, []string{"base"}) {
+		if got := store.Snapshot().Lookup(ix, k); !slices.Equal(got, []string{"base"}) {
 			t.Fatalf("%s = %v", k, got)
 		}
 	}

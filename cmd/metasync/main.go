@@ -2,7 +2,7 @@
 // over HTTP.
 //
 //	metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
-//	metasync validate --config FILE [--cluster]   (or: metasync validate [--cluster] FILE)
+//	metasync validate --config FILE [--cluster] [--diff OLD]   (or: metasync validate [flags] FILE)
 //	metasync get      [--server URL] [--watch] INDEX KEY    (or: --chain CHAIN KEY)
 //	metasync get      [--server URL] INDEX        (every key of the index, one per line)
 //	metasync indexes  [--server URL]              (every index: name, resource, keys, synced)
@@ -52,7 +52,7 @@ func main() {
 
 const usage = `usage:
   metasync serve    --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]
-  metasync validate --config FILE [--cluster]    (or: metasync validate [--cluster] FILE)
+  metasync validate --config FILE [--cluster] [--diff OLD]    (or: metasync validate [flags] FILE)
   metasync get      [--server URL] [--watch] INDEX KEY     (or: --chain CHAIN KEY)
   metasync get      [--server URL] INDEX         every key of the index, one per line
   metasync indexes  [--server URL]               every index: name, resource, keys, synced
@@ -63,7 +63,7 @@ Run 'metasync COMMAND --help' for the flags of a command.
 // synopses are the usage lines of each subcommand (for --help).
 var synopses = map[string]string{
 	"serve":    "metasync serve --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]",
-	"validate": "metasync validate --config FILE [--cluster]\n  metasync validate [--cluster] FILE",
+	"validate": "metasync validate --config FILE [--cluster] [--diff OLD]\n  metasync validate [flags] FILE",
 	"get":      "metasync get [--server URL] [--watch] INDEX KEY\n  metasync get [--server URL] [--watch] --chain CHAIN KEY\n  metasync get [--server URL] [--watch] INDEX    (every key of the index, one per line)\n  --watch prints each answer as it changes, one JSON line each, until Ctrl-C",
 	"indexes":  "metasync indexes [--server URL]    (every index: name, resource, keys, synced)",
 }

@@ -65,7 +65,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if *listen != "" {
 		flags["server.listen"] = *listen
 	}
-	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ(), Flags: flags})
+	loadOpts := schema.LoadOptions{Environ: os.Environ(), Flags: flags}
+	plan, err := schema.LoadPlan(*config, loadOpts)
 	if err != nil {
 		n := printProblems(stderr, err)
 		log.Error("invalid config: nothing started", "config", *config, "problems", n)
@@ -106,6 +107,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 	handler := api.New(engine, log)
 	handler.SetHeartbeat(*heartbeat)
+	reload := newReloader(*config, loadOpts, plan, engine, restCfg, log)
+	handler.MustRegister(reload.collectors()...)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv := handler.HTTPServer(addr, log, guard)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	engineDone := make(chan struct{})
@@ -116,6 +122,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go reportProgress(engineCtx, engine, log)
+	go reload.run(engineCtx, hup)
 	log.Info("serving", "address", ln.Addr().String(), "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
 

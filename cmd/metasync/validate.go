@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	compiled "github.com/iidp/metasync/internal/plan"
@@ -20,6 +21,7 @@ import (
 func validate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	config := fs.String("config", "", "config file (required)")
+	diff := fs.String("diff", "", "an older config: print what a reload from it to this one does (resources that start, stop, restart, stay)")
 	checkCluster := fs.Bool("cluster", false, "also check against the cluster: resources served, list/watch allowed, paths in CRD schemas")
 	kube := addKubeFlags(fs, "kubeconfig file, with --cluster", "kubeconfig context, with --cluster")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +82,15 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		return exitError{1}
 	}
+	if *diff != "" {
+		old, err := schema.LoadPlan(*diff, schema.LoadOptions{Environ: os.Environ()})
+		if err != nil {
+			fmt.Fprintf(stderr, "metasync validate --diff %s: the old config is invalid:\n", *diff)
+			printProblems(stderr, err)
+			return exitError{1}
+		}
+		printChanges(stdout, schema.Compare(old, plan))
+	}
 	indexes := 0
 	for _, r := range compiled.Of(plan).Resources {
 		indexes += len(r.Indexes)
@@ -91,4 +102,29 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(compiled.Of(plan).Resources), "resource", "resources"),
 		plural(indexes, "index", "indexes"), plural(len(compiled.Of(plan).Chains), "chain", "chains"), where)
 	return nil
+}
+
+// printChanges prints what a reload does, one line per kind of change.
+func printChanges(w io.Writer, c schema.Changes) {
+	line := func(what string, names []string) {
+		if len(names) > 0 {
+			fmt.Fprintf(w, "%-15s %s\n", what+":", strings.Join(names, ", "))
+		}
+	}
+	line("start", c.Start)
+	line("stop", c.Stop)
+	line("restart", c.Restart)
+	line("keep", c.Keep)
+	line("chains added", c.ChainsAdded)
+	line("chains removed", c.ChainsRemoved)
+	line("chains changed", c.ChainsChanged)
+	if c.CRDs {
+		fmt.Fprintln(w, "crds:           the list changed; a reload applies the new files")
+	}
+	for _, s := range c.NotLive {
+		fmt.Fprintf(w, "needs restart:  %s (a reload keeps the running value)\n", s)
+	}
+	if c.None() && !c.CRDs && len(c.NotLive) == 0 {
+		fmt.Fprintln(w, "no change: a reload keeps every watch and index")
+	}
 }

@@ -88,6 +88,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// MustRegister adds collectors to the server's /metrics.
+func (s *Server) MustRegister(cs ...prometheus.Collector) { s.registry.MustRegister(cs...) }
+
 // SetStopping makes /readyz fail from now on: the process is shutting down.
 func (s *Server) SetStopping() { s.stopping.Store(true) }
 
@@ -281,6 +284,7 @@ type resourceHealth struct {
 	Synced  bool   `json:"synced"`
 	Objects int    `json:"objects"`
 	Reason  string `json:"reason,omitempty"`
+	Syncing bool   `json:"syncing,omitempty"`
 }
 
 // readyz is 200 once every resource is ready, else 503. Its short form
@@ -290,7 +294,9 @@ type resourceHealth struct {
 // ?verbose gives the reasons and lists every resource with its state;
 // behind TokenAuth, only to a caller allowed to get /readyz/verbose
 // (others get the short form, with the same status code, and "verbose"
-// saying why).
+// saying why). A resource that a config reload added or changed counts
+// once its first list with the new definition is done ("syncing" until
+// then).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, verbose := r.URL.Query()["verbose"]
 	ready := !s.stopping.Load()
@@ -300,9 +306,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
-		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason})
-		if st.Ready {
-			continue
+		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing})
+		if st.Ready || st.Syncing {
+			continue // a resource a reload started counts once it has listed
 		}
 		ready = false
 		switch {

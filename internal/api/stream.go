@@ -149,6 +149,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 			return
 		}
 		s.streamMetrics.frames.WithLabelValues(f.Type).Inc()
+		if f.Type == "gone" {
+			return // a reload removed the target
+		}
 	}
 }
 
@@ -161,6 +164,9 @@ func (s *Server) frameOf(t msync.Target, ev msync.Event) frame {
 		f.Chain = t.Chain
 	default:
 		f.Index = t.Index
+	}
+	if ev.Type == msync.EventGone {
+		f.Version = ""
 	}
 	if ev.Type == msync.EventSnapshot || ev.Type == msync.EventUpdate {
 		key, values := ev.Key, nonNil(ev.Values)

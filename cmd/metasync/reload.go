@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// Reload timing: a change of the config's directory is read once it has
+// been quiet this long (several quick edits make one reload, of the last);
+// the file is read again this often whatever the notifications say.
+const (
+	reloadSettle = 200 * time.Millisecond
+	reloadPoll   = 10 * time.Second
+)
+
+// reloader applies the config file to a running engine when it changes
+// (a write, a rename, or the kubelet's swap of a ConfigMap volume's
+// ..data symlink: the file's directory is watched and the content
+// hashed) and on SIGHUP. One reload runs at a time. An invalid config
+// changes nothing and logs each problem.
+type reloader struct {
+	path    string
+	opts    schema.LoadOptions
+	engine  *msync.Engine
+	restCfg *rest.Config
+	log     *slog.Logger
+
+	current *schema.Plan
+	applied [32]byte // hash of the content current was loaded from
+	tried   [32]byte // hash of the content last found invalid
+	readErr string   // the last read error, logged once
+
+	lastOK  prometheus.Gauge
+	lastAt  prometheus.Gauge
+	reloads *prometheus.CounterVec
+}
+
+func newReloader(path string, opts schema.LoadOptions, plan *schema.Plan, engine *msync.Engine, restCfg *rest.Config, log *slog.Logger) *reloader {
+	r := &reloader{
+		path: path, opts: opts, engine: engine, restCfg: restCfg, log: log, current: plan,
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "metasync_config_last_reload_successful",
+			Help: "1 when the last config reload applied (or none was tried), 0 when it was refused.",
+		}),
+		lastAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "metasync_config_last_reload_success_timestamp_seconds",
+			Help: "When the config was last applied (at start, or by a reload), in Unix seconds.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metasync_config_reloads_total",
+			Help: "Config reloads tried, by result (success, failure).",
+		}, []string{"result"}),
+	}
+	r.lastOK.Set(1)
+	r.lastAt.SetToCurrentTime()
+	r.reloads.WithLabelValues("success")
+	r.reloads.WithLabelValues("failure")
+	if b, err := os.ReadFile(path); err == nil {
+		r.applied = sha256.Sum256(b)
+	}
+	return r
+}
+
+func (r *reloader) collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.lastOK, r.lastAt, r.reloads}
+}
+
+// run reloads until ctx ends: on hup, on a change of the config's
+// directory, and every reloadPoll.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if fw, err := fsnotify.NewWatcher(); err != nil {
+		r.log.Warn("config changes are noticed by polling only", "every", reloadPoll.String(), "error", err.Error())
+	} else {
+		defer fw.Close()
+		dir := filepath.Dir(r.path)
+		if err := fw.Add(dir); err != nil {
+			r.log.Warn("config changes are noticed by polling only", "directory", dir, "every", reloadPoll.String(), "error", err.Error())
+		} else {
+			events, errs = fw.Events, fw.Errors
+		}
+	}
+	poll := time.NewTicker(reloadPoll)
+	defer poll.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.log.Info("SIGHUP: reading the config again", "config", r.path)
+			r.reload(true)
+		case <-events:
+			settle.Reset(reloadSettle)
+		case err := <-errs:
+			r.log.Warn("watching the config's directory", "error", err.Error())
+		case <-settle.C:
+			r.reload(false)
+		case <-poll.C:
+			r.reload(false)
+		}
+	}
+}
+
+// reload reads the config and applies it when its content changed (or
+// when forced, by SIGHUP).
+func (r *reloader) reload(force bool) {
+	b, err := os.ReadFile(r.path)
+	if err != nil {
+		if force || err.Error() != r.readErr {
+			r.readErr = err.Error()
+			r.fail("config file unreadable: nothing changed", err)
+		}
+		return
+	}
+	r.readErr = ""
+	sum := sha256.Sum256(b)
+	if !force && (sum == r.applied || sum == r.tried) {
+		return // unchanged, or known to be invalid: logged already
+	}
+	next, err := schema.LoadPlan(r.path, r.opts)
+	if err != nil {
+		r.tried = sum
+		r.fail("invalid config: nothing changed", err)
+		return
+	}
+	changes := schema.Compare(r.current, next)
+	for _, setting := range changes.NotLive {
+		r.log.Warn("a setting changed that takes effect only at the next start: restart to apply it", "setting", setting)
+	}
+	if len(next.CRDs()) > 0 {
+		if err := installCRDs(next, r.restCfg, r.log); err != nil {
+			r.fail("CRDs not applied: nothing changed", err)
+			return
+		}
+	}
+	if _, err := r.engine.Reload(next); err != nil {
+		r.fail("config not applied: nothing changed", err)
+		return
+	}
+	r.current, r.applied = next, sum
+	r.lastOK.Set(1)
+	r.lastAt.SetToCurrentTime()
+	r.reloads.WithLabelValues("success").Inc()
+	if changes.None() {
+		r.log.Info("config reloaded: no resource or chain changed", "config", r.path)
+	}
+}
+
+// fail logs every problem of a refused reload, one line each with its
+// field path, and sets the metrics.
+func (r *reloader) fail(msg string, err error) {
+	problems := schema.Problems(err)
+	for _, p := range problems {
+		r.log.Error("config reload refused", "config", r.path, "problem", p.Error())
+	}
+	r.log.Error(msg, "config", r.path, "problems", len(problems))
+	r.lastOK.Set(0)
+	r.reloads.WithLabelValues("failure").Inc()
+}

@@ -1,0 +1,63 @@
+package plan
+
+import "slices"
+
+// Diff is what applying one plan after another does to the resource
+// entries, by name: each is started, stopped, restarted (its definition
+// changed) or kept (the same watch, resourceVersion and indexes).
+type Diff struct {
+	Start, Stop, Restart, Keep []string // new config order; Stop in the old one
+}
+
+// Compare returns the Diff from old to next.
+func Compare(old, next *Plan) Diff {
+	var d Diff
+	was := map[string]*Resource{}
+	for _, r := range old.Resources {
+		was[r.Name] = r
+	}
+	now := map[string]bool{}
+	for _, r := range next.Resources {
+		now[r.Name] = true
+		switch o, ok := was[r.Name]; {
+		case !ok:
+			d.Start = append(d.Start, r.Name)
+		case SameResource(o, r):
+			d.Keep = append(d.Keep, r.Name)
+		default:
+			d.Restart = append(d.Restart, r.Name)
+		}
+	}
+	for _, r := range old.Resources {
+		if !now[r.Name] {
+			d.Stop = append(d.Stop, r.Name)
+		}
+	}
+	return d
+}
+
+// SameResource reports whether two entries define the same watch and the
+// same indexes: GVR, namespace, selectors, resync, fields and index rules
+// and bounds.
+func SameResource(a, b *Resource) bool {
+	if a.Name != b.Name || a.GVR != b.GVR || a.Namespace != b.Namespace ||
+		a.LabelSelector != b.LabelSelector || a.FieldSelector != b.FieldSelector || a.Resync != b.Resync {
+		return false
+	}
+	if !slices.EqualFunc(a.Fields, b.Fields, func(x, y Field) bool {
+		return x.Name == y.Name && sameRule(x.Rule, y.Rule)
+	}) {
+		return false
+	}
+	return slices.EqualFunc(a.Indexes, b.Indexes, func(x, y Index) bool {
+		return x.Name == y.Name && sameRule(x.Key, y.Key) && sameRule(x.Value, y.Value) &&
+			x.MaxEntries == y.MaxEntries && x.MaxBytes == y.MaxBytes
+	})
+}
+
+func sameRule(a, b *Rule) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.src == b.src
+}

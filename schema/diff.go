@@ -1,0 +1,57 @@
+package schema
+
+import (
+	"slices"
+
+	"github.com/iidp/metasync/internal/plan"
+)
+
+// Changes is what a reload from one plan to another does: which resource
+// entries start, stop, restart (their definition changed: GVR, namespace,
+// selectors, resync, fields or index rules) or stay as they are, and what
+// else differs. Names are in config order (Stop in the old config's).
+type Changes struct {
+	Start, Stop, Restart, Keep []string
+	// Chains added, removed, or whose indexes changed.
+	ChainsAdded, ChainsRemoved, ChainsChanged []string
+	// NotLive names the settings that changed and take effect only when
+	// the daemon starts again: "server.listen".
+	NotLive []string
+	// CRDs is true when the list of CRD files changed.
+	CRDs bool
+}
+
+// None reports whether the two plans run the same resources and chains.
+func (c Changes) None() bool {
+	return len(c.Start)+len(c.Stop)+len(c.Restart)+len(c.ChainsAdded)+len(c.ChainsRemoved)+len(c.ChainsChanged) == 0
+}
+
+// Compare returns what a reload from old to next changes.
+func Compare(old, next *Plan) Changes {
+	d := plan.Compare(old.c, next.c)
+	c := Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep}
+	was := map[string][]string{}
+	for _, ch := range old.c.Chains {
+		was[ch.Name] = ch.Indexes
+	}
+	now := map[string]bool{}
+	for _, ch := range next.c.Chains {
+		now[ch.Name] = true
+		switch idx, ok := was[ch.Name]; {
+		case !ok:
+			c.ChainsAdded = append(c.ChainsAdded, ch.Name)
+		case !slices.Equal(idx, ch.Indexes):
+			c.ChainsChanged = append(c.ChainsChanged, ch.Name)
+		}
+	}
+	for _, ch := range old.c.Chains {
+		if !now[ch.Name] {
+			c.ChainsRemoved = append(c.ChainsRemoved, ch.Name)
+		}
+	}
+	if old.server.Listen != next.server.Listen {
+		c.NotLive = append(c.NotLive, "server.listen")
+	}
+	c.CRDs = !slices.Equal(old.crds, next.crds)
+	return c
+}
