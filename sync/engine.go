@@ -60,7 +60,6 @@ type Engine struct {
 	runCtx  context.Context
 	stopped bool
 	running gosync.WaitGroup // every watcher's run
-	reloads int
 }
 
 // view is one configuration of the engine: the plan and its watchers and
@@ -379,10 +378,18 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			e.launch(w)
 		}
 	}
-	if reload {
-		e.reloads++
-		e.log.Info("config reloaded", "start", d.Start, "stop", d.Stop, "restart", d.Restart, "keep", len(d.Keep),
-			"chainsAdded", changes.ChainsAdded, "chainsRemoved", changes.ChainsRemoved, "chainsChanged", changes.ChainsChanged)
+	if reload && !changes.None() {
+		attrs := []any{"keep", len(d.Keep)}
+		for _, l := range []struct {
+			name  string
+			names []string
+		}{{"start", d.Start}, {"stop", d.Stop}, {"restart", d.Restart},
+			{"chainsAdded", changes.ChainsAdded}, {"chainsRemoved", changes.ChainsRemoved}, {"chainsChanged", changes.ChainsChanged}} {
+			if len(l.names) > 0 {
+				attrs = append(attrs, l.name, l.names)
+			}
+		}
+		e.log.Info("config reloaded", attrs...)
 	}
 	return changes, nil
 }
