@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"time"
 
 	"google.golang.org/grpc/resolver"
 
@@ -358,6 +359,9 @@ func NewBuilder(engine *msync.Engine, opts ...Option) resolver.Builder {
 }
 
 // followEngine publishes a target's answers from an engine subscription.
+// When a config reload removes the target, the last addresses stay and
+// the target is looked for again every goneRetry, so that a reload that
+// brings it back resumes the updates.
 func followEngine(ctx context.Context, engine *msync.Engine, t target, f *follower, log *slog.Logger) {
 	mt := msync.KeyOf(t.name, t.key)
 	if t.kind == "chains" {
@@ -368,17 +372,32 @@ func followEngine(ctx context.Context, engine *msync.Engine, t target, f *follow
 		f.fail(fmt.Errorf("metasync: %w", err))
 		return
 	}
-	defer sub.Close()
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {
+			sub.Close()
 			if ctx.Err() == nil {
 				log.Warn("subscription ended", "error", err.Error())
 			}
 			return
 		}
-		if ev.Type == msync.EventSnapshot || ev.Type == msync.EventUpdate {
+		switch ev.Type {
+		case msync.EventSnapshot, msync.EventUpdate:
 			f.publish(ev.Values)
+		case msync.EventGone:
+			sub.Close()
+			log.Warn("target removed by a config reload: keeping its last addresses, looking for it again", "target", t.kind+"/"+t.name)
+			for sub = nil; sub == nil; {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(goneRetry):
+				}
+				sub, _ = engine.Subscribe(ctx, mt)
+			}
 		}
 	}
 }
+
+// goneRetry is how often a target that a reload removed is looked for.
+var goneRetry = 5 * time.Second

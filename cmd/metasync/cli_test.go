@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -252,6 +253,46 @@ func TestValidateArgument(t *testing.T) {
 		if out, errOut, code := cli(args...); code != 2 || out != "" || errOut == "" {
 			t.Errorf("%q = exit %d %q %q, want a usage error", args, code, out, errOut)
 		}
+	}
+}
+
+// TestValidateDiff: --diff OLD prints what a reload from OLD does.
+func TestValidateDiff(t *testing.T) {
+	dir := t.TempDir()
+	old, err := os.ReadFile(filepath.Join("..", "..", "examples", "appmodel", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPath, newPath := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml")
+	next := strings.Replace(string(old), "labelSelector: iidp=iidp", "labelSelector: iidp=iidp,tier=a", 1)
+	next = strings.Replace(next, "listen: 127.0.0.1:8080", "listen: 127.0.0.1:8090", 1)
+	next = strings.Replace(next, "\nchains:", `
+  - name: gadgets
+    group: example.com
+    version: v1
+    resource: gadgets
+    indexes:
+      - {name: color-to-gadget, key: spec.color}
+chains:`, 1)
+	if !strings.Contains(next, "gadgets") || !strings.Contains(next, "tier=a") {
+		t.Fatal("the example config changed: adapt the test")
+	}
+	_ = os.WriteFile(oldPath, old, 0o600)
+	_ = os.WriteFile(newPath, []byte(next), 0o600)
+	out, errOut, code := cli("validate", "--diff", oldPath, newPath)
+	want := `start:          gadgets
+restart:        appmodels
+keep:           endpointslices
+needs restart:  server.listen (a reload keeps the running value)
+` + newPath + ": valid: 3 resources, 3 indexes, 1 chain\n"
+	if code != 0 || out != want {
+		t.Errorf("validate --diff = exit %d\n%s%s\nwant\n%s", code, out, errOut, want)
+	}
+	if out, _, _ := cli("validate", "--diff", oldPath, oldPath); !strings.HasPrefix(out, "keep:           appmodels, endpointslices\nno change") {
+		t.Errorf("validate --diff of the same config = %q", out)
+	}
+	if _, errOut, code := cli("validate", "--diff", filepath.Join(dir, "none.yaml"), newPath); code != 1 || !strings.Contains(errOut, "old config is invalid") {
+		t.Errorf("validate --diff of a missing old config = exit %d %q", code, errOut)
 	}
 }
 
