@@ -100,14 +100,14 @@ var ErrClosed = errors.New("subscription closed")
 // Engine.Subscribe. Calls of Next are serialized (one waits for the
 // other); Close, HasSynced and Version may be called from any goroutine.
 type Subscription struct {
-	e       *Engine
-	target  Target
+	e      *Engine
+	target Target
 	// What the target reads, in the engine's view: the index (key and
 	// index subscriptions) or the chain's indexes. Written under the
 	// hub's lock, by Subscribe and then by Next only.
 	ix      indexer.Index
 	steps   []indexer.Index
-	stop    func() bool     // unregisters the context's AfterFunc
+	stop    func() bool // unregisters the context's AfterFunc
 	done    chan struct{}
 	once    gosync.Once
 	synced  atomic.Bool
