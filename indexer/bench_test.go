@@ -49,7 +49,7 @@ var sink []string
 
 func BenchmarkLookup(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
-		_, ix, plain, keys := benchStore(b, n)
+		s, ix, plain, keys := benchStore(b, n)
 		hot := keys[0]
 		b.Run(fmt.Sprintf("objects=%d/hot/map", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -76,6 +76,14 @@ func BenchmarkLookup(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				sink = ix.Lookup(keys[i%len(keys)])
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("objects=%d/random/by-name", n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sink = s.Lookup("model-to-app", keys[i%len(keys)])
 				i++
 			}
 		})

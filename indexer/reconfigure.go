@@ -27,10 +27,11 @@ import (
 // never reused, so a handle never reads another index than its own.
 //
 // meta, when not nil, is called under the writer lock with the live sources
-// by name; what it returns is published with the new layout (see
-// Snapshot.Meta). Reconfigure returns the handles of the retired indexes.
+// by name and the snapshot about to be published (to find the handles of
+// its indexes: its Meta is not set yet); what meta returns is published
+// with it (see Snapshot.Meta). Reconfigure returns the handles of the retired indexes.
 // Nothing is changed when specs are invalid (a name declared twice).
-func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*Source) any) (retired []Index, err error) {
+func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*Source, next *Snapshot) any) (retired []Index, err error) {
 	srcSeen, ixSeen := map[string]bool{}, map[string]bool{}
 	for _, spec := range specs {
 		if srcSeen[spec.Name] {
@@ -112,7 +113,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		for name, id := range srcNames {
 			live[name] = s.sources[id]
 		}
-		next.conf.meta = meta(live)
+		next.conf.meta = meta(live, next)
 	}
 	s.publish(next, nil)
 	return retired, nil

@@ -50,7 +50,7 @@ func TestReconfigureKeepsWhatStays(t *testing.T) {
 	retired, err := s.Reconfigure([]SourceSpec{
 		{Name: "web", Indexes: []string{"c"}},
 		{Name: "apps", Indexes: []string{"d", "a"}, Objects: true},
-	}, func(srcs map[string]*Source) any { return len(srcs) })
+	}, func(srcs map[string]*Source, _ *Snapshot) any { return len(srcs) })
 	if err != nil {
 		t.Fatal(err)
 	}

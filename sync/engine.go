@@ -192,7 +192,7 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		e.staleAfter = DefaultStaleAfter
 	}
 	e.hub, e.epoch = newHub(store), newEpoch()
-	e.store.Reconfigure(nil, func(map[string]*indexer.Source) any { return &view{} })
+	e.store.Reconfigure(nil, func(map[string]*indexer.Source, *indexer.Snapshot) any { return &view{} })
 	if _, err := e.apply(plan, false); err != nil {
 		return nil, err
 	}
@@ -338,20 +338,27 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		}
 		specs = append(specs, spec)
 	}
-	var next *view
-	retired, err := e.store.Reconfigure(specs, func(sources map[string]*indexer.Source) any {
-		next = &view{plan: plan, byName: map[string]*watcher{}, byIndex: map[string]*watcher{}, chains: map[string]chain{}}
+	retired, err := e.store.Reconfigure(specs, func(sources map[string]*indexer.Source, snap *indexer.Snapshot) any {
+		next := &view{plan: plan, byName: map[string]*watcher{}, byIndex: map[string]*watcher{}, chains: map[string]chain{}}
 		for _, r := range plan.Resources {
 			w := fresh[r.Name]
-			if w == nil {
-				w = old.byName[r.Name]
+			if w != nil {
+				w.src = sources[r.Name]
+			} else {
+				w = old.byName[r.Name] // its source is the same
 			}
-			w.src = sources[r.Name]
 			next.watchers = append(next.watchers, w)
 			next.byName[r.Name] = w
 			for _, ix := range r.Indexes {
 				next.byIndex[ix.Name] = w
 			}
+		}
+		for _, ch := range plan.Chains {
+			steps := make([]indexer.Index, len(ch.Indexes))
+			for i, name := range ch.Indexes {
+				steps[i], _ = snap.Index(name)
+			}
+			next.chains[ch.Name] = chain{indexes: ch.Indexes, steps: steps}
 		}
 		return next
 	})
@@ -362,15 +369,6 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			e.launch(old.byName[name])
 		}
 		return changes, err
-	}
-	// The chains' steps are handles of the indexes just published.
-	snap := e.store.Snapshot()
-	for _, ch := range plan.Chains {
-		steps := make([]indexer.Index, len(ch.Indexes))
-		for i, name := range ch.Indexes {
-			steps[i], _ = snap.Index(name)
-		}
-		next.chains[ch.Name] = chain{indexes: ch.Indexes, steps: steps}
 	}
 	e.hub.reconfigure(e, retired)
 	for _, r := range plan.Resources {

@@ -109,7 +109,7 @@ func (e *Engine) IndexSynced(index string) bool {
 
 func (v *view) indexSynced(index string) bool {
 	w, ok := v.byIndex[index]
-	return ok && w.isSynced()
+	return ok && w.indexSynced(index)
 }
 
 // ChainSynced reports whether every index of a chain is synced (see
@@ -161,7 +161,7 @@ func (e *Engine) Indexes() []IndexInfo {
 	out := make([]IndexInfo, 0, len(v.byIndex))
 	for name, w := range v.byIndex {
 		ix, _ := snap.Index(name)
-		out = append(out, IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.isSynced()})
+		out = append(out, IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.indexSynced(name)})
 	}
 	slices.SortFunc(out, func(a, b IndexInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out

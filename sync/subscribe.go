@@ -250,19 +250,23 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 			s.Close()
 			return Event{Type: EventGone, Key: s.target.Key}, nil
 		}
-		if s.phase == phaseWait {
-			if w := s.unsynced(); w != nil {
-				select {
-				case <-w.synced:
-					continue
-				case <-s.signal:
-					continue // a reload: look again
-				case <-s.done:
-					return Event{}, ErrClosed
-				case <-ctx.Done():
-					return Event{}, ctx.Err()
-				}
+		// Until the indexes behind the target have synced, an empty answer
+		// means "not known yet": the first answer waits, and so do the
+		// updates of a subscription that a reload moved to an index that
+		// has not listed yet.
+		if w := s.unsynced(); w != nil {
+			select {
+			case <-w.synced:
+				continue
+			case <-s.signal:
+				continue // a reload, or a change: look again
+			case <-s.done:
+				return Event{}, ErrClosed
+			case <-ctx.Done():
+				return Event{}, ctx.Err()
 			}
+		}
+		if s.phase == phaseWait {
 			s.phase = phaseStart
 		}
 		if ev, ok := s.step(); ok {
@@ -287,7 +291,7 @@ func (s *Subscription) unsynced() *watcher {
 		names = v.chains[s.target.Chain].indexes
 	}
 	for _, n := range names {
-		if w := v.byIndex[n]; w != nil && !w.isSynced() {
+		if w := v.byIndex[n]; w != nil && !w.indexSynced(n) {
 			return w
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -41,9 +42,11 @@ type watcher struct {
 	done   chan struct{}
 	// reloaded: a reload started this watcher (ResourceStatus.Syncing
 	// until its first list); inherited: it restarts a resource whose
-	// previous watcher had synced, so that its indexes hold that one's
-	// answers until the first list.
+	// previous watcher had synced, so that the indexes the two share
+	// (kept) hold that one's answers until the first list. Set before
+	// the watcher is published.
 	reloaded, inherited bool
+	kept                map[string]bool
 
 	synced     chan struct{} // closed after the first complete list
 	syncedOnce gosync.Once
@@ -91,6 +94,12 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 func (w *watcher) inherit(old *watcher) {
 	w.inherited = old.isSynced()
 	w.syncedAt.Store(old.syncedAt.Load())
+	w.kept = map[string]bool{}
+	for _, ix := range w.plan.Indexes {
+		if old.indexSynced(ix.Name) && slices.ContainsFunc(old.plan.Indexes, func(was compiled.Index) bool { return was.Name == ix.Name }) {
+			w.kept[ix.Name] = true
+		}
+	}
 	for _, c := range []struct{ to, from *atomic.Int64 }{
 		{&w.added, &old.added}, {&w.updated, &old.updated}, {&w.deleted, &old.deleted},
 		{&w.relists, &old.relists}, {&w.listErrors, &old.listErrors}, {&w.watchErrors, &old.watchErrors},
@@ -307,6 +316,14 @@ func (w *watcher) isSynced() bool {
 		return true
 	}
 	return w.listed1()
+}
+
+// indexSynced reports whether one index of the resource answers from a
+// complete list: this watcher's, or, for an index that the previous
+// definition had too, that one's. An index that a restart added (or moved
+// here from another resource) is empty until this watcher's first list.
+func (w *watcher) indexSynced(index string) bool {
+	return w.listed1() || w.kept[index]
 }
 
 // listed1 reports whether this watcher's first complete list is done.
