@@ -202,3 +202,31 @@ func BenchmarkRebuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReconfigure is the store's part of a config reload, with a
+// source of 100k objects (300k keys) and a second, small one: a reload
+// that keeps both (the common case: another resource was added or
+// removed), and one that gives the large source an index more and takes
+// it away again (two relayouts: every object re-encoded).
+func BenchmarkReconfigure(b *testing.B) {
+	s, _, _, _ := benchStore(b, 100_000)
+	small := SourceSpec{Name: "svc", Indexes: []string{"svc-to-ip"}}
+	keep := []SourceSpec{{Name: "apps", Indexes: []string{"model-to-app"}}, small}
+	grown := []SourceSpec{{Name: "apps", Indexes: []string{"model-to-app", "extra"}}, small}
+	if _, err := s.Reconfigure(keep, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("keep", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = s.Reconfigure(keep, nil)
+		}
+	})
+	b.Run("relayout", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = s.Reconfigure(grown, nil)
+			_, _ = s.Reconfigure(keep, nil)
+		}
+	})
+}
