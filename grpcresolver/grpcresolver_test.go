@@ -392,3 +392,46 @@ func TestRemoteTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetRemovedByReload: a reload that removes the chain keeps the
+// connection's last addresses (calls go on); a reload that brings it back
+// resumes the updates.
+func TestTargetRemovedByReload(t *testing.T) {
+	e, f := routing(t)
+	b1, b2 := startBackend(t), startBackend(t)
+	setApp(t, f, "base", "model1")
+	setBackends(t, f, "base", b1)
+	conn := dial(t, "metasync:///chains/model-to-addresses/model1", grpcresolver.NewBuilder(e))
+	within(t, 5*time.Second, "calls reach b1", func() bool { return call(conn) == nil })
+
+	reload := func(chains []schema.Chain) {
+		t.Helper()
+		plan, err := schema.Compile(&schema.Config{
+			Resources: []schema.Resource{
+				{Name: "apps", Version: "v1", Resource: "apps",
+					Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}}},
+				{Name: "backends", Version: "v1", Resource: "backends",
+					Indexes: []schema.Index{{Name: "app-to-addresses", Key: "metadata.name", Value: "addresses"}}},
+			},
+			Chains: chains,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Reload(plan); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(nil)
+	if e.HasChain("model-to-addresses") {
+		t.Fatal("the chain is still there")
+	}
+	if got := spread(t, conn, 20, b1); got[b1] != 20 {
+		t.Fatalf("after the chain left, b1 got %d of 20 calls", got[b1])
+	}
+	reload([]schema.Chain{{Name: "model-to-addresses", Indexes: []string{"model-to-app", "app-to-addresses"}}})
+	setBackends(t, f, "base", b2)
+	within(t, 10*time.Second, "calls follow the chain again", func() bool {
+		return spread(t, conn, 20, b2)[b2] == 20
+	})
+}
