@@ -14,10 +14,9 @@ import (
 //     its indexes that specs still gives it keep their contents (and their
 //     handles); indexes it gains start empty; indexes it loses are
 //     retired. A change of SourceSpec.Objects builds or drops the object
-//     keys of its indexes from what the source holds. The writer of a kept
-//     source whose indexes changed must not Prepare objects while
-//     Reconfigure runs (objects prepared before are stale: prepare them
-//     again).
+//     keys of its indexes from what the source holds. Objects prepared
+//     for the old indexes must not be written after it: prepare them
+//     again.
 //   - A source that specs no longer names is removed: its indexes are
 //     retired and its writer's later writes change nothing.
 //   - A source new to the store starts empty.
@@ -96,6 +95,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		src := s.sources[id]
 		src.removed = true
 		src.indexes = nil
+		src.width.Store(0)
 		src.objects, src.dups, src.dupsPeak, src.objectsPeak = map[string]string{}, nil, nil, 0
 		next.sources[id] = &sourceSnap{}
 	}
@@ -163,6 +163,7 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool) {
 		}
 	}
 	src.indexes, src.dups, src.dupsPeak = ids, dups, dupsPeak
+	src.width.Store(int32(len(ids)))
 	if withObjects != src.withObjects {
 		src.withObjects = withObjects
 		for i, id := range ids {

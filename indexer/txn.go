@@ -125,7 +125,7 @@ func (src *Source) Prepare(o *Object) {
 	for i := range entries {
 		entries[i] = normalize(entries[i])
 	}
-	for len(entries) < len(src.indexes) {
+	for len(entries) < int(src.width.Load()) {
 		entries = append(entries, nil)
 	}
 	o.enc = encode(o.Key, entries)

@@ -32,6 +32,10 @@ type Options struct {
 	StaleAfter time.Duration
 }
 
+// testHookPublished, when set by a test, runs between the publication of
+// a reload's view and the hub's marking of the subscriptions.
+var testHookPublished func()
+
 // errEmptyPlan is the error of a zero schema.Plan, which only Compile and
 // LoadPlan can fill.
 var errEmptyPlan = errors.New("an empty schema.Plan: build one with schema.Compile or schema.LoadPlan")
@@ -97,10 +101,12 @@ type ResourceStatus struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"`
 	// Syncing: a reload added the resource, or changed its definition,
-	// and its first list since has not completed. It does not count
-	// against the engine's readiness (Engine.Ready) until then: an added
-	// one is not Synced and answers nothing yet; a changed one answers
-	// from its previous definition.
+	// and its first list since has not completed. An added one is not
+	// Synced, answers nothing yet, and does not count against the
+	// engine's readiness (Engine.Ready) until it has listed. A changed one
+	// answers from its previous definition meanwhile and counts as any
+	// synced resource does: not ready once its watch has failed
+	// StaleAfter, or at once when its new resource is not served.
 	Syncing  bool      `json:"syncing,omitempty"`
 	Synced   bool      `json:"synced"`
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
@@ -370,6 +376,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		}
 		return changes, err
 	}
+	if testHookPublished != nil {
+		testHookPublished()
+	}
 	e.hub.reconfigure(e, retired)
 	for _, r := range plan.Resources {
 		if w := fresh[r.Name]; w != nil {
@@ -439,10 +448,10 @@ func (e *Engine) Synced() bool {
 }
 
 // Ready reports whether every resource is ready (see ResourceStatus.Ready),
-// leaving out those a reload started that are still Syncing.
+// leaving out those a reload added that have not listed yet.
 func (e *Engine) Ready() bool {
 	for _, st := range e.Status() {
-		if !st.Ready && !st.Syncing {
+		if !st.Ready && !(st.Syncing && !st.Synced) {
 			return false
 		}
 	}

@@ -986,3 +986,33 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 	}
 	t.Logf("%d reloads in %v, %d reader rounds, %d subscription events", reloads, time.Since(start).Round(time.Millisecond), reads.Load(), events.Load())
 }
+
+// TestReloadWindowBeforeTheHubMarks: between the publication of a reload
+// that removes an index and the hub's marking of its subscriptions, a
+// subscription with an undelivered change reads the new config, not the
+// removed index emptied: it gets gone, never an empty update first.
+func TestReloadWindowBeforeTheHubMarks(t *testing.T) {
+	e := testEngine(t, &schema.Config{Resources: []schema.Resource{appsResource(), servicesResource()}})
+	list(t, e, "apps", appJSON("a", "m1"))
+	list(t, e, "services", serviceJSON("s", "a", "10.0.0.1"))
+	sub, err := e.Subscribe(context.Background(), KeyOf("model-to-app", "m1"))
+	must(t, err)
+	defer sub.Close()
+	want(t, sub, "snapshot", EventSnapshot, "a")
+	must(t, offline{e}.Apply("apps", appJSON("b", "m1"))) // not delivered yet: [a b]
+
+	var inWindow Event
+	testHookPublished = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		inWindow, err = sub.Next(ctx)
+	}
+	defer func() { testHookPublished = nil }()
+	reloadTo(t, e, &schema.Config{Resources: []schema.Resource{servicesResource()}})
+	if err != nil || inWindow.Type != EventGone {
+		t.Fatalf("in the window: %v %v %v, want gone", inWindow.Type, inWindow.Values, err)
+	}
+	if _, err := sub.Next(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after gone: %v, want ErrClosed", err)
+	}
+}

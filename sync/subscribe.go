@@ -373,13 +373,36 @@ func (s *Subscription) stepKey() (Event, bool) {
 	if s.phase == phaseStart {
 		s.e.hub.registerKey(s, s.ix, s.target.Key)
 		snap := s.e.store.Snapshot()
+		if !s.boundIn(snap) {
+			return Event{}, false
+		}
 		return s.start(snap, snap.Lookup(s.ix, s.target.Key))
 	}
 	if !s.takeDirty() {
 		return Event{}, false
 	}
 	snap := s.e.store.Snapshot()
+	if !s.boundIn(snap) {
+		return Event{}, false
+	}
 	return s.answer(EventUpdate, snap, snap.Lookup(s.ix, s.target.Key))
+}
+
+// boundIn reports whether the subscription reads, in snap's config, what
+// it is bound to. When not, a reload was published that the hub has not
+// told the subscription of yet (or a reload is newer than snap): it reads
+// nothing from snap, which may hold a removed index emptied, and binds
+// again (or learns that its target is gone) at the next turn of Next.
+func (s *Subscription) boundIn(snap *indexer.Snapshot) bool {
+	ix, steps, err := bindingOf(snap.Meta().(*view), snap, s.target)
+	if err == nil && ix == s.ix && slices.Equal(steps, s.steps) {
+		return true
+	}
+	s.mu.Lock()
+	s.rebind = true
+	s.mu.Unlock()
+	s.wake()
+	return false
 }
 
 func (s *Subscription) stepChain() (Event, bool) {
@@ -387,6 +410,9 @@ func (s *Subscription) stepChain() (Event, bool) {
 		return Event{}, false
 	}
 	snap := s.e.store.Snapshot()
+	if !s.boundIn(snap) {
+		return Event{}, false
+	}
 	values := s.resolve(snap)
 	if s.phase == phaseStart {
 		return s.start(snap, values)
@@ -478,7 +504,13 @@ func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
 func (s *Subscription) stepIndex() (Event, bool) {
 	for {
 		if s.phase == phaseStart {
-			if reset := s.beginIndex(); reset {
+			reset := s.beginIndex()
+			if !s.boundIn(s.batch) {
+				// Begin again, bound anew, after the reload.
+				s.queue, s.phase, s.resumed = nil, phaseStart, false
+				return Event{}, false
+			}
+			if reset {
 				return Event{Type: EventReset, Version: s.e.version(s.batch.Seq())}, true
 			}
 		}
@@ -521,6 +553,9 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		s.mu.Unlock()
 		if len(pending) == 0 && !overflow {
 			return Event{}, false
+		}
+		if !s.boundIn(at) {
+			return Event{}, false // rebinding compares the whole index
 		}
 		s.batch = at
 		if overflow {

@@ -36,10 +36,17 @@ type reloader struct {
 	restCfg *rest.Config
 	log     *slog.Logger
 
+	started *schema.Plan // what serve started with: its server settings stay
 	current *schema.Plan
 	applied [32]byte // hash of the content current was loaded from
-	tried   [32]byte // hash of the content last found invalid
-	readErr string   // the last read error, logged once
+	// tried is the hash of the content of the last refused reload, not
+	// tried again until retryAt (never, for an invalid config: only an
+	// edit or SIGHUP); failed is set from a refused reload to the next
+	// success.
+	tried   [32]byte
+	retryAt time.Time
+	failed  bool
+	readErr string // the last read error, logged once
 
 	lastOK  prometheus.Gauge
 	lastAt  prometheus.Gauge
@@ -48,7 +55,7 @@ type reloader struct {
 
 func newReloader(path string, opts schema.LoadOptions, plan *schema.Plan, engine *msync.Engine, restCfg *rest.Config, log *slog.Logger) *reloader {
 	r := &reloader{
-		path: path, opts: opts, engine: engine, restCfg: restCfg, log: log, current: plan,
+		path: path, opts: opts, engine: engine, restCfg: restCfg, log: log, started: plan, current: plan,
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "metasync_config_last_reload_successful",
 			Help: "1 when the last config reload applied (or none was tried), 0 when it was refused.",
@@ -128,36 +135,66 @@ func (r *reloader) reload(force bool) {
 	}
 	r.readErr = ""
 	sum := sha256.Sum256(b)
-	if !force && (sum == r.applied || sum == r.tried) {
-		return // unchanged, or known to be invalid: logged already
+	switch {
+	case force:
+	case sum == r.applied && r.failed:
+		// Back to the running config after a refused one: nothing to
+		// change, and the config in force is the file's again.
+		r.log.Info("config is the running one again", "config", r.path)
+		r.succeeded(sum)
+		return
+	case sum == r.applied:
+		return
+	case sum == r.tried && time.Now().Before(r.retryAt):
+		return // refused, and logged: wait for an edit, SIGHUP or the retry
 	}
 	next, err := schema.LoadPlan(r.path, r.opts)
 	if err != nil {
-		r.tried = sum
-		r.fail("invalid config: nothing changed", err)
+		r.refuse(sum, time.Time{}, "invalid config: nothing changed", err)
 		return
 	}
 	changes := schema.Compare(r.current, next)
-	for _, setting := range changes.NotLive {
-		r.log.Warn("a setting changed that takes effect only at the next start: restart to apply it", "setting", setting)
+	for _, setting := range schema.Compare(r.started, next).NotLive {
+		r.log.Warn("a setting differs from the running one and takes effect only at the next start: restart to apply it", "setting", setting)
 	}
 	if len(next.CRDs()) > 0 {
 		if err := installCRDs(next, r.restCfg, r.log); err != nil {
-			r.fail("CRDs not applied: nothing changed", err)
+			// The apiserver may refuse for a while: try again later.
+			r.refuse(sum, time.Now().Add(crdRetry), "CRDs not applied: nothing changed; retried in "+crdRetry.String()+", or at an edit or SIGHUP", err)
 			return
 		}
 	}
 	if _, err := r.engine.Reload(next); err != nil {
-		r.fail("config not applied: nothing changed", err)
+		r.refuse(sum, time.Time{}, "config not applied: nothing changed", err)
 		return
 	}
-	r.current, r.applied = next, sum
-	r.lastOK.Set(1)
-	r.lastAt.SetToCurrentTime()
-	r.reloads.WithLabelValues("success").Inc()
+	r.current = next
+	r.succeeded(sum)
 	if changes.None() {
 		r.log.Info("config reloaded: no resource or chain changed", "config", r.path)
 	}
+}
+
+// crdRetry is how long a reload whose CRDs the apiserver refused waits
+// before it tries the same content again.
+const crdRetry = time.Minute
+
+func (r *reloader) succeeded(sum [32]byte) {
+	r.applied, r.failed = sum, false
+	r.tried, r.retryAt = [32]byte{}, time.Time{}
+	r.lastOK.Set(1)
+	r.lastAt.SetToCurrentTime()
+	r.reloads.WithLabelValues("success").Inc()
+}
+
+// refuse records a refused reload of the content sum, not tried again
+// before retryAt (zero: not until it changes), and logs it.
+func (r *reloader) refuse(sum [32]byte, retryAt time.Time, msg string, err error) {
+	r.tried, r.retryAt = sum, retryAt
+	if retryAt.IsZero() {
+		r.retryAt = time.Now().Add(100 * 365 * 24 * time.Hour)
+	}
+	r.fail(msg, err)
 }
 
 // fail logs every problem of a refused reload, one line each with its
@@ -168,6 +205,7 @@ func (r *reloader) fail(msg string, err error) {
 		r.log.Error("config reload refused", "config", r.path, "problem", p.Error())
 	}
 	r.log.Error(msg, "config", r.path, "problems", len(problems))
+	r.failed = true
 	r.lastOK.Set(0)
 	r.reloads.WithLabelValues("failure").Inc()
 }

@@ -310,6 +310,16 @@ spec: {color: red}
 		t.Errorf("an invalid config changed the indexes: red = %s", got)
 	}
 
+	// The running config again: nothing to change, and the metric says
+	// the file is in force again.
+	cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", "color-to-gadget"))
+	testenv.Eventually(t, "the running config back", func() string {
+		if got := metric(t, base, "metasync_config_last_reload_successful"); got != "1" {
+			return "last_reload_successful " + got
+		}
+		return ""
+	})
+
 	// 4. A removed resource: 404, and its stream gets gone.
 	red := follow(t, base+"/v1/indexes/color-to-gadget/keys/red?watch=true")
 	testenv.Eventually(t, "the gadget stream's snapshot", func() string {
@@ -350,7 +360,31 @@ spec: {color: red}
 		return ""
 	})
 
-	// 6. SIGHUP reads the config again; unchanged, it changes nothing.
+	if ft, _ := model1.types(); strings.Contains(strings.Join(ft[1:], ","), "update") {
+		t.Errorf("model1's stream got %v over the reloads", ft)
+	}
+
+	// 6. A changed resource whose new GVR is not served: not ready (it
+	// is not "syncing" forever), and ready again when changed back.
+	cm.swap(strings.Replace(reloadConfig(addr, "iidp=iidp,tier=a", "color-9"), "resource: appmodels", "resource: nosuchthings", 1))
+	testenv.Eventually(t, "/readyz fails for the unserved resource", func() string {
+		if a := call(t, "GET", base+"/readyz"); a.code != 503 || !strings.Contains(a.raw, "appmodels") {
+			return fmt.Sprintf("%d %s", a.code, a.raw)
+		}
+		return ""
+	})
+	cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", "color-9"))
+	testenv.Eventually(t, "/readyz back", func() string {
+		if a := call(t, "GET", base+"/readyz"); a.code != 200 {
+			return fmt.Sprintf("%d %s", a.code, a.raw)
+		}
+		if got := values("model-to-app", "model1"); got != "[base]" {
+			return "model1 = " + got
+		}
+		return ""
+	})
+
+	// 7. SIGHUP reads the config again; unchanged, it changes nothing.
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +394,4 @@ spec: {color: red}
 		}
 		return ""
 	})
-	if ft, _ := model1.types(); strings.Contains(strings.Join(ft[1:], ","), "update") {
-		t.Errorf("model1's stream got %v over the reloads", ft)
-	}
 }

@@ -294,9 +294,8 @@ type resourceHealth struct {
 // ?verbose gives the reasons and lists every resource with its state;
 // behind TokenAuth, only to a caller allowed to get /readyz/verbose
 // (others get the short form, with the same status code, and "verbose"
-// saying why). A resource that a config reload added or changed counts
-// once its first list with the new definition is done ("syncing" until
-// then).
+// saying why). A resource that a config reload added counts once its
+// first list is done ("syncing" until then).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, verbose := r.URL.Query()["verbose"]
 	ready := !s.stopping.Load()
@@ -307,8 +306,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range s.engine.Status() {
 		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing})
-		if st.Ready || st.Syncing {
-			continue // a resource a reload started counts once it has listed
+		if st.Ready || st.Syncing && !st.Synced {
+			continue // a resource a reload added counts once it has listed
 		}
 		ready = false
 		switch {
