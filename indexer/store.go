@@ -90,14 +90,14 @@ type Index struct {
 
 // Source is the writer's handle on one source of a Store.
 type Source struct {
-	s           *Store
-	id          int
-	name        string
-	indexes     []int // index ids, in SourceSpec order (under s.mu)
+	s       *Store
+	id      int
+	name    string
+	indexes []int // index ids, in SourceSpec order (under s.mu)
 	// width is len(indexes), for Prepare, which takes no lock: a decoder
 	// that outlives its watcher may still prepare while a Reconfigure
 	// changes the indexes (what it prepares is then never written).
-	width atomic.Int32
+	width       atomic.Int32
 	withObjects bool
 	removed     bool // by a Reconfigure: writes change nothing (under s.mu)
 
