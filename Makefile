@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: fuzz all build test unit lint fmt vet envtest clean run bench bench-micro chaos
+.PHONY: fuzz all build test unit lint fmt vet envtest clean run bench bench-micro chaos image
 
 all: build
 
@@ -17,6 +17,12 @@ all: build
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/metasync ./cmd/metasync
+
+## image: the container image IMAGE (a static binary on an empty base,
+## user 65532), with docker, podman or buildah, whichever works here.
+IMAGE ?= metasync:latest
+image:
+	IMAGE=$(IMAGE) VERSION=$(VERSION) hack/image.sh
 
 ## envtest: build (once) the control-plane binaries and print their folder.
 envtest:
