@@ -54,19 +54,27 @@ func startBackend(t *testing.T) *backend {
 	return b
 }
 
-// routing is an engine without a cluster: model -> app -> addresses
-// (host:port strings), fed by the test.
-func routing(t *testing.T) (*msync.Engine, feed.Feeder) {
-	t.Helper()
-	plan, err := schema.Compile(&schema.Config{
+// routingChain is routing's chain: model -> app -> addresses.
+var routingChain = schema.Chain{Name: "model-to-addresses", Indexes: []string{"model-to-app", "app-to-addresses"}}
+
+// routingConfig is routing's config, with the given chains.
+func routingConfig(chains ...schema.Chain) *schema.Config {
+	return &schema.Config{
 		Resources: []schema.Resource{
 			{Name: "apps", Version: "v1", Resource: "apps",
 				Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}}},
 			{Name: "backends", Version: "v1", Resource: "backends",
 				Indexes: []schema.Index{{Name: "app-to-addresses", Key: "metadata.name", Value: "addresses"}}},
 		},
-		Chains: []schema.Chain{{Name: "model-to-addresses", Indexes: []string{"model-to-app", "app-to-addresses"}}},
-	})
+		Chains: chains,
+	}
+}
+
+// routing is an engine without a cluster: model -> app -> addresses
+// (host:port strings), fed by the test.
+func routing(t *testing.T) (*msync.Engine, feed.Feeder) {
+	t.Helper()
+	plan, err := schema.Compile(routingConfig(routingChain))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,17 +412,9 @@ func TestTargetRemovedByReload(t *testing.T) {
 	conn := dial(t, "metasync:///chains/model-to-addresses/model1", grpcresolver.NewBuilder(e))
 	within(t, 5*time.Second, "calls reach b1", func() bool { return call(conn) == nil })
 
-	reload := func(chains []schema.Chain) {
+	reload := func(chains ...schema.Chain) {
 		t.Helper()
-		plan, err := schema.Compile(&schema.Config{
-			Resources: []schema.Resource{
-				{Name: "apps", Version: "v1", Resource: "apps",
-					Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}}},
-				{Name: "backends", Version: "v1", Resource: "backends",
-					Indexes: []schema.Index{{Name: "app-to-addresses", Key: "metadata.name", Value: "addresses"}}},
-			},
-			Chains: chains,
-		})
+		plan, err := schema.Compile(routingConfig(chains...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,14 +422,14 @@ func TestTargetRemovedByReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reload(nil)
+	reload()
 	if e.HasChain("model-to-addresses") {
 		t.Fatal("the chain is still there")
 	}
 	if got := spread(t, conn, 20, b1); got[b1] != 20 {
 		t.Fatalf("after the chain left, b1 got %d of 20 calls", got[b1])
 	}
-	reload([]schema.Chain{{Name: "model-to-addresses", Indexes: []string{"model-to-app", "app-to-addresses"}}})
+	reload(routingChain)
 	setBackends(t, f, "base", b2)
 	within(t, 10*time.Second, "calls follow the chain again", func() bool {
 		return spread(t, conn, 20, b2)[b2] == 20

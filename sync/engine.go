@@ -101,9 +101,10 @@ type ResourceStatus struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason,omitempty"`
 	// Syncing: a reload added the resource, or changed its definition,
-	// and its first list since has not completed. An added one is not
-	// Synced, answers nothing yet, and does not count against the
-	// engine's readiness (Engine.Ready) until it has listed. A changed one
+	// and its first list since has not completed yet but still may: its
+	// resource is served and it has not failed for StaleAfter. An added
+	// one is not Synced, answers nothing yet, and does not count against
+	// the engine's readiness (Engine.Ready) while Syncing. A changed one
 	// answers from its previous definition meanwhile and counts as any
 	// synced resource does: not ready once its watch has failed
 	// StaleAfter, or at once when its new resource is not served.

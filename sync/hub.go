@@ -294,15 +294,7 @@ func (h *hub) rebind(s *Subscription, registered bool) (ok bool) {
 	if err != nil {
 		return false
 	}
-	for oldIx, keys := range s.path {
-		for k := range keys {
-			h.dropKey(s, oldIx, k)
-		}
-	}
-	s.path = nil
-	if is := h.indexes[s.ix]; is != nil {
-		delete(is.all, s)
-	}
+	h.drop(s)
 	s.ix, s.steps = ix, steps
 	if !registered {
 		return true // the first step registers it
@@ -343,6 +335,11 @@ func (h *hub) unregister(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
+	h.drop(s)
+}
+
+// drop removes the registrations of s on keys and on its index; under mu.
+func (h *hub) drop(s *Subscription) {
 	for ix, keys := range s.path {
 		for k := range keys {
 			h.dropKey(s, ix, k)

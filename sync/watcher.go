@@ -684,7 +684,6 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		st.Synced = true
 		st.SyncedAt = time.Unix(0, w.syncedAt.Load())
 	}
-	st.Syncing = w.reloaded && !w.listed1()
 	for i, ix := range w.plan.Indexes {
 		st.RuleErrors[ix.Name] = w.ruleErrors[i].Load()
 	}
@@ -694,6 +693,11 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		st.ErrorSince = w.failingSince
 	}
 	w.mu.Unlock()
+	// A resource that a reload started is syncing until its first list,
+	// for as long as that can still come: not once its resource is not
+	// served, nor once it has failed for staleAfter.
+	failingLong := st.Error != "" && time.Since(st.ErrorSince) >= staleAfter
+	st.Syncing = w.reloaded && !w.listed1() && !(w.gone.Load() && st.Error != "") && !failingLong
 	switch {
 	case w.gone.Load() && st.Error != "":
 		st.Reason = "not served: " + st.Error
@@ -705,7 +709,7 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		st.Reason = "not synced: " + st.Error
 	case !st.Synced:
 		st.Reason = "not synced: first list in progress"
-	case st.Error != "" && time.Since(st.ErrorSince) >= staleAfter:
+	case failingLong:
 		st.Reason = fmt.Sprintf("watch failing for %s, no established watch: %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
 	default:
 		st.Ready = true

@@ -53,7 +53,18 @@ type reloader struct {
 	reloads *prometheus.CounterVec
 }
 
-func newReloader(path string, opts schema.LoadOptions, plan *schema.Plan, engine *msync.Engine, restCfg *rest.Config, log *slog.Logger) *reloader {
+// hashFile returns the hash of a file's content (zero when unreadable).
+func hashFile(path string) (sum [32]byte) {
+	if b, err := os.ReadFile(path); err == nil {
+		sum = sha256.Sum256(b)
+	}
+	return sum
+}
+
+// newReloader builds the reloader of a daemon that started with plan,
+// loaded from content of hash sum (hashed before it was loaded: an edit
+// in between is applied by the first reload).
+func newReloader(path string, sum [32]byte, opts schema.LoadOptions, plan *schema.Plan, engine *msync.Engine, restCfg *rest.Config, log *slog.Logger) *reloader {
 	r := &reloader{
 		path: path, opts: opts, engine: engine, restCfg: restCfg, log: log, started: plan, current: plan,
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -73,9 +84,7 @@ func newReloader(path string, opts schema.LoadOptions, plan *schema.Plan, engine
 	r.lastAt.SetToCurrentTime()
 	r.reloads.WithLabelValues("success")
 	r.reloads.WithLabelValues("failure")
-	if b, err := os.ReadFile(path); err == nil {
-		r.applied = sha256.Sum256(b)
-	}
+	r.applied = sum
 	return r
 }
 
@@ -137,16 +146,18 @@ func (r *reloader) reload(force bool) {
 	sum := sha256.Sum256(b)
 	switch {
 	case force:
-	case sum == r.applied && r.failed:
-		// Back to the running config after a refused one: nothing to
-		// change, and the config in force is the file's again.
-		r.log.Info("config is the running one again", "config", r.path)
-		r.succeeded(sum)
-		return
+	case sum == r.tried:
+		if time.Now().Before(r.retryAt) {
+			return // refused, and logged: wait for an edit, SIGHUP or the retry
+		}
 	case sum == r.applied:
+		if r.failed {
+			// Back to the running config after a refused one: nothing to
+			// change, and the config in force is the file's again.
+			r.log.Info("config is the running one again", "config", r.path)
+			r.succeeded(sum)
+		}
 		return
-	case sum == r.tried && time.Now().Before(r.retryAt):
-		return // refused, and logged: wait for an edit, SIGHUP or the retry
 	}
 	next, err := schema.LoadPlan(r.path, r.opts)
 	if err != nil {

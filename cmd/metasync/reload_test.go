@@ -384,6 +384,28 @@ spec: {color: red}
 		return ""
 	})
 
+	// An added resource that is not served is not "syncing" forever.
+	cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", "color-9") + `  - name: ghosts
+    group: reload.iidp.com
+    version: v1
+    resource: ghosts
+    indexes:
+      - {name: ghost-color, key: spec.color}
+`)
+	testenv.Eventually(t, "/readyz fails for the added, unserved resource", func() string {
+		if a := call(t, "GET", base+"/readyz"); a.code != 503 || !strings.Contains(a.raw, "ghosts") {
+			return fmt.Sprintf("%d %s", a.code, a.raw)
+		}
+		return ""
+	})
+	cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", "color-9"))
+	testenv.Eventually(t, "/readyz back once it is removed", func() string {
+		if a := call(t, "GET", base+"/readyz"); a.code != 200 {
+			return fmt.Sprintf("%d %s", a.code, a.raw)
+		}
+		return ""
+	})
+
 	// 7. SIGHUP reads the config again; unchanged, it changes nothing.
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)

@@ -66,6 +66,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		flags["server.listen"] = *listen
 	}
 	loadOpts := schema.LoadOptions{Environ: os.Environ(), Flags: flags}
+	loaded := hashFile(*config)
 	plan, err := schema.LoadPlan(*config, loadOpts)
 	if err != nil {
 		n := printProblems(stderr, err)
@@ -107,7 +108,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 	handler := api.New(engine, log)
 	handler.SetHeartbeat(*heartbeat)
-	reload := newReloader(*config, loadOpts, plan, engine, restCfg, log)
+	reload := newReloader(*config, loaded, loadOpts, plan, engine, restCfg, log)
 	handler.MustRegister(reload.collectors()...)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
