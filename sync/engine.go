@@ -133,6 +133,15 @@ type ResourceStatus struct {
 	// Listed is the number of objects decoded by the current or last list,
 	// to show progress of a long initial sync.
 	Listed int64 `json:"listed"`
+	// Lists counts the list requests that ended (each page of a paged
+	// list apart; a stop's not), ListSeconds their time in all;
+	// WatchesEnded counts the watches that ended, WatchSeconds how long
+	// they stayed open in all. Short watches and a high rate of lists
+	// show a resource that cannot keep a watch.
+	Lists        int64   `json:"lists"`
+	ListSeconds  float64 `json:"listSeconds"`
+	WatchesEnded int64   `json:"watchesEnded"`
+	WatchSeconds float64 `json:"watchSeconds"`
 	// RuleErrors counts, per index, objects whose rule could not be
 	// evaluated (an object where a string was wanted, say).
 	RuleErrors map[string]int64 `json:"ruleErrors"`

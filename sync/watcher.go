@@ -67,8 +67,11 @@ type watcher struct {
 	gone    atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
 
 	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
-	ruleErrors                                                []atomic.Int64 // per index of the resource
-	ruleLog                                                   rate.Sometimes
+	// Requests that ended, and how long they took, in nanoseconds: lists
+	// (all pages of one) and watches (from their start to their end).
+	lists, listNanos, watchesEnded, watchNanos atomic.Int64
+	ruleErrors                                 []atomic.Int64 // per index of the resource
+	ruleLog                                    rate.Sometimes
 }
 
 // The contracts of client-go that a watcher fulfils for its reflector.
@@ -104,6 +107,8 @@ func (w *watcher) inherit(old *watcher) {
 		{&w.added, &old.added}, {&w.updated, &old.updated}, {&w.deleted, &old.deleted},
 		{&w.relists, &old.relists}, {&w.listErrors, &old.listErrors}, {&w.watchErrors, &old.watchErrors},
 		{&w.watches, &old.watches}, {&w.failures, &old.failures},
+		{&w.lists, &old.lists}, {&w.listNanos, &old.listNanos},
+		{&w.watchesEnded, &old.watchesEnded}, {&w.watchNanos, &old.watchNanos},
 	} {
 		c.to.Store(c.from.Load())
 	}
@@ -361,6 +366,12 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 		opts.ResourceVersion, opts.ResourceVersionMatch, opts.Limit = "", "", 0
 	}
 	start := time.Now()
+	defer func() {
+		if ctx.Err() == nil {
+			w.lists.Add(1)
+			w.listNanos.Add(int64(time.Since(start)))
+		}
+	}()
 	body, err := w.request(&opts).Stream(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -473,6 +484,11 @@ func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interf
 
 func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 	defer close(t.out)
+	started := time.Now()
+	defer func() {
+		w.watchesEnded.Add(1)
+		w.watchNanos.Add(int64(time.Since(started)))
+	}()
 	timer := time.NewTimer(establishedAfter)
 	defer timer.Stop()
 	established, failed := false, false
@@ -666,19 +682,23 @@ func (w *watcher) resyncAfter(ctx context.Context, resync func()) {
 // failing does not make it fresh.
 func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) ResourceStatus {
 	st := ResourceStatus{
-		Name:        w.plan.Name,
-		GVR:         w.plan.GVR.String(),
-		Namespace:   w.plan.Namespace,
-		Objects:     snap.ObjectCount(w.src),
-		Added:       w.added.Load(),
-		Updated:     w.updated.Load(),
-		Deleted:     w.deleted.Load(),
-		Relists:     w.relists.Load(),
-		ListErrors:  w.listErrors.Load(),
-		WatchErrors: w.watchErrors.Load(),
-		Watches:     w.watches.Load(),
-		Listed:      w.listed.Load(),
-		RuleErrors:  map[string]int64{},
+		Name:         w.plan.Name,
+		GVR:          w.plan.GVR.String(),
+		Namespace:    w.plan.Namespace,
+		Objects:      snap.ObjectCount(w.src),
+		Added:        w.added.Load(),
+		Updated:      w.updated.Load(),
+		Deleted:      w.deleted.Load(),
+		Relists:      w.relists.Load(),
+		ListErrors:   w.listErrors.Load(),
+		WatchErrors:  w.watchErrors.Load(),
+		Watches:      w.watches.Load(),
+		Listed:       w.listed.Load(),
+		Lists:        w.lists.Load(),
+		ListSeconds:  time.Duration(w.listNanos.Load()).Seconds(),
+		WatchesEnded: w.watchesEnded.Load(),
+		WatchSeconds: time.Duration(w.watchNanos.Load()).Seconds(),
+		RuleErrors:   map[string]int64{},
 	}
 	if w.isSynced() {
 		st.Synced = true

@@ -60,6 +60,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(log.With("source", "client-go"))
+	// Before the first request: every request to the apiserver counts.
+	clientMetrics := api.ClientGoMetrics()
 
 	flags := map[string]any{}
 	if *listen != "" {
@@ -110,6 +112,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	handler.SetHeartbeat(*heartbeat)
 	reload := newReloader(*config, loaded, loadOpts, plan, engine, restCfg, log)
 	handler.MustRegister(reload.collectors()...)
+	handler.MustRegister(clientMetrics...)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

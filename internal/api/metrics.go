@@ -14,6 +14,7 @@ type engineCollector struct {
 
 	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
 	subsOpen, subsCoalesced, subsResets                                                         *prometheus.Desc
+	syncing, listDuration, watchDuration                                                        *prometheus.Desc
 }
 
 func newEngineCollector(e *msync.Engine) *engineCollector {
@@ -31,6 +32,9 @@ func newEngineCollector(e *msync.Engine) *engineCollector {
 		watches:     prometheus.NewDesc("metasync_watch_starts_total", "Watch requests started (the first and every restart).", res, nil),
 		ruleErrors:  prometheus.NewDesc("metasync_rule_errors_total", "Objects whose rule could not be evaluated, per index.", []string{"resource", "index"}, nil),
 
+		syncing:       prometheus.NewDesc("metasync_resource_syncing", "1 while a resource that a config reload started has not completed its first list (and still may).", res, nil),
+		listDuration:  prometheus.NewDesc("metasync_list_duration_seconds", "List requests to the apiserver that ended, and their time.", res, nil),
+		watchDuration: prometheus.NewDesc("metasync_watch_duration_seconds", "Watches that ended, and how long they stayed open.", res, nil),
 		subsOpen:      prometheus.NewDesc("metasync_subscriptions_open", "Subscriptions open (each HTTP stream holds one).", nil, nil),
 		subsCoalesced: prometheus.NewDesc("metasync_subscription_coalesced_total", "Changes folded into a newer one before a subscriber took them.", nil, nil),
 		subsResets:    prometheus.NewDesc("metasync_subscription_resets_total", "Resumes that could not resume and started over with a reset.", nil, nil),
@@ -38,7 +42,7 @@ func newEngineCollector(e *msync.Engine) *engineCollector {
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets} {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration} {
 		ch <- d
 	}
 }
@@ -60,6 +64,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.objects, float64(st.Objects), st.Name)
 		gauge(c.synced, b(st.Synced), st.Name)
 		gauge(c.ready, b(st.Ready), st.Name)
+		gauge(c.syncing, b(st.Syncing), st.Name)
+		ch <- prometheus.MustNewConstSummary(c.listDuration, uint64(st.Lists), st.ListSeconds, nil, st.Name)
+		ch <- prometheus.MustNewConstSummary(c.watchDuration, uint64(st.WatchesEnded), st.WatchSeconds, nil, st.Name)
 		counter(c.events, st.Added, st.Name, "added")
 		counter(c.events, st.Updated, st.Name, "updated")
 		counter(c.events, st.Deleted, st.Name, "deleted")
