@@ -32,8 +32,9 @@ envtest:
 ## convergence-under-faults test included), then a short run of each fuzzer.
 test: lint
 	@assets=$$(bash hack/envtest-assets.sh) && \
-	  echo "KUBEBUILDER_ASSETS=$$assets" && \
-	  KUBEBUILDER_ASSETS=$$assets $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	  promtool=$$(bash hack/promtool.sh) && \
+	  echo "KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool" && \
+	  KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=500x
 
 ## fuzz: run each fuzz target for FUZZTIME (default 1m); the seed corpora
