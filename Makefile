@@ -19,7 +19,7 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/metasync ./cmd/metasync
 
 ## image: the container image IMAGE (a static binary on an empty base,
-## user 65532), with docker, podman or buildah, whichever works here.
+## user 65532), with docker (with a daemon), else podman, else buildah.
 IMAGE ?= metasync:latest
 image:
 	IMAGE=$(IMAGE) VERSION=$(VERSION) hack/image.sh

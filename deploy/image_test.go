@@ -53,7 +53,9 @@ func podman(t *testing.T, conf string, args ...string) *exec.Cmd {
 // capabilities, no privilege escalation, the config in a ConfigMap-style
 // folder, against the test control plane over the host network. It
 // checks `version`, /readyz, a lookup and /metrics, and a clean exit on
-// SIGTERM within the manifests' grace period (30 s). It needs podman
+// SIGTERM within the manifests' grace period (30 s), with their
+// --shutdown-delay 5s. No tmpfs either: like readOnlyRootFilesystem,
+// nothing in the container is writable. It needs podman
 // (with buildah and runc: Debian's packages), which .ci/run installs.
 func TestImage(t *testing.T) {
 	testenv.Need(t, env)
@@ -68,14 +70,20 @@ func TestImage(t *testing.T) {
 	build := exec.Command(filepath.Join(testenv.Root(), "hack", "image.sh"))
 	build.Dir = testenv.Root()
 	build.Env = append(os.Environ(), "IMAGE="+image, "VERSION=image-test", "CONTAINER_ENGINE=podman", "CONTAINERS_CONF="+conf)
-	if out, err := build.CombinedOutput(); err != nil {
+	out, err := build.CombinedOutput()
+	if err != nil {
 		t.Fatalf("hack/image.sh: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "binary:") {
+			t.Log(line)
+		}
 	}
 	t.Cleanup(func() { _ = podman(t, conf, "rmi", "-f", image).Run() })
 	if out, err := podman(t, conf, "image", "inspect", "--format", "{{.Size}} {{.Config.User}}", image).Output(); err == nil {
-		t.Logf("image %s: size and user: %s", image, strings.TrimSpace(string(out)))
+		t.Logf("image %s: size (bytes) and user: %s", image, strings.TrimSpace(string(out)))
 	}
-	out, err := podman(t, conf, "run", "--rm", image, "version").CombinedOutput()
+	out, err = podman(t, conf, "run", "--rm", "--network", "none", image, "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "image-test") {
 		t.Fatalf("podman run IMAGE version: %v %q", err, out)
 	}
@@ -135,9 +143,9 @@ resources:
 
 	name := fmt.Sprintf("metasync-test-%d", time.Now().UnixNano())
 	run := podman(t, conf, "run", "--rm", "--name", name, "--network", "host",
-		"--read-only", "--user", "65532:65532", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+		"--read-only", "--read-only-tmpfs=false", "--user", "65532:65532", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"-v", cm+":/etc/metasync:ro", "-v", kube+":/kube:ro",
-		image, "serve", "--config", "/etc/metasync/config.yaml", "--kubeconfig", "/kube/kubeconfig", "--shutdown-delay", "1s")
+		image, "serve", "--config", "/etc/metasync/config.yaml", "--kubeconfig", "/kube/kubeconfig", "--shutdown-delay", "5s")
 	logs := &testenv.Buffer{}
 	run.Stdout, run.Stderr = logs, logs
 	if err := run.Start(); err != nil {
@@ -152,8 +160,9 @@ resources:
 		}
 	})
 
+	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := client.Get("http://" + addr + path)
 		if err != nil {
 			return 0, err.Error()
 		}
