@@ -42,12 +42,12 @@ func monitoringRules(t *testing.T) ruleFile {
 }
 
 // metricNames are the metric names an expression reads.
-var metricName = regexp.MustCompile(`\b((?:metasync|rest_client|process|go|container)_[a-z_]+)`)
+var metricName = regexp.MustCompile(`\b((?:metasync|rest_client|process|go|container|kube)_[a-z_]+)`)
 
 // exported reports whether metasync exports a metric: its name (without a
 // histogram's or summary's suffix) is a literal in the code that registers
-// the daemon's metrics; process_, go_ and container_ metrics come from the
-// Go and process collectors and the kubelet.
+// the daemon's metrics; process_, go_, container_ and kube_ metrics come
+// from the Go and process collectors, the kubelet and kube-state-metrics.
 func exported(t *testing.T) func(string) bool {
 	t.Helper()
 	var src strings.Builder
@@ -63,7 +63,7 @@ func exported(t *testing.T) func(string) bool {
 	}
 	code := src.String()
 	return func(name string) bool {
-		for _, p := range []string{"process_", "go_", "container_"} {
+		for _, p := range []string{"process_", "go_", "container_", "kube_"} {
 			if strings.HasPrefix(name, p) {
 				return true
 			}

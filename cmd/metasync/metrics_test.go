@@ -71,7 +71,7 @@ resources:
 	waitHTTP(t, d, addr)
 	base := "http://" + addr
 
-	const lists = `metasync_list_duration_seconds_count{resource="configmaps"}`
+	const lists = `metasync_relists_total{resource="configmaps"}`
 	forbidden := func(m map[string]float64) (n float64) {
 		for k, v := range m {
 			if strings.HasPrefix(k, "rest_client_requests_total{") && strings.Contains(k, `code="403"`) {

@@ -33,7 +33,7 @@ func ClientGoMetrics() []prometheus.Collector {
 		buckets := []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}
 		clientGo.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rest_client_request_duration_seconds",
-			Help:    "Latency of requests to the apiserver in seconds, by verb and host (a watch counts until its response headers).",
+			Help:    "Latency of the apiserver requests that client-go times, in seconds, by verb and host: not lists and watches (streamed; see metasync_list_duration_seconds and metasync_watch_duration_seconds).",
 			Buckets: buckets,
 		}, []string{"verb", "host"})
 		clientGo.results = prometheus.NewCounterVec(prometheus.CounterOpts{
