@@ -85,7 +85,8 @@ N ?= 10000
 bench:
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/bench ./hack/bench && \
-	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N)
+	  $(GO) build -o $(BIN)/metasync ./cmd/metasync && \
+	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N) -metasync $(BIN)/metasync
 
 ## bench-micro: the indexer's Go benchmarks, with allocations.
 bench-micro:

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -179,6 +180,10 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 			return
 		case <-done:
 			log.Info("initial sync done", "took", time.Since(start).Round(time.Millisecond).String())
+			// The initial lists' garbage is the largest the process makes:
+			// give it back to the kernel now rather than keep it resident
+			// until the runtime's scavenger gets to it.
+			debug.FreeOSMemory()
 			return
 		case <-tick.C:
 		}

@@ -70,6 +70,13 @@ type result struct {
 // main parses the flags and runs the bench; an error exits with status 1.
 func main() {
 	flag.Parse()
+	if *child != "" {
+		if err := runChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -114,6 +121,17 @@ func run() error {
 	var rows []row
 	if _, _, err := rawList(ctx, cfg, 3); err != nil { // warm the apiserver's cache
 		return err
+	}
+	// Resident memory first, each side in a process of its own, while this
+	// one holds nothing yet of either.
+	var rssRows []row
+	if *rss {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: emptyNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if rssRows, err = measureRSS(ctx, cfg); err != nil {
+			return err
+		}
 	}
 
 	// Initial sync against a raw LIST, interleaved, median of 5 each,
@@ -187,6 +205,7 @@ func run() error {
 		row{name: "write → visible p50", unit: "ms", baseline: base.p50, metasync: ms.p50},
 		row{name: "write → visible p99", unit: "ms", baseline: base.p99, metasync: ms.p99, target: "≤ informer + 1 ms"},
 	)
+	rows = append(rows, rssRows...)
 	var streamSummary string
 	if *streams {
 		// The subscribers against metasync's own write -> visible, and per
@@ -297,6 +316,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.3f s", v)
 	case "ns":
 		return fmt.Sprintf("%.1f ns", v)
+	case "MiB":
+		return fmt.Sprintf("%.1f MiB", v)
 	case "ms":
 		if v == 0 {
 			return "—" // not measured on this side
