@@ -29,26 +29,8 @@ func (c Changes) None() bool {
 // Compare returns what a reload from old to next changes.
 func Compare(old, next *Plan) Changes {
 	d := plan.Compare(old.c, next.c)
-	c := Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep}
-	was := map[string][]string{}
-	for _, ch := range old.c.Chains {
-		was[ch.Name] = ch.Indexes
-	}
-	now := map[string]bool{}
-	for _, ch := range next.c.Chains {
-		now[ch.Name] = true
-		switch idx, ok := was[ch.Name]; {
-		case !ok:
-			c.ChainsAdded = append(c.ChainsAdded, ch.Name)
-		case !slices.Equal(idx, ch.Indexes):
-			c.ChainsChanged = append(c.ChainsChanged, ch.Name)
-		}
-	}
-	for _, ch := range old.c.Chains {
-		if !now[ch.Name] {
-			c.ChainsRemoved = append(c.ChainsRemoved, ch.Name)
-		}
-	}
+	c := Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
+		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged}
 	if old.server.Listen != next.server.Listen {
 		c.NotLive = append(c.NotLive, "server.listen")
 	}

@@ -302,24 +302,8 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		oldPlan = &compiled.Plan{}
 	}
 	d := compiled.Compare(oldPlan, plan)
-	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep}
-	was := map[string][]string{}
-	for name, ch := range old.chains {
-		was[name] = ch.indexes
-	}
-	for _, ch := range plan.Chains {
-		switch idx, ok := was[ch.Name]; {
-		case !ok:
-			changes.ChainsAdded = append(changes.ChainsAdded, ch.Name)
-		case !slices.Equal(idx, ch.Indexes):
-			changes.ChainsChanged = append(changes.ChainsChanged, ch.Name)
-		}
-		delete(was, ch.Name)
-	}
-	for name := range was {
-		changes.ChainsRemoved = append(changes.ChainsRemoved, name)
-	}
-	slices.Sort(changes.ChainsRemoved)
+	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
+		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged}
 
 	// Build the new watchers and their clients first: a failure here
 	// changes nothing.

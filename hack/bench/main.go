@@ -129,7 +129,7 @@ func run() error {
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: emptyNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		if rssRows, err = measureRSS(ctx, cfg); err != nil {
+		if rssRows, err = measureRSS(cfg); err != nil {
 			return err
 		}
 	}

@@ -9,7 +9,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -195,7 +194,7 @@ resources:
 }
 
 // measureRSS returns the resident memory rows.
-func measureRSS(ctx context.Context, cfg *rest.Config) ([]row, error) {
+func measureRSS(cfg *rest.Config) ([]row, error) {
 	if _, err := os.Stat(*metasyncBin); err != nil {
 		return nil, fmt.Errorf("-metasync %s: %w (make bench builds it)", *metasyncBin, err)
 	}

@@ -4,9 +4,12 @@ import "slices"
 
 // Diff is what applying one plan after another does to the resource
 // entries, by name: each is started, stopped, restarted (its definition
-// changed) or kept (the same watch, resourceVersion and indexes).
+// changed) or kept (the same watch, resourceVersion and indexes); and to
+// the chains: added, removed, or changed (other indexes).
 type Diff struct {
 	Start, Stop, Restart, Keep []string // new config order; Stop in the old one
+	// Chains, in the new config's order; ChainsRemoved in the old one.
+	ChainsAdded, ChainsRemoved, ChainsChanged []string
 }
 
 // Compare returns the Diff from old to next.
@@ -31,6 +34,25 @@ func Compare(old, next *Plan) Diff {
 	for _, r := range old.Resources {
 		if !now[r.Name] {
 			d.Stop = append(d.Stop, r.Name)
+		}
+	}
+	chainWas := map[string][]string{}
+	for _, ch := range old.Chains {
+		chainWas[ch.Name] = ch.Indexes
+	}
+	chains := map[string]bool{}
+	for _, ch := range next.Chains {
+		chains[ch.Name] = true
+		switch idx, ok := chainWas[ch.Name]; {
+		case !ok:
+			d.ChainsAdded = append(d.ChainsAdded, ch.Name)
+		case !slices.Equal(idx, ch.Indexes):
+			d.ChainsChanged = append(d.ChainsChanged, ch.Name)
+		}
+	}
+	for _, ch := range old.Chains {
+		if !chains[ch.Name] {
+			d.ChainsRemoved = append(d.ChainsRemoved, ch.Name)
 		}
 	}
 	return d
