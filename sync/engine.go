@@ -30,6 +30,14 @@ type Options struct {
 	// stops being ready. A list that works while the watch keeps failing
 	// does not make the resource fresh again. Default 30s.
 	StaleAfter time.Duration
+	// SnapshotDir, when set, makes the engine start warm: New restores the
+	// snapshot in it (see RestoreSnapshot) if there is one written for the
+	// same resource entries, and Start writes one every SnapshotInterval
+	// and once more when it stops (see WriteSnapshot). The folder must
+	// exist and be the engine's alone.
+	SnapshotDir string
+	// SnapshotInterval: default DefaultSnapshotInterval.
+	SnapshotInterval time.Duration
 }
 
 // testHookPublished, when set by a test, runs between the publication of
@@ -53,6 +61,7 @@ type Engine struct {
 	epoch   string // names this engine's run in subscription versions
 
 	staleAfter time.Duration
+	snaps      snapshots
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
 	clientFor func(w *watcher) error
@@ -108,8 +117,13 @@ type ResourceStatus struct {
 	// answers from its previous definition meanwhile and counts as any
 	// synced resource does: not ready once its watch has failed
 	// StaleAfter, or at once when its new resource is not served.
-	Syncing  bool      `json:"syncing,omitempty"`
-	Synced   bool      `json:"synced"`
+	Syncing bool `json:"syncing,omitempty"`
+	// Synced: the resource has data to answer with, from a complete list
+	// or from a snapshot (Options.SnapshotDir).
+	Synced bool `json:"synced"`
+	// Stale: its data came from a snapshot and its watch has not caught
+	// up with the apiserver yet; it is not Ready meanwhile.
+	Stale    bool      `json:"stale,omitempty"`
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
 	Objects  int       `json:"objects"`
 	// Error is the last list or watch error, "" once a watch is
@@ -212,6 +226,13 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 	if _, err := e.apply(plan, false); err != nil {
 		return nil, err
 	}
+	if opts.SnapshotDir != "" {
+		e.snaps.dir, e.snaps.interval = opts.SnapshotDir, opts.SnapshotInterval
+		if e.snaps.interval <= 0 {
+			e.snaps.interval = DefaultSnapshotInterval
+		}
+		e.loadSnapshot()
+	}
 	return e, nil
 }
 
@@ -230,11 +251,20 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.launch(w)
 	}
 	e.mu.Unlock()
+	var writer gosync.WaitGroup
+	if e.snaps.dir != "" {
+		writer.Go(func() { e.writeSnapshots(ctx) })
+	}
 	<-ctx.Done()
 	e.mu.Lock()
 	e.stopped = true // no reload launches a watch from now on
 	e.mu.Unlock()
 	e.running.Wait()
+	writer.Wait()
+	if e.snaps.dir != "" && e.writeSnapshotFile() == nil {
+		st := e.SnapshotStatus()
+		e.log.Info("snapshot written", "objects", st.Objects, "bytes", st.Bytes, "took", st.WriteDuration.Round(time.Microsecond).String())
+	}
 	e.log.Info("engine stopped")
 	return nil
 }
@@ -395,8 +425,10 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	return changes, nil
 }
 
-// WaitForSync blocks until every resource has completed its first list, or
-// ctx ends; then the error names the resources still waiting and why.
+// WaitForSync blocks until every resource has completed its first list
+// (after a warm start: has caught up with the apiserver), or ctx ends; then
+// the error names the resources still waiting and why. See WaitForData for
+// a caller that can use stale answers.
 func (e *Engine) WaitForSync(ctx context.Context) error {
 	for {
 		v, _ := e.view()
@@ -409,7 +441,7 @@ func (e *Engine) WaitForSync(ctx context.Context) error {
 		case <-ctx.Done():
 			var waiting []string
 			for _, st := range e.Status() {
-				if !st.Synced {
+				if !st.Synced || st.Stale {
 					reason := st.Error
 					if reason == "" {
 						reason = "no list completed yet"

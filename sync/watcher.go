@@ -48,6 +48,17 @@ type watcher struct {
 	reloaded, inherited bool
 	kept                map[string]bool
 
+	// restored: the resource's objects came from a snapshot (see
+	// snapshot.go), and resumeRV is the resourceVersion its watch resumes
+	// from. Set before Start. Until the watch has caught up (synced is
+	// closed), the resource is stale.
+	restored bool
+	resumeRV string
+	// rv is the resourceVersion of the last write to the source (an
+	// event's, a list's or a bookmark's), stored after the write: what a
+	// snapshot of the source resumes from.
+	rv atomic.Pointer[string]
+
 	synced     chan struct{} // closed after the first complete list
 	syncedOnce gosync.Once
 	syncedAt   atomic.Int64 // unix nanos of the first sync
@@ -264,16 +275,31 @@ func (w *watcher) put(obj any) error {
 	tx := w.src.Begin()
 	tx.Put(o.ix)
 	tx.Commit()
+	w.rv.Store(&o.rv)
 	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
 	return nil
+}
+
+// UpdateResourceVersion records the resourceVersion of a bookmark: the
+// source is as of it (cache.ResourceVersionUpdater).
+func (w *watcher) UpdateResourceVersion(rv string) { w.rv.Store(&rv) }
+
+// resourceVersion returns the resourceVersion the source is as of, at
+// least: every write before it is in the source.
+func (w *watcher) resourceVersion() string {
+	if p := w.rv.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (w *watcher) Delete(obj any) error {
 	w.deleted.Add(1)
 	var key string
+	var rv *string
 	switch o := obj.(type) {
 	case *object:
-		key = o.ix.Key
+		key, rv = o.ix.Key, &o.rv
 	case cache.DeletedFinalStateUnknown:
 		key = o.Key
 	case *cache.DeletedFinalStateUnknown:
@@ -284,10 +310,13 @@ func (w *watcher) Delete(obj any) error {
 	tx := w.src.Begin()
 	tx.Delete(key)
 	tx.Commit()
+	if rv != nil {
+		w.rv.Store(rv)
+	}
 	return nil
 }
 
-func (w *watcher) Replace(list []any, _ string) error {
+func (w *watcher) Replace(list []any, rv string) error {
 	objs := make([]indexer.Object, 0, len(list))
 	for _, it := range list {
 		o, ok := it.(*object)
@@ -298,40 +327,50 @@ func (w *watcher) Replace(list []any, _ string) error {
 	}
 	start := time.Now()
 	w.src.Replace(objs)
+	w.rv.Store(&rv)
 	w.log.Debug("replaced", "objects", len(objs), "took", time.Since(start).String())
 	w.relists.Add(1)
 	w.syncedOnce.Do(func() {
 		w.syncedAt.Store(time.Now().UnixNano())
 		close(w.synced)
 		msg := "resource synced"
-		if w.inherited {
+		switch {
+		case w.inherited:
 			msg = "resource synced with its new definition"
+		case w.restored:
+			msg = "resource caught up by a list: the snapshot's resourceVersion could not be resumed; only the differences were applied"
 		}
-		w.log.Info(msg, "objects", len(objs))
+		w.log.Info(msg, "objects", len(objs), "resourceVersion", rv)
 	})
 	return nil
 }
 
 func (w *watcher) Resync() error { return nil }
 
-// isSynced reports whether the first complete list is done, or, for a
-// restarted resource, was done by its previous definition's watcher.
+// isSynced reports whether the resource has data to answer with: its
+// first complete list is done, or, for a restarted resource, was done by
+// its previous definition's watcher, or it was restored from a snapshot.
 func (w *watcher) isSynced() bool {
-	if w.inherited {
+	if w.inherited || w.restored {
 		return true
 	}
 	return w.listed1()
 }
+
+// stale reports a resource that answers from a snapshot and has not caught
+// up with the apiserver yet.
+func (w *watcher) stale() bool { return w.restored && !w.listed1() }
 
 // indexSynced reports whether one index of the resource answers from a
 // complete list: this watcher's, or, for an index that the previous
 // definition had too, that one's. An index that a restart added (or moved
 // here from another resource) is empty until this watcher's first list.
 func (w *watcher) indexSynced(index string) bool {
-	return w.listed1() || w.kept[index]
+	return w.listed1() || w.kept[index] || w.restored
 }
 
-// listed1 reports whether this watcher's first complete list is done.
+// listed1 reports whether this watcher's first complete list is done, or,
+// for a restored resource, its watch has caught up (see resume).
 func (w *watcher) listed1() bool {
 	select {
 	case <-w.synced:
@@ -559,6 +598,14 @@ func (w *watcher) watchEstablished() {
 		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
 	}
 	w.lastErr, w.failingSince = nil, time.Time{}
+	if w.restored {
+		// Only a resumed watch can be established before the first list.
+		w.syncedOnce.Do(func() {
+			w.syncedAt.Store(now.UnixNano())
+			close(w.synced)
+			w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion, no list needed", "resourceVersion", w.resumeRV)
+		})
+	}
 }
 
 // isExpired reports a 410 Gone: the resource version asked for has been
@@ -600,6 +647,9 @@ func (w *watcher) run(ctx context.Context) {
 		TypeDescription: w.plan.GVR.String(),
 		Logger:          &logger,
 	})
+	if w.resumeRV != "" && !w.resume(ctx) {
+		return
+	}
 	delay := newBackoff()
 	streak := 0 // failed runs since the backoff was reset
 	for ctx.Err() == nil {
@@ -702,8 +752,11 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	}
 	if w.isSynced() {
 		st.Synced = true
-		st.SyncedAt = time.Unix(0, w.syncedAt.Load())
+		if at := w.syncedAt.Load(); at != 0 {
+			st.SyncedAt = time.Unix(0, at)
+		}
 	}
+	st.Stale = w.stale()
 	for i, ix := range w.plan.Indexes {
 		st.RuleErrors[ix.Name] = w.ruleErrors[i].Load()
 	}
@@ -721,6 +774,10 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	switch {
 	case w.gone.Load() && st.Error != "":
 		st.Reason = "not served: " + st.Error
+	case st.Stale && st.Error != "":
+		st.Reason = "stale: answering from a snapshot, the apiserver not caught up with: " + st.Error
+	case st.Stale:
+		st.Reason = "stale: answering from a snapshot while its watch resumes"
 	case st.Syncing && !st.Synced && st.Error != "":
 		st.Reason = "syncing, added by a reload: " + st.Error
 	case st.Syncing && !st.Synced:

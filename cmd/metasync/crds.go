@@ -14,17 +14,49 @@ import (
 // installCRDs checks the config's paths against the CRD files it lists,
 // installs them and waits until each is established.
 func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
-	crds, err := schema.ReadCRDs(plan.CRDs())
+	crds, err := readCRDs(plan, log)
 	if err != nil {
 		return err
+	}
+	return applyCRDs(crds, cfg, log)
+}
+
+// readCRDs reads the CRD files the config lists and checks the config's
+// paths against them.
+func readCRDs(plan *schema.Plan, log *slog.Logger) ([]*schema.CRD, error) {
+	crds, err := schema.ReadCRDs(plan.CRDs())
+	if err != nil {
+		return nil, err
 	}
 	notes, err := schema.CheckPaths(plan, crds)
 	for _, n := range notes {
 		log.Info("path check", "note", n)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return crds, nil
+}
+
+// installLater installs the CRDs once the apiserver can be reached, trying
+// every 10 s until ctx ends: a warm start serves its snapshot meanwhile.
+func installLater(ctx context.Context, crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+		err := applyCRDs(crds, cfg, log)
+		if err == nil {
+			return
+		}
+		log.Warn("CRDs not installed yet: answering from the snapshot meanwhile", "error", err.Error())
+	}
+}
+
+// applyCRDs installs the CRDs and waits until each is established.
+func applyCRDs(crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	start := time.Now()

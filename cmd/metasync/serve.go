@@ -37,6 +37,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	heartbeat := fs.Duration("stream-heartbeat", api.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
+	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
+	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
@@ -48,7 +50,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "metasync serve: --config FILE is required, and nothing else")
 		return exitError{2}
 	}
-	for name, d := range map[string]time.Duration{"stream-heartbeat": *heartbeat, "stale-after": *staleAfter} {
+	for name, d := range map[string]time.Duration{"stream-heartbeat": *heartbeat, "stale-after": *staleAfter, "snapshot-interval": *snapshotInterval} {
 		if d <= 0 {
 			fmt.Fprintf(stderr, "metasync serve: --%s %v: must be positive\n", name, d)
 			return exitError{2}
@@ -81,17 +83,37 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Error("no cluster to talk to", "error", err.Error())
 		return exitError{1}
 	}
+	if *snapshotDir != "" {
+		if err := os.MkdirAll(*snapshotDir, 0o700); err != nil {
+			fmt.Fprintf(stderr, "metasync serve: --snapshot-dir: %v\n", err)
+			return exitError{2}
+		}
+	}
+	// The engine reads its snapshot, if any, before anything is asked of
+	// the apiserver.
+	engine, err := msync.New(plan, restCfg, msync.Options{Logger: log, StaleAfter: *staleAfter,
+		SnapshotDir: *snapshotDir, SnapshotInterval: *snapshotInterval})
+	if err != nil {
+		log.Error("engine", "error", err.Error())
+		return exitError{1}
+	}
+	warm := engine.SnapshotStatus().Load == "warm"
+	var crdsLater []*schema.CRD
 	if len(plan.CRDs()) > 0 {
-		if err := installCRDs(plan, restCfg, log); err != nil {
+		crds, err := readCRDs(plan, log)
+		if err == nil {
+			err = applyCRDs(crds, restCfg, log)
+			if err != nil && warm {
+				// The apiserver is not there: serve the snapshot and try again.
+				log.Warn("CRDs not installed: answering from the snapshot, trying again every 10s", "error", err.Error())
+				crdsLater, err = crds, nil
+			}
+		}
+		if err != nil {
 			printProblems(stderr, err)
 			log.Error("CRDs not installed: nothing started", "error", err.Error())
 			return exitError{1}
 		}
-	}
-	engine, err := msync.New(plan, restCfg, msync.Options{Logger: log, StaleAfter: *staleAfter})
-	if err != nil {
-		log.Error("engine", "error", err.Error())
-		return exitError{1}
 	}
 	addr := plan.Server().Listen
 	ln, err := net.Listen("tcp", addr)
@@ -127,6 +149,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go reportProgress(engineCtx, engine, log)
+	if crdsLater != nil {
+		go installLater(engineCtx, crdsLater, restCfg, log)
+	}
 	go reload.run(engineCtx, hup)
 	log.Info("serving", "address", ln.Addr().String(), "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)

@@ -107,7 +107,11 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"indexes": s.engine.Indexes()})
+	ans := map[string]any{"indexes": s.engine.Indexes()}
+	if s.engine.Stale() {
+		ans["stale"] = true
+	}
+	writeJSON(w, http.StatusOK, ans)
 }
 
 type keysAnswer struct {
@@ -117,6 +121,7 @@ type keysAnswer struct {
 	// an opaque token, never empty.
 	Continue string `json:"continue,omitempty"`
 	Synced   *bool  `json:"synced,omitempty"` // false before the first list
+	Stale    bool   `json:"stale,omitempty"`  // answered from a snapshot not caught up yet
 }
 
 // continueToken returns the continue token of a page that ends with key.
@@ -202,7 +207,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 			keys = keys[1:]
 		}
 	}
-	ans := keysAnswer{Index: index, Keys: keys, Synced: notSynced(s.engine.IndexSynced(index))}
+	ans := keysAnswer{Index: index, Keys: keys, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()}
 	if len(keys) > limit {
 		ans.Keys = keys[:limit]
 		ans.Continue = continueToken(keys[limit-1])
@@ -231,7 +236,8 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		Key    string   `json:"key"`
 		Values []string `json:"values"`
 		Synced *bool    `json:"synced,omitempty"`
-	}{index, key, nonNil(values), notSynced(s.engine.IndexSynced(index))})
+		Stale  bool     `json:"stale,omitempty"`
+	}{index, key, nonNil(values), notSynced(s.engine.IndexSynced(index)), s.engine.Stale()})
 }
 
 // notSynced returns a pointer to false when synced is false, else nil: an
@@ -263,7 +269,8 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		Key    string   `json:"key"`
 		Values []string `json:"values"`
 		Synced *bool    `json:"synced,omitempty"`
-	}{chain, key, nonNil(values), notSynced(s.engine.ChainSynced(chain))})
+		Stale  bool     `json:"stale,omitempty"`
+	}{chain, key, nonNil(values), notSynced(s.engine.ChainSynced(chain)), s.engine.Stale()})
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -285,6 +292,7 @@ type resourceHealth struct {
 	Objects int    `json:"objects"`
 	Reason  string `json:"reason,omitempty"`
 	Syncing bool   `json:"syncing,omitempty"`
+	Stale   bool   `json:"stale,omitempty"`
 }
 
 // readyz is 200 once every resource is ready, else 503. Its short form
@@ -305,7 +313,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
-		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing})
+		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale})
 		if st.Ready || st.Syncing && !st.Synced {
 			continue // a resource a reload added counts once it has listed
 		}
@@ -315,6 +323,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			reasons = append(reasons, st.Name+": "+st.Reason)
 		case !st.Synced:
 			reasons = append(reasons, st.Name+": not synced")
+		case st.Stale:
+			reasons = append(reasons, st.Name+": stale, answering from a snapshot")
 		default:
 			reasons = append(reasons, st.Name+": not ready")
 		}

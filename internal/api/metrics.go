@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	msync "github.com/iidp/metasync/sync"
@@ -15,6 +17,7 @@ type engineCollector struct {
 	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
 	subsOpen, subsCoalesced, subsResets                                                         *prometheus.Desc
 	syncing, listDuration, watchDuration                                                        *prometheus.Desc
+	stale, snapAge, snapDuration, snapBytes, snapWrites, snapLoads                              *prometheus.Desc
 }
 
 func newEngineCollector(e *msync.Engine) *engineCollector {
@@ -35,6 +38,12 @@ func newEngineCollector(e *msync.Engine) *engineCollector {
 		syncing:       prometheus.NewDesc("metasync_resource_syncing", "1 while a resource that a config reload started has not completed its first list (and still may).", res, nil),
 		listDuration:  prometheus.NewDesc("metasync_list_duration_seconds", "List requests to the apiserver that ended, and their time.", res, nil),
 		watchDuration: prometheus.NewDesc("metasync_watch_duration_seconds", "Watches that ended, and how long they stayed open.", res, nil),
+		stale:         prometheus.NewDesc("metasync_resource_stale", "1 while the resource answers from a snapshot and its watch has not caught up with the apiserver.", res, nil),
+		snapAge:       prometheus.NewDesc("metasync_snapshot_age_seconds", "Age of the newest snapshot written (or, before the first write, loaded).", nil, nil),
+		snapDuration:  prometheus.NewDesc("metasync_snapshot_write_duration_seconds", "How long the last snapshot write took.", nil, nil),
+		snapBytes:     prometheus.NewDesc("metasync_snapshot_size_bytes", "Size of the last snapshot written.", nil, nil),
+		snapWrites:    prometheus.NewDesc("metasync_snapshot_writes_total", "Snapshot writes, by result (ok, error).", []string{"result"}, nil),
+		snapLoads:     prometheus.NewDesc("metasync_snapshot_loads_total", "Snapshot loads at start, by outcome (warm, cold) and the reason of a cold one.", []string{"outcome", "reason"}, nil),
 		subsOpen:      prometheus.NewDesc("metasync_subscriptions_open", "Subscriptions open (each HTTP stream holds one).", nil, nil),
 		subsCoalesced: prometheus.NewDesc("metasync_subscription_coalesced_total", "Changes folded into a newer one before a subscriber took them.", nil, nil),
 		subsResets:    prometheus.NewDesc("metasync_subscription_resets_total", "Resumes that could not resume and started over with a reset.", nil, nil),
@@ -42,7 +51,7 @@ func newEngineCollector(e *msync.Engine) *engineCollector {
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration} {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration, c.stale, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads} {
 		ch <- d
 	}
 }
@@ -65,6 +74,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.synced, b(st.Synced), st.Name)
 		gauge(c.ready, b(st.Ready), st.Name)
 		gauge(c.syncing, b(st.Syncing), st.Name)
+		gauge(c.stale, b(st.Stale), st.Name)
 		ch <- prometheus.MustNewConstSummary(c.listDuration, uint64(st.Lists), st.ListSeconds, nil, st.Name)
 		ch <- prometheus.MustNewConstSummary(c.watchDuration, uint64(st.WatchesEnded), st.WatchSeconds, nil, st.Name)
 		counter(c.events, st.Added, st.Name, "added")
@@ -76,6 +86,18 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.watches, st.Watches, st.Name)
 		for index, n := range st.RuleErrors {
 			counter(c.ruleErrors, n, st.Name, index)
+		}
+	}
+	if snap := c.e.SnapshotStatus(); snap.Load != "" {
+		ch <- prometheus.MustNewConstMetric(c.snapLoads, prometheus.CounterValue, 1, snap.Load, snap.LoadReason)
+		counter(c.snapWrites, snap.Writes, "ok")
+		counter(c.snapWrites, snap.WriteErrors, "error")
+		if !snap.WrittenAt.IsZero() {
+			gauge(c.snapAge, time.Since(snap.WrittenAt).Seconds())
+		}
+		if snap.Writes > 0 {
+			gauge(c.snapDuration, snap.WriteDuration.Seconds())
+			gauge(c.snapBytes, float64(snap.Bytes))
 		}
 	}
 	subs := c.e.Subscriptions()

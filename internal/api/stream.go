@@ -31,6 +31,9 @@ type frame struct {
 	Key     *string   `json:"key,omitempty"`
 	Values  *[]string `json:"values,omitempty"`
 	Version string    `json:"version,omitempty"`
+	// Stale: some resource answers from a snapshot and has not caught up
+	// with the apiserver yet (a warm start).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // streamMetrics count the streams; no label carries a key.
@@ -134,6 +137,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 		default:
 			return // the client went, or the server drains
 		}
+		f.Stale = s.engine.Stale()
 		buf.Reset()
 		_ = enc.Encode(f) // a frame always encodes; Encode ends the line
 		if ctx.Err() != nil {

@@ -1,6 +1,11 @@
 package plan
 
-import "slices"
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+	"strconv"
+)
 
 // Diff is what applying one plan after another does to the resource
 // entries, by name: each is started, stopped, restarted (its definition
@@ -82,4 +87,47 @@ func sameRule(a, b *Rule) bool {
 		return a == b
 	}
 	return a.src == b.src
+}
+
+// DataHash hashes what defines the objects the resource entries of p
+// hold: for each entry in order, its name, GVR, namespace, selectors,
+// fields and index rules and bounds (SameResource without the resync
+// period, which changes when a list happens, not what it yields). A
+// snapshot of the indexes is valid for a plan of the same DataHash only.
+func (p *Plan) DataHash() [32]byte {
+	h := sha256.New()
+	str := func(s string) {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	rule := func(r *Rule) {
+		if r == nil {
+			str("\x00nil")
+			return
+		}
+		str(r.src)
+	}
+	str("metasync resources v1")
+	for _, r := range p.Resources {
+		for _, s := range []string{r.Name, r.GVR.Group, r.GVR.Version, r.GVR.Resource, r.Namespace, r.LabelSelector, r.FieldSelector} {
+			str(s)
+		}
+		str(strconv.Itoa(len(r.Fields)))
+		for _, f := range r.Fields {
+			str(f.Name)
+			rule(f.Rule)
+		}
+		str(strconv.Itoa(len(r.Indexes)))
+		for _, ix := range r.Indexes {
+			str(ix.Name)
+			rule(ix.Key)
+			rule(ix.Value)
+			str(strconv.Itoa(ix.MaxEntries))
+			str(strconv.Itoa(ix.MaxBytes))
+		}
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
 }

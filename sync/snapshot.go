@@ -1,0 +1,360 @@
+package sync
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	gosync "sync"
+	"time"
+
+	"github.com/iidp/metasync/indexer"
+	"github.com/iidp/metasync/internal/snapshot"
+)
+
+// SnapshotFile is the name of the snapshot in Options.SnapshotDir.
+const SnapshotFile = "snapshot"
+
+// DefaultSnapshotInterval is the default of Options.SnapshotInterval.
+const DefaultSnapshotInterval = time.Minute
+
+// SnapshotStatus is the state of an engine's snapshots.
+type SnapshotStatus struct {
+	// Load is how the engine started: "warm" (from a snapshot), "cold"
+	// (LoadReason says why), or "" when no snapshot was asked for.
+	Load       string `json:"load,omitempty"`
+	LoadReason string `json:"loadReason,omitempty"`
+	// WrittenAt is when the newest snapshot written or loaded was
+	// written: its data is that old at most. Zero when there is none.
+	WrittenAt time.Time `json:"writtenAt,omitzero"`
+	// The last write: how long it took, its size, and its error if it
+	// failed.
+	Writes        int64         `json:"writes"`
+	WriteErrors   int64         `json:"writeErrors"`
+	WriteDuration time.Duration `json:"writeDuration"`
+	Bytes         int64         `json:"bytes"`
+	Objects       int           `json:"objects"`
+	WriteError    string        `json:"writeError,omitempty"`
+}
+
+// snapshots is the engine's snapshot state.
+type snapshots struct {
+	dir      string
+	interval time.Duration
+	mu       gosync.Mutex // one write at a time; guards status
+	status   SnapshotStatus
+}
+
+// SnapshotStatus returns the state of the engine's snapshots.
+func (e *Engine) SnapshotStatus() SnapshotStatus {
+	e.snaps.mu.Lock()
+	defer e.snaps.mu.Unlock()
+	return e.snaps.status
+}
+
+// WriteSnapshot writes what the indexes hold to out, with each resource's
+// resourceVersion, for RestoreSnapshot: the resources that have synced (or
+// were restored themselves), not those still waiting for their first list.
+// It runs beside lookups and writes, each resource's writer stopped only
+// while its object table is copied. It returns how many objects it wrote.
+func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
+	v, _ := e.view()
+	if v.plan == nil {
+		return 0, errEmptyPlan
+	}
+	type resource struct {
+		w  *watcher
+		rv string
+	}
+	var rs []resource
+	for _, w := range v.watchers {
+		// A restarted resource that has not listed holds objects of its
+		// previous definition: leave it out (it lists at the next start).
+		if !w.listed1() && !w.restored {
+			continue
+		}
+		// The resourceVersion first: the objects exported after it are as
+		// of it or newer, and a watch that resumes from it misses nothing
+		// (events it repeats change nothing).
+		if rv := w.resourceVersion(); rv != "" {
+			rs = append(rs, resource{w, rv})
+		}
+	}
+	if len(rs) == 0 {
+		return 0, ErrNothingToSnapshot
+	}
+	enc := snapshot.NewEncoder(out, v.plan.DataHash(), time.Now(), len(rs))
+	total := 0
+	for _, r := range rs {
+		names := make([]string, len(r.w.plan.Indexes))
+		for i, ix := range r.w.plan.Indexes {
+			names[i] = ix.Name
+		}
+		enc.Resource(r.w.plan.Name, r.rv, names)
+		total += r.w.src.Export(func(key string, entries [][]indexer.Entry, payload any) {
+			p, ok := payload.(string)
+			enc.Object(key, p, ok, entries)
+		})
+	}
+	return total, enc.Close()
+}
+
+// ErrNothingToSnapshot: no resource has synced yet, WriteSnapshot wrote
+// nothing.
+var ErrNothingToSnapshot = errors.New("no resource has synced yet: nothing to snapshot")
+
+// SnapshotError is why a snapshot was not used: Reason is one word (for
+// metrics): missing, truncated, checksum, format, corrupt, config, or
+// unreadable.
+type SnapshotError struct {
+	Reason string
+	Err    error
+}
+
+func (e *SnapshotError) Error() string { return e.Err.Error() }
+func (e *SnapshotError) Unwrap() error { return e.Err }
+
+// RestoreSnapshot fills the indexes from a snapshot that WriteSnapshot
+// wrote for the same resource entries (same GVRs, namespaces, selectors,
+// fields and index rules; the resync period may differ), before Start:
+// lookups and subscriptions answer from it at once, the resources it holds
+// are Synced and Stale, and at Start each of their watches resumes from
+// the snapshot's resourceVersion, listing only when the apiserver cannot
+// resume it (then only the differences are applied, deletes included).
+// Resources the snapshot lacks start as without one.
+//
+// A snapshot is untrusted: one that is damaged, of another format or of
+// another config changes nothing and returns a *SnapshotError. It returns
+// when the snapshot was written.
+func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
+	if e.started.Load() {
+		return time.Time{}, errors.New("RestoreSnapshot after Start")
+	}
+	f, err := snapshot.Decode(data)
+	if err != nil {
+		reason := "corrupt"
+		var se *snapshot.Error
+		if errors.As(err, &se) {
+			reason = se.Reason
+		}
+		return time.Time{}, &SnapshotError{reason, err}
+	}
+	v, _ := e.view()
+	if v.plan == nil {
+		return time.Time{}, errEmptyPlan
+	}
+	if f.Config != v.plan.DataHash() {
+		return time.Time{}, &SnapshotError{"config", errors.New("written for other resource entries (GVR, namespace, selectors, fields or index rules differ)")}
+	}
+	// Check everything before writing anything.
+	type restore struct {
+		w    *watcher
+		objs []indexer.Object
+		rv   string
+	}
+	var todo []restore
+	for _, r := range f.Resources {
+		w := v.byName[r.Name]
+		if w == nil {
+			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q is not in the config", r.Name)}
+		}
+		if len(r.Indexes) != len(w.plan.Indexes) {
+			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: %d indexes, the config has %d", r.Name, len(r.Indexes), len(w.plan.Indexes))}
+		}
+		for i, name := range r.Indexes {
+			if name != w.plan.Indexes[i].Name {
+				return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: index %q where the config has %q", r.Name, name, w.plan.Indexes[i].Name)}
+			}
+		}
+		if r.ResourceVersion == "" {
+			return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q: no resourceVersion", r.Name)}
+		}
+		for _, t := range todo {
+			if t.w == w {
+				return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q twice", r.Name)}
+			}
+		}
+		objs := make([]indexer.Object, 0, len(r.Objects))
+		seen := make(map[string]struct{}, len(r.Objects))
+		for _, o := range r.Objects {
+			if _, dup := seen[o.Key]; dup {
+				return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q: object %q twice", r.Name, o.Key)}
+			}
+			seen[o.Key] = struct{}{}
+			obj := indexer.Object{Key: o.Key, Entries: o.Entries}
+			if o.HasPayload && len(w.plan.Fields) > 0 {
+				obj.Payload = string([]byte(o.Payload)) // a copy: o aliases data
+			}
+			w.src.Prepare(&obj) // copies the key and entries
+			objs = append(objs, obj)
+		}
+		todo = append(todo, restore{w, objs, string([]byte(r.ResourceVersion))})
+	}
+	for _, t := range todo {
+		t.w.src.Replace(t.objs)
+		t.w.restored, t.w.resumeRV = true, t.rv
+		t.w.rv.Store(&t.rv)
+		t.w.log.Info("restored from the snapshot", "objects", len(t.objs), "resourceVersion", t.rv)
+	}
+	return f.WrittenAt, nil
+}
+
+// loadSnapshot restores the snapshot of Options.SnapshotDir, if there is
+// one that fits, and records how.
+func (e *Engine) loadSnapshot() {
+	path := filepath.Join(e.snaps.dir, SnapshotFile)
+	start := time.Now()
+	outcome, reason := "warm", ""
+	var writtenAt time.Time
+	data, err := os.ReadFile(path)
+	if err == nil {
+		writtenAt, err = e.RestoreSnapshot(data)
+	} else if errors.Is(err, fs.ErrNotExist) {
+		err = &SnapshotError{"missing", fmt.Errorf("no snapshot at %s", path)}
+	} else {
+		err = &SnapshotError{"unreadable", err}
+	}
+	if err != nil {
+		outcome, reason = "cold", "corrupt"
+		var se *SnapshotError
+		if errors.As(err, &se) {
+			reason = se.Reason
+		}
+		level := "no snapshot yet: cold start"
+		if reason != "missing" {
+			level = "snapshot ignored: cold start"
+		}
+		e.log.Warn(level, "path", path, "reason", reason, "error", err.Error())
+	} else {
+		e.log.Info("warm start from the snapshot", "path", path, "bytes", len(data), "writtenAt", writtenAt.UTC().Format(time.RFC3339),
+			"age", time.Since(writtenAt).Round(time.Millisecond).String(), "took", time.Since(start).Round(time.Microsecond).String())
+	}
+	e.snaps.mu.Lock()
+	e.snaps.status.Load, e.snaps.status.LoadReason = outcome, reason
+	if !writtenAt.IsZero() {
+		e.snaps.status.WrittenAt = writtenAt
+	}
+	e.snaps.mu.Unlock()
+}
+
+// writeSnapshotFile writes a snapshot to Options.SnapshotDir atomically: a
+// temporary file in the same folder, synced, renamed over the last one.
+func (e *Engine) writeSnapshotFile() error {
+	e.snaps.mu.Lock()
+	defer e.snaps.mu.Unlock()
+	start := time.Now()
+	n, size, err := e.writeSnapshotTo(e.snaps.dir)
+	st := &e.snaps.status
+	if errors.Is(err, ErrNothingToSnapshot) {
+		e.log.Debug("no snapshot written: no resource has synced yet")
+		return err // the last snapshot, if any, stays
+	}
+	if err != nil {
+		st.WriteErrors++
+		st.WriteError = err.Error()
+		e.log.Warn("snapshot not written", "dir", e.snaps.dir, "error", err.Error())
+		return err
+	}
+	st.Writes++
+	st.WriteError = ""
+	st.WrittenAt, st.WriteDuration, st.Bytes, st.Objects = start, time.Since(start), size, n
+	e.log.Debug("snapshot written", "objects", n, "bytes", size, "took", st.WriteDuration.String())
+	return nil
+}
+
+func (e *Engine) writeSnapshotTo(dir string) (objects int, size int64, err error) {
+	tmp, err := os.CreateTemp(dir, ".snapshot-*") // mode 0600
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 256<<10)
+	if objects, err = e.WriteSnapshot(bw); err != nil {
+		return 0, 0, err
+	}
+	if err = bw.Flush(); err != nil {
+		return 0, 0, err
+	}
+	if err = tmp.Sync(); err != nil {
+		return 0, 0, err
+	}
+	st, err := tmp.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err = tmp.Close(); err != nil {
+		return 0, 0, err
+	}
+	if err = os.Rename(tmp.Name(), filepath.Join(dir, SnapshotFile)); err != nil {
+		return 0, 0, err
+	}
+	// The rename is durable once the folder is synced.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return objects, st.Size(), nil
+}
+
+// writeSnapshots writes a snapshot every interval until ctx ends; Start
+// writes the last one once the watches have stopped.
+func (e *Engine) writeSnapshots(ctx context.Context) {
+	t := time.NewTicker(e.snaps.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = e.writeSnapshotFile()
+		}
+	}
+}
+
+// Stale reports whether some resource answers from a snapshot and has not
+// caught up with the apiserver yet.
+func (e *Engine) Stale() bool {
+	v, _ := e.view()
+	for _, w := range v.watchers {
+		if w.stale() {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitForData blocks until every resource has data to answer with, from a
+// complete list or from a snapshot, or ctx ends. It is WaitForSync for a
+// caller that prefers stale answers to none: after a warm start it returns
+// at once, while the data may be as old as the snapshot (see Stale and
+// ResourceStatus.Stale); WaitForSync returns once every resource has
+// caught up with the apiserver.
+func (e *Engine) WaitForData(ctx context.Context) error {
+	for {
+		v, _ := e.view()
+		var waiting *watcher
+		for _, w := range v.watchers {
+			if !w.isSynced() {
+				waiting = w
+				break
+			}
+		}
+		if waiting == nil {
+			return nil
+		}
+		select {
+		case <-waiting.synced:
+		case <-ctx.Done():
+			return fmt.Errorf("no data for %s: %w", waiting.plan.Name, ctx.Err())
+		}
+	}
+}
