@@ -23,12 +23,13 @@ func (src *Source) Export(f func(key string, entries [][]Entry, payload any)) in
 		objs = append(objs, encoded{k, enc})
 	}
 	src.s.mu.Unlock()
+	buf := make([][]Entry, width)
 	for _, o := range objs {
 		var payload any
 		if p, ok := snap.Payload(src, o.key); ok {
 			payload = p
 		}
-		f(o.key, decode(o.enc, o.key, width), payload)
+		f(o.key, decodeInto(buf, o.enc, o.key), payload)
 	}
 	return len(objs)
 }

@@ -75,7 +75,13 @@ func encode(objectKey string, entries [][]Entry) string {
 // decode unpacks what encode packed, for n indexes. The strings it returns
 // are substrings of enc (or objectKey).
 func decode(enc, objectKey string, n int) [][]Entry {
-	out := make([][]Entry, n)
+	return decodeInto(make([][]Entry, n), enc, objectKey)
+}
+
+// decodeInto is decode into out (len(out) indexes), reusing the room of
+// out's slices: what it returns is valid until the next call with out.
+func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
+	n := len(out)
 	next := func() int {
 		var v uint64
 		for shift := 0; ; shift += 7 {
@@ -89,10 +95,15 @@ func decode(enc, objectKey string, n int) [][]Entry {
 	}
 	for i := range n {
 		if enc == "" {
-			break
+			out[i] = out[i][:0] // none
+			continue
 		}
 		count := next()
-		es := make([]Entry, count)
+		es := out[i][:0]
+		if es == nil || cap(es) < count {
+			es = make([]Entry, count)
+		}
+		es = es[:count]
 		for j := range count {
 			l := next()
 			es[j].Key, enc = enc[:l], enc[l:]

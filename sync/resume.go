@@ -3,7 +3,9 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,14 +18,19 @@ import (
 // no list. A watch that the apiserver ends normally is started again at
 // once; one it could not open or that broke is tried again after the
 // backoff, from where it was (an apiserver that cannot be reached leaves
-// the resource stale, answering from the snapshot). The resource has
-// caught up once a resumed watch is established: the apiserver sends the
-// events since a watch's resourceVersion first.
+// the resource stale, answering from the snapshot).
+//
+// Before its first watch, resume asks the apiserver for its current
+// resourceVersion (see currentVersion): a snapshot from the future (another
+// cluster, or etcd restored from a backup) would otherwise wait, silent,
+// for a version that may never come. The resource has caught up once a
+// resumed watch is established: the apiserver sends the events since a
+// watch's resourceVersion first.
 //
 // resume returns true when the resource must be listed: the apiserver
 // cannot resume from the resourceVersion (410 Gone after a compaction, a
-// version it does not know), the resource is not served, or the resync
-// period is up. It returns false when ctx ends.
+// version it does not know or refuses), the resource is not served, or the
+// resync period is up. It returns false when ctx ends.
 func (w *watcher) resume(ctx context.Context) bool {
 	wctx := ctx
 	if w.plan.Resync > 0 {
@@ -33,6 +40,8 @@ func (w *watcher) resume(ctx context.Context) bool {
 	}
 	rv := w.resumeRV
 	delay := newBackoff()
+	checked := false
+	refused := 0 // answers of the apiserver in a row that were errors
 	for {
 		if ctx.Err() != nil {
 			return false
@@ -40,12 +49,33 @@ func (w *watcher) resume(ctx context.Context) bool {
 		if wctx.Err() != nil {
 			return true // the resync period is up: list
 		}
-		w.established.Store(0)
-		timeout := int64(300 + rand.IntN(300)) // as the reflector: 5 to 10 minutes
-		wi, err := w.WatchWithContext(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+		var err error
+		if !checked {
+			var current string
+			current, err = w.currentVersion(wctx)
+			switch {
+			case err == nil:
+				checked = true
+				if newer(rv, current) {
+					w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (another cluster, or etcd restored from a backup?): listing",
+						"resourceVersion", rv, "apiserver", current)
+					return true
+				}
+			case errors.Is(err, errNoProbe):
+				checked = true // an apiserver without it: resume unchecked
+				w.log.Info("cannot ask the apiserver for its resourceVersion: resuming unchecked", "error", err.Error())
+				err = nil
+			}
+		}
 		if err == nil {
-			rv, err = w.applyEvents(wi, rv)
-			wi.Stop()
+			w.established.Store(0)
+			timeout := int64(300 + rand.IntN(300)) // as the reflector: 5 to 10 minutes
+			var wi watch.Interface
+			wi, err = w.WatchWithContext(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+			if err == nil {
+				rv, err = w.applyEvents(wi, rv)
+				wi.Stop()
+			}
 		}
 		if ctx.Err() != nil {
 			return false
@@ -54,6 +84,18 @@ func (w *watcher) resume(ctx context.Context) bool {
 			w.log.Info("the snapshot's watch cannot be resumed: listing", "resourceVersion", rv, "error", err.Error())
 			return true
 		}
+		// An apiserver that answers, but with errors, three times in a row
+		// (a 500 for a resourceVersion it cannot parse, say): list. One that
+		// cannot be reached is waited for, serving the snapshot.
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			if refused++; refused >= 3 {
+				w.log.Info("the snapshot's watch was refused three times: listing", "resourceVersion", rv, "error", err.Error())
+				return true
+			}
+		} else if err == nil {
+			refused = 0
+		}
 		at := w.established.Load()
 		if at != 0 && time.Since(time.Unix(0, at)) >= backoffResetAfter {
 			delay = newBackoff()
@@ -61,10 +103,8 @@ func (w *watcher) resume(ctx context.Context) bool {
 		if err == nil && at != 0 {
 			continue // a watch that worked and ended: the next one at once
 		}
-		if err != nil && !errors.Is(err, errWatchEnded) {
-			// Errors of the request itself are recorded where they happen.
-			w.fail(err)
-		}
+		// Errors are recorded where they happen: by WatchWithContext, the
+		// tracked watch and currentVersion.
 		select {
 		case <-ctx.Done():
 			return false
@@ -74,8 +114,69 @@ func (w *watcher) resume(ctx context.Context) bool {
 	}
 }
 
-// errWatchEnded: a watch's result channel closed.
-var errWatchEnded = errors.New("watch ended")
+// errNoProbe: the apiserver cannot tell its current resourceVersion by a
+// watch (no streaming lists), or does not allow this one.
+var errNoProbe = errors.New("no initial-events-end bookmark")
+
+// probeName matches no object: a field selector of it selects nothing.
+const probeName = "metasync.invalid..probe"
+
+// currentVersion asks the apiserver for its current resourceVersion with a
+// watch that sends the initial state and then a bookmark: a field selector
+// that matches no object makes the state empty, so it costs one small
+// WATCH request and no LIST.
+func (w *watcher) currentVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	yes := true
+	timeout := int64(30)
+	opts := metav1.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		AllowWatchBookmarks: true, FieldSelector: "metadata.name=" + probeName, TimeoutSeconds: &timeout}
+	req := w.client.Get().Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
+	if w.plan.Namespace != "" {
+		req = req.Namespace(w.plan.Namespace)
+	}
+	wi, err := req.Watch(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.checkGone(err)
+			w.watchErrors.Add(1)
+			w.fail(fmt.Errorf("watch: %w", err))
+		}
+		if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err) {
+			return "", fmt.Errorf("%w: %w", errNoProbe, err)
+		}
+		return "", err
+	}
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		switch ev.Type {
+		case watch.Bookmark:
+			if o, ok := ev.Object.(*object); ok && o.rv != "" {
+				return o.rv, nil
+			}
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+				return "", fmt.Errorf("%w: %w", errNoProbe, err)
+			}
+			return "", err
+		}
+	}
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	return "", errNoProbe
+}
+
+// newer reports whether resourceVersion a is newer than b, both as the
+// apiserver's integers; false when either is not one (they are opaque to
+// clients, and only etcd-backed ones are integers).
+func newer(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}
 
 // applyEvents writes the events of one resumed watch into the source until
 // it ends, and returns the resourceVersion to resume from next; the error
@@ -112,6 +213,10 @@ func (w *watcher) applyEvents(wi watch.Interface, rv string) (string, error) {
 	}
 	return rv, nil
 }
+
+// errWatchEnded: a watch's result channel closed before it was
+// established.
+var errWatchEnded = errors.New("watch ended")
 
 // mustList reports an answer of the apiserver that no retry of the same
 // watch can change: the resourceVersion is compacted away or unknown to

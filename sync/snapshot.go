@@ -87,7 +87,15 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 	if len(rs) == 0 {
 		return 0, ErrNothingToSnapshot
 	}
-	enc := snapshot.NewEncoder(out, v.plan.DataHash(), time.Now(), len(rs))
+	// The snapshot is as old as its oldest data: that of a resource that
+	// still answers from the snapshot it was restored from.
+	at := time.Now()
+	for _, r := range rs {
+		if r.w.stale() && !r.w.restoredAt.IsZero() && r.w.restoredAt.Before(at) {
+			at = r.w.restoredAt
+		}
+	}
+	enc := snapshot.NewEncoder(out, v.plan.DataHash(), at, len(rs))
 	total := 0
 	for _, r := range rs {
 		names := make([]string, len(r.w.plan.Indexes))
@@ -170,8 +178,10 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 				return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: index %q where the config has %q", r.Name, name, w.plan.Indexes[i].Name)}
 			}
 		}
-		if r.ResourceVersion == "" {
-			return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q: no resourceVersion", r.Name)}
+		if r.ResourceVersion == "" || r.ResourceVersion == "0" {
+			// "0" would ask the apiserver for "any version": a watch from
+			// it replays the current objects, never the deletes since.
+			return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q: resourceVersion %q", r.Name, r.ResourceVersion)}
 		}
 		for _, t := range todo {
 			if t.w == w {
@@ -196,7 +206,7 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 	}
 	for _, t := range todo {
 		t.w.src.Replace(t.objs)
-		t.w.restored, t.w.resumeRV = true, t.rv
+		t.w.restored, t.w.resumeRV, t.w.restoredAt = true, t.rv, f.WrittenAt
 		t.w.rv.Store(&t.rv)
 		t.w.log.Info("restored from the snapshot", "objects", len(t.objs), "resourceVersion", t.rv)
 	}

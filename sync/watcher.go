@@ -54,6 +54,11 @@ type watcher struct {
 	// closed), the resource is stale.
 	restored bool
 	resumeRV string
+	// restoredAt is when the snapshot the data came from was written;
+	// staleFrom: a reload restarted a resource that was stale, whose data
+	// this one answers with until its first list.
+	restoredAt time.Time
+	staleFrom  bool
 	// rv is the resourceVersion of the last write to the source (an
 	// event's, a list's or a bookmark's), stored after the write: what a
 	// snapshot of the source resumes from.
@@ -107,6 +112,7 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 // list, do not read as "not known yet".
 func (w *watcher) inherit(old *watcher) {
 	w.inherited = old.isSynced()
+	w.staleFrom, w.restoredAt = old.stale(), old.restoredAt
 	w.syncedAt.Store(old.syncedAt.Load())
 	w.kept = map[string]bool{}
 	for _, ix := range w.plan.Indexes {
@@ -359,7 +365,7 @@ func (w *watcher) isSynced() bool {
 
 // stale reports a resource that answers from a snapshot and has not caught
 // up with the apiserver yet.
-func (w *watcher) stale() bool { return w.restored && !w.listed1() }
+func (w *watcher) stale() bool { return (w.restored || w.staleFrom) && !w.listed1() }
 
 // indexSynced reports whether one index of the resource answers from a
 // complete list: this watcher's, or, for an index that the previous
@@ -471,6 +477,10 @@ func (w *watcher) checkGone(err error) {
 		return
 	}
 	w.src.Replace(nil)
+	// Its objects are gone from the source, not from the cluster's
+	// history: a snapshot must not resume from here (it leaves the
+	// resource out until the next list).
+	w.rv.Store(nil)
 	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -70,6 +71,13 @@ type result struct {
 // main parses the flags and runs the bench; an error exits with status 1.
 func main() {
 	flag.Parse()
+	if *child == "engines" {
+		if err := runEnginesChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *child != "" {
 		if err := runChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench child:", err)
@@ -118,6 +126,9 @@ func run() error {
 	}
 	rand.New(rand.NewPCG(7, 7)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 
+	if *only == "warm" {
+		return runWarm(ctx, cfg, kube, dyn, keys)
+	}
 	var rows []row
 	if _, _, err := rawList(ctx, cfg, 3); err != nil { // warm the apiserver's cache
 		return err
@@ -270,29 +281,56 @@ func run() error {
 	}
 	stopEngine()
 
-	fmt.Printf("\nmetasync vs plain dynamic informer — %d AppModels (3 models each), kube-apiserver v1.37.2, %d CPUs, %s\n\n", *n, runtime.NumCPU(), runtime.Version())
-	width := 40
-	for _, r := range rows {
-		width = max(width, utf8.RuneCountInString(r.name))
-	}
-	fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, "measure", "informer", "metasync", "ratio", "target")
-	fmt.Printf("|%s|%s|%s|%s|%s|\n", dashes(width+2), dashes(16), dashes(16), dashes(10), dashes(22))
-	for _, r := range rows {
-		ratio := r.metasync / r.baseline
-		rs := fmt.Sprintf("%.2f", ratio)
-		if r.raw {
-			rs = "—"
-		}
-		if r.baseline == 0 {
-			rs = "—"
-		}
-		fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
-	}
+	printTable(fmt.Sprintf("metasync vs plain dynamic informer — %d AppModels (3 models each), kube-apiserver v1.37.2, %d CPUs, %s", *n, runtime.NumCPU(), runtime.Version()),
+		"informer", "metasync", rows)
 	fmt.Printf("\ninitial sync / raw LIST: informer %.2f, metasync %.2f (target ≤ 1.30)\n", base.sync.Seconds()/listDur.Seconds(), ms.sync.Seconds()/listDur.Seconds())
 	fmt.Printf("lookup / plain map: hot %.2f, random %.2f, parallel %.2f (target ≤ 1.30)\n", ms.lookupHot/floorHot, ms.lookupRandom/floorRandom.single, ms.lookupParallel/floorRandom.parallel)
 	fmt.Printf("memory: metasync uses 1/%.1f of the informer's heap per object (target ≥ 12)\n", base.bytesPerObject/ms.bytesPerObject)
 	fmt.Print(streamSummary)
+	if *warm {
+		if err := runWarm(ctx, cfg, kube, dyn, keys); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// runWarm measures and prints the warm start rows.
+func runWarm(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, dyn dynamic.Interface, keys []string) error {
+	runtime.GC()
+	rows, err := measureWarm(ctx, cfg, kube, keys)
+	if err != nil {
+		return err
+	}
+	if *rollout > 0 {
+		more, err := measureRollout(ctx, cfg, kube, dyn)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, more...)
+	}
+	printTable(fmt.Sprintf("warm start — %d AppModels, `metasync serve --snapshot-dir`, kube-apiserver v1.37.2, %d CPUs", *n, runtime.NumCPU()),
+		"cold", "warm", rows)
+	return nil
+}
+
+// printTable prints rows as a Markdown table whose value columns are
+// called left and right.
+func printTable(title, left, right string, rows []row) {
+	fmt.Printf("\n%s\n\n", title)
+	width := 40
+	for _, r := range rows {
+		width = max(width, utf8.RuneCountInString(r.name))
+	}
+	fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, "measure", left, right, "ratio", "target")
+	fmt.Printf("|%s|%s|%s|%s|%s|\n", dashes(width+2), dashes(16), dashes(16), dashes(10), dashes(22))
+	for _, r := range rows {
+		rs := fmt.Sprintf("%.2f", r.metasync/r.baseline)
+		if r.raw || r.baseline == 0 {
+			rs = "—"
+		}
+		fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
+	}
 }
 
 // dashes returns n dashes, for the table's separator line.
@@ -332,6 +370,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.2f", v)
 	case "req/s":
 		return fmt.Sprintf("%.0f/s", v)
+	case "MB":
+		return fmt.Sprintf("%.2f MB", v)
 	case "x":
 		if v == 0 {
 			return "—"

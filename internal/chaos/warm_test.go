@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/snapshot"
 	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -315,6 +316,24 @@ func TestWarmStart(t *testing.T) {
 		held = answers(e.Engine)
 	})
 
+	// A snapshot whose resourceVersions the apiserver cannot resume from:
+	// newer than its own (another cluster, or etcd restored from a backup),
+	// or not its own at all. Each lists and converges; none stays stale or,
+	// worse, ready with the snapshot's answers.
+	for _, rv := range []string{"999999999", "not-a-version"} {
+		t.Run("resourceVersion "+rv, func(t *testing.T) {
+			rewriteVersions(t, dir, rv)
+			w.churn(ctx, 20)
+			e := restart(t)
+			waitSynced(t, e)
+			if n := e.lists.lists.Load(); n < 3 {
+				t.Errorf("%d LIST requests; each resource must list", n)
+			}
+			e.stop()
+			held = answers(e.Engine)
+		})
+	}
+
 	t.Run("bad snapshots start cold", func(t *testing.T) {
 		good, err := os.ReadFile(filepath.Join(dir, msync.SnapshotFile))
 		if err != nil {
@@ -355,6 +374,35 @@ func TestWarmStart(t *testing.T) {
 			}
 		}
 	})
+}
+
+// rewriteVersions rewrites the snapshot in dir with every resource's
+// resourceVersion set to rv.
+func rewriteVersions(t *testing.T, dir, rv string) {
+	t.Helper()
+	path := filepath.Join(dir, msync.SnapshotFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := snapshot.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := snapshot.NewEncoder(&buf, f.Config, f.WrittenAt, len(f.Resources))
+	for _, r := range f.Resources {
+		enc.Resource(r.Name, rv, r.Indexes)
+		for _, o := range r.Objects {
+			enc.Object(o.Key, o.Payload, o.HasPayload, o.Entries)
+		}
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func equalAnswers(a, b map[string]map[string][]string) bool {

@@ -62,7 +62,7 @@ type Resource struct {
 
 // Object is one projected object: its key, its payload (the projected
 // fields) if it has one, and its entries for each index, in the order of
-// Resource.Indexes.
+// Resource.Indexes (nil when it has none in any).
 type Object struct {
 	Key        string
 	Payload    string
@@ -246,11 +246,15 @@ func Decode(data []byte) (*File, error) {
 			if l := d.uint(); l > 0 {
 				o.Payload, o.HasPayload = d.strOf(l-1), true
 			}
-			o.Entries = make([][]indexer.Entry, len(r.Indexes))
 			for i := range r.Indexes {
 				ne := d.count(2)
 				if ne == 0 {
 					continue
+				}
+				if o.Entries == nil {
+					// Only for an object with entries: an index count is
+					// not bounded by the bytes of each object.
+					o.Entries = make([][]indexer.Entry, len(r.Indexes))
 				}
 				es := make([]indexer.Entry, ne)
 				for j := range es {

@@ -51,7 +51,8 @@ func TestRoundTrip(t *testing.T) {
 	}
 	// Decode gives every index its slot; an object written with fewer has none.
 	want.Resources[1].Indexes = []string{}
-	want.Resources[1].Objects[0].Entries = [][]indexer.Entry{}
+	want.Resources[0].Objects[2].Entries = nil // none in any index
+	want.Resources[1].Objects[0].Entries = nil
 	want.Resources[2].Objects = []Object{}
 	if !got.WrittenAt.Equal(want.WrittenAt) {
 		t.Errorf("written at %v, want %v", got.WrittenAt, want.WrittenAt)

@@ -1,0 +1,178 @@
+package sync
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+
+	compiled "github.com/iidp/metasync/internal/plan"
+	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/schema"
+)
+
+func snapshotConfig() *schema.Config {
+	return &schema.Config{Resources: []schema.Resource{{
+		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels", Namespace: "ns",
+		Fields:  map[string]string{"type": "spec.type"},
+		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+	}}}
+}
+
+// filledEngine is an engine without a cluster whose AppModels are listed
+// once: n objects of three models each.
+func filledEngine(tb testing.TB, n int) *Engine {
+	e := testEngine(tb, snapshotConfig())
+	w := watchersOf(e)[0]
+	list := make([]any, n)
+	for i := range n {
+		list[i] = w.project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
+	}
+	if err := w.Replace(list, "4711"); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	e := filledEngine(t, 500)
+	var buf bytes.Buffer
+	if n, err := e.WriteSnapshot(&buf); err != nil || n != 500 {
+		t.Fatalf("WriteSnapshot = %d, %v", n, err)
+	}
+	r := testEngine(t, snapshotConfig())
+	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"m-000000-0", "m-000499-2", "nope"} {
+		if a, b := e.Lookup("model-to-app", k), r.Lookup("model-to-app", k); fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s: %v, restored %v", k, a, b)
+		}
+	}
+	w := watchersOf(r)[0]
+	if !w.restored || w.resumeRV != "4711" || !r.Stale() || r.Synced() {
+		t.Errorf("restored %v from %q, stale %v", w.restored, w.resumeRV, r.Stale())
+	}
+	if p, ok := r.store.Snapshot().Payload(w.src, "ns/app-000007"); !ok || p != `{"type":"model"}` {
+		t.Errorf("payload %v %v", p, ok)
+	}
+}
+
+func BenchmarkRestoreSnapshot(b *testing.B) {
+	e := filledEngine(b, 10000)
+	var buf bytes.Buffer
+	if _, err := e.WriteSnapshot(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(buf.Len()))
+	for b.Loop() {
+		r := testEngine(b, snapshotConfig())
+		if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWriteSnapshot(b *testing.B) {
+	e := filledEngine(b, 10000)
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	for b.Loop() {
+		buf.Reset()
+		if _, err := e.WriteSnapshot(&buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(buf.Len()))
+}
+
+// restored returns an engine restored from a snapshot of filledEngine(n).
+func restored(t *testing.T, n int) (*Engine, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := filledEngine(t, n).WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r := testEngine(t, snapshotConfig())
+	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	return r, buf.Bytes()
+}
+
+func TestSnapshotOfStaleDataKeepsItsAge(t *testing.T) {
+	r, data := restored(t, 10)
+	f, err := snapshot.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	var again bytes.Buffer
+	if _, err := r.WriteSnapshot(&again); err != nil {
+		t.Fatal(err)
+	}
+	g, err := snapshot.Decode(again.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.WrittenAt.Equal(f.WrittenAt) {
+		t.Errorf("a snapshot of data that never caught up says %v, its data is of %v", g.WrittenAt, f.WrittenAt)
+	}
+}
+
+func TestReloadOfAStaleResourceStaysStale(t *testing.T) {
+	r, _ := restored(t, 10)
+	cfg := snapshotConfig()
+	cfg.Resources[0].Resync = time.Hour // a restart, the same data
+	plan, err := schema.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := r.Reload(plan); err != nil || len(ch.Restart) != 1 {
+		t.Fatalf("Reload = %+v, %v", ch, err)
+	}
+	if !r.Stale() || r.Ready() {
+		t.Errorf("after a restart of a stale resource: stale %v, ready %v", r.Stale(), r.Ready())
+	}
+	var buf bytes.Buffer
+	if _, err := r.WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
+		t.Errorf("WriteSnapshot of a restarted resource that has not listed: %v", err)
+	}
+}
+
+func TestGoneResourceIsNotSnapshotted(t *testing.T) {
+	e := filledEngine(t, 10)
+	w := watchersOf(e)[0]
+	w.checkGone(apierrors.NewNotFound(k8sschema.GroupResource{Group: "iidp.com", Resource: "appmodels"}, ""))
+	var buf bytes.Buffer
+	if _, err := e.WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
+		t.Errorf("a resource emptied by a 404 was snapshotted (%v): a resume would never bring its objects back", err)
+	}
+}
+
+func TestRestoreRefusesAnyVersion(t *testing.T) {
+	var buf bytes.Buffer
+	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), time.Now(), 1)
+	enc.Resource("appmodels", "0", []string{"model-to-app"})
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := testEngine(t, snapshotConfig()).RestoreSnapshot(buf.Bytes())
+	var se *SnapshotError
+	if !errors.As(err, &se) || se.Reason != "corrupt" {
+		t.Errorf("resourceVersion 0: %v", err)
+	}
+}
+
+func compiledPlan(t *testing.T) *compiled.Plan {
+	plan, err := schema.Compile(snapshotConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compiled.Of(plan)
+}
