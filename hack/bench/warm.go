@@ -336,7 +336,9 @@ func snapshotWrite(ctx context.Context, cfg *rest.Config, keys []string, dir str
 	if writeErr != nil {
 		return nil, writeErr
 	}
-	pct := func(ds []time.Duration, p float64) float64 { return float64(ds[int(float64(len(ds)-1)*p)].Nanoseconds()) }
+	pct := func(ds []time.Duration, p float64) float64 {
+		return float64(ds[int(float64(len(ds)-1)*p)].Nanoseconds())
+	}
 	logf("snapshot: write %v (median %s), %d bytes; lookups idle p50 %.0f ns p99 %.0f ns, during %d writes p50 %.0f ns p99 %.0f ns",
 		durs, median(durs), size, pct(idle, .5), pct(idle, .99), writes, pct(busy, .5), pct(busy, .99))
 	return []row{
@@ -509,5 +511,3 @@ func runEnginesChild() error {
 	running.Wait()
 	return nil
 }
-
-
