@@ -601,12 +601,26 @@ func (src *Source) rebuild(objs []Object) {
 		}
 		dups := map[Entry]*int32{}
 		bits := bitsFor(len(values))
-		single := make(map[string][]string, len(all)) // one shared slice per lone value
-		changes := make([]change, 0, len(values))
 		// Keys and values are copied out of the encodings (see
-		// Source.objects), each distinct value once.
-		in := make(interner, len(all))
-		owned := make(map[string]string, len(values))
+		// Source.objects), each distinct value once: single maps each to
+		// a one-value slice of its copy, which every key whose only value
+		// it is shares. One map serves both, for one lookup per value.
+		single := make(map[string][]string, len(all))
+		intern := func(v string) []string {
+			one, ok := single[v]
+			if !ok {
+				c := strings.Clone(v)
+				one = []string{c}
+				single[c] = one
+			}
+			return one
+		}
+		changes := make([]change, 0, len(values))
+		// owned maps each key to its copy, for the objects table only.
+		var owned map[string]string
+		if objectsOf != nil {
+			owned = make(map[string]string, len(values))
+		}
 		for key, vs := range values {
 			sort.Strings(vs)
 			distinct := vs[:0]
@@ -617,25 +631,32 @@ func (src *Source) rebuild(objs []Object) {
 						*d++
 					} else {
 						one := int32(1)
-						dups[Entry{Key: in.clone(key), Value: in.clone(v)}] = &one
+						dups[Entry{Key: intern(key)[0], Value: intern(v)[0]}] = &one
 					}
 					continue
 				}
-				distinct = append(distinct, in.clone(v))
+				distinct = append(distinct, v)
 			}
 			if len(distinct) == 1 {
-				one, ok := single[distinct[0]]
-				if !ok {
-					one = []string{distinct[0]}
-					single[distinct[0]] = one
-				}
-				distinct = one
+				distinct = intern(distinct[0])
 			} else {
+				for j, v := range distinct {
+					distinct[j] = intern(v)[0]
+				}
 				distinct = slices.Clip(slices.Clone(distinct))
 			}
 			k := strings.Clone(key)
-			owned[key] = k
+			if owned != nil {
+				owned[key] = k
+			}
 			changes = append(changes, change{hash: s.hash(k), key: k, values: distinct})
+		}
+		var keys []string
+		if s.onCommit != nil && len(changes) > 0 {
+			keys = make([]string, len(changes))
+			for j := range changes {
+				keys[j] = changes[j].key
+			}
 		}
 		is := &indexSnap{keys: len(values), values: build(bits, changes), sorted: &sortedKeys{}}
 		if objectsOf != nil {
@@ -650,11 +671,7 @@ func (src *Source) rebuild(objs []Object) {
 		src.dups[i] = dups
 		src.dupsPeak[i] = len(dups)
 		next.indexes[id] = is
-		if s.onCommit != nil && len(owned) > 0 {
-			keys := make([]string, 0, len(owned))
-			for _, k := range owned {
-				keys = append(keys, k)
-			}
+		if keys != nil {
 			published = append(published, Change{Index: s.handle(id), Keys: keys})
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -62,8 +64,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
+// BenchmarkRestoreSnapshot: METASYNC_BENCH_OBJECTS objects (default 10,000).
 func BenchmarkRestoreSnapshot(b *testing.B) {
-	e := filledEngine(b, 10000)
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("METASYNC_BENCH_OBJECTS")); err == nil && v > 0 {
+		n = v
+	}
+	e := filledEngine(b, n)
 	var buf bytes.Buffer
 	if _, err := e.WriteSnapshot(&buf); err != nil {
 		b.Fatal(err)
