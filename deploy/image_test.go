@@ -141,11 +141,21 @@ resources:
 	}
 	_ = os.WriteFile(filepath.Join(kube, "kubeconfig"), kc, 0o644)
 
+	// The snapshot folder, an emptyDir in the manifests: writable by all.
+	snaps := filepath.Join(dir, "snapshots")
+	if err := os.Mkdir(snaps, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(snaps, 0o777); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+
 	name := fmt.Sprintf("metasync-test-%d", time.Now().UnixNano())
 	run := podman(t, conf, "run", "--rm", "--name", name, "--network", "host",
 		"--read-only", "--read-only-tmpfs=false", "--user", "65532:65532", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-		"-v", cm+":/etc/metasync:ro", "-v", kube+":/kube:ro",
-		image, "serve", "--config", "/etc/metasync/config.yaml", "--kubeconfig", "/kube/kubeconfig", "--shutdown-delay", "5s")
+		"-v", cm+":/etc/metasync:ro", "-v", kube+":/kube:ro", "-v", snaps+":/var/lib/metasync",
+		image, "serve", "--config", "/etc/metasync/config.yaml", "--kubeconfig", "/kube/kubeconfig", "--shutdown-delay", "5s",
+		"--snapshot-dir", "/var/lib/metasync")
 	logs := &testenv.Buffer{}
 	run.Stdout, run.Stderr = logs, logs
 	if err := run.Start(); err != nil {
@@ -209,5 +219,8 @@ resources:
 	}
 	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
 		t.Errorf("no clean stop in the logs")
+	}
+	if fi, err := os.Stat(filepath.Join(snaps, "snapshot")); err != nil || fi.Size() == 0 {
+		t.Errorf("no snapshot written by user 65532 at the stop: %v", err)
 	}
 }
