@@ -1,7 +1,9 @@
 package indexer
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -69,4 +71,170 @@ func norm(ess [][]Entry) [][]Entry {
 		out[i] = append([]Entry{}, es...)
 	}
 	return out
+}
+
+// save is what a snapshot keeps of an Image: a string table and tables of
+// numbers, and the objects.
+type saved struct {
+	strs    []string
+	indexes []SavedIndex
+	objs    []Object
+	count   int
+}
+
+func save(img *Image) *saved {
+	sv := &saved{}
+	ids := map[string]uint32{}
+	id := func(s string) uint32 {
+		if n, ok := ids[s]; ok {
+			return n
+		}
+		ids[s] = uint32(len(sv.strs))
+		sv.strs = append(sv.strs, s)
+		return ids[s]
+	}
+	for i := range img.Indexes() {
+		type row struct {
+			key    string
+			values []uint32
+			objs   []uint32
+		}
+		var rows []row
+		img.Table(i, func(key string, values, objects []string) {
+			r := row{key: key}
+			for _, v := range values {
+				r.values = append(r.values, id(v))
+			}
+			for _, o := range objects {
+				r.objs = append(r.objs, id(o))
+			}
+			rows = append(rows, r)
+		})
+		sv.indexes = append(sv.indexes, SavedIndex{Keys: len(rows), Each: func(f func(string, []uint32, []uint32)) {
+			for _, r := range rows {
+				f(r.key, r.values, r.objs)
+			}
+		}})
+	}
+	sv.count = img.Objects(func(key string, entries [][]Entry, payload any) {
+		sv.objs = append(sv.objs, Object{Key: key, Entries: norm(entries), Payload: payload})
+	})
+	return sv
+}
+
+func (sv *saved) load(src *Source) <-chan struct{} {
+	return src.Load(sv.strs, sv.indexes, sv.count, func(f func(string, any)) {
+		for _, o := range sv.objs {
+			if o.Payload != nil {
+				f(o.Key, o.Payload)
+			}
+		}
+	}, func() []Object {
+		out := make([]Object, len(sv.objs))
+		for i, o := range sv.objs {
+			out[i] = Object{Key: o.Key, Entries: norm(o.Entries), Payload: o.Payload}
+		}
+		return out
+	})
+}
+
+// sameAnswers compares every key of every index of two stores, values and
+// object keys, and the payloads and object counts of source "src".
+func sameAnswers(t *testing.T, what string, a, b *Store, indexes []string) {
+	t.Helper()
+	sa, sb := a.Snapshot(), b.Snapshot()
+	for _, name := range indexes {
+		ia, _ := sa.Index(name)
+		ib, _ := sb.Index(name)
+		ka, kb := sa.Keys(ia), sb.Keys(ib)
+		if !reflect.DeepEqual(ka, kb) {
+			t.Fatalf("%s: index %s keys %v, loaded %v", what, name, ka, kb)
+		}
+		for _, k := range ka {
+			if va, vb := sa.Lookup(ia, k), sb.Lookup(ib, k); !reflect.DeepEqual(va, vb) {
+				t.Fatalf("%s: %s[%s] = %v, loaded %v", what, name, k, va, vb)
+			}
+			if oa, ob := sa.Objects(ia, k), sb.Objects(ib, k); !reflect.DeepEqual(oa, ob) {
+				t.Fatalf("%s: objects of %s[%s] = %v, loaded %v", what, name, k, oa, ob)
+			}
+		}
+	}
+	if na, nb := sa.ObjectCount(a.Source("src")), sb.ObjectCount(b.Source("src")); na != nb {
+		t.Fatalf("%s: %d objects, loaded %d", what, na, nb)
+	}
+	pa, pb := map[string]any{}, map[string]any{}
+	sa.Payloads(a.Source("src"), func(k string, p any) { pa[k] = p })
+	sb.Payloads(b.Source("src"), func(k string, p any) { pb[k] = p })
+	if !reflect.DeepEqual(pa, pb) {
+		t.Fatalf("%s: payloads %v, loaded %v", what, pa, pb)
+	}
+}
+
+// TestLoadAgreesWithTheStore: a store loaded from another's Image answers
+// as it does at once, again once its write state is rebuilt, and after
+// the same random writes.
+func TestLoadAgreesWithTheStore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	indexes := []string{"a", "b"}
+	for _, withObjects := range []bool{false, true} {
+		spec := SourceSpec{Name: "src", Indexes: indexes, Objects: withObjects}
+		a, _ := New(spec)
+		b, _ := New(spec)
+		write := func(s *Store, seed uint64, n int) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			for range n {
+				key := fmt.Sprintf("o%d", r.IntN(60))
+				tx := s.Source("src").Begin()
+				if r.IntN(5) == 0 {
+					tx.Delete(key)
+				} else {
+					var es [][]Entry
+					for range 2 {
+						var ix []Entry
+						for range r.IntN(4) {
+							v := key
+							if r.IntN(2) == 0 {
+								v = fmt.Sprintf("v%d", r.IntN(5))
+							}
+							ix = append(ix, Entry{Key: fmt.Sprintf("k%d", r.IntN(20)), Value: v})
+						}
+						es = append(es, ix)
+					}
+					var p any
+					if r.IntN(2) == 0 {
+						p = fmt.Sprintf("p%d", r.IntN(3))
+					}
+					tx.Put(Object{Key: key, Entries: es, Payload: p})
+				}
+				tx.Commit()
+			}
+		}
+		write(a, rng.Uint64(), 300)
+		done := save(a.Source("src").Image()).load(b.Source("src"))
+		sameAnswers(t, "at once", a, b, indexes)
+		<-done
+		sameAnswers(t, "rebuilt", a, b, indexes)
+		seed := rng.Uint64()
+		write(a, seed, 300)
+		write(b, seed, 300)
+		sameAnswers(t, "after writes", a, b, indexes)
+	}
+}
+
+// TestLoadTrustsTheObjects: tables that disagree with the objects (a
+// crafted file) answer until the rebuild, which the objects decide.
+func TestLoadTrustsTheObjects(t *testing.T) {
+	a, _ := New(SourceSpec{Name: "src", Indexes: []string{"a"}})
+	tx := a.Source("src").Begin()
+	tx.Put(Object{Key: "o1", Entries: [][]Entry{{{"k", "o1"}}}})
+	tx.Commit()
+	sv := save(a.Source("src").Image())
+	sv.strs = append(sv.strs, "ghost")
+	sv.indexes[0] = SavedIndex{Keys: 1, Each: func(f func(string, []uint32, []uint32)) {
+		f("ghost-key", []uint32{uint32(len(sv.strs) - 1)}, nil)
+	}}
+	b, _ := New(SourceSpec{Name: "src", Indexes: []string{"a"}})
+	done := sv.load(b.Source("src"))
+	<-done
+	sameAnswers(t, "rebuilt", a, b, []string{"a"})
 }

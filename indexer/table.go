@@ -2,8 +2,10 @@ package indexer
 
 import (
 	"math/bits"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -377,11 +379,27 @@ func build(bits uint, changes []change) table {
 		}
 		groups[pi] = append(groups[pi], newSlot(c))
 	}
-	for pi, g := range groups {
-		t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)] = layout(g)
+	// Pages are laid out apart: a large table on every core (a restore
+	// or a first list of many objects waits for it).
+	workers := 1
+	if len(changes) >= parallelBuild {
+		workers = min(runtime.GOMAXPROCS(0), 4)
 	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for pi := w; pi < len(groups); pi += workers {
+				t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)] = layout(groups[pi])
+			}
+		})
+	}
+	wg.Wait()
 	return t
 }
+
+// parallelBuild is the number of keys from which build lays pages out on
+// several cores.
+const parallelBuild = 1 << 15
 
 // all calls f for every key of the table and its values.
 func (t *table) all(f func(key string, values []string)) {

@@ -544,9 +544,14 @@ func samePayload(snap *Snapshot, src *Source, o *Object) bool {
 
 // rebuild builds the source's indexes from objs from scratch.
 func (src *Source) rebuild(objs []Object) {
+	src.s.mu.Lock()
+	defer src.s.mu.Unlock()
+	src.rebuildLocked(objs)
+}
+
+// rebuildLocked is rebuild under the writer lock.
+func (src *Source) rebuildLocked(objs []Object) {
 	s := src.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if src.removed {
 		return
 	}

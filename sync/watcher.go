@@ -59,6 +59,9 @@ type watcher struct {
 	// this one answers with until its first list.
 	restoredAt time.Time
 	staleFrom  bool
+	// loaded is closed once a restored source can be written (see
+	// indexer.Source.Load); nil when not restored.
+	loaded <-chan struct{}
 	// rv is the resourceVersion of the last write to the source (an
 	// event's, a list's or a bookmark's), stored after the write: what a
 	// snapshot of the source resumes from.

@@ -392,10 +392,12 @@ func rewriteVersions(t *testing.T, dir, rv string) {
 	var buf bytes.Buffer
 	enc := snapshot.NewEncoder(&buf, f.Config, f.WrittenAt, len(f.Resources))
 	for _, r := range f.Resources {
-		enc.Resource(r.Name, rv, r.Indexes)
-		for _, o := range r.Objects {
-			enc.Object(o.Key, o.Payload, o.HasPayload, o.Entries)
+		enc.Resource(r.Name, rv, r.Indexes, r.Strings)
+		for _, tb := range r.Tables {
+			enc.Table(tb.WithObjects)
+			tb.Each(enc.Key)
 		}
+		r.EachObject(func(o snapshot.Object) { enc.Object(o.Key, o.Payload, o.HasPayload, o.Entries) })
 	}
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)

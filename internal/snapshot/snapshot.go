@@ -1,10 +1,12 @@
-// Package snapshot is the file format of metasync's warm start: the
-// projected objects of each resource entry and the resourceVersion they
-// are as of, for the config they were built for.
+// Package snapshot is the file format of metasync's warm start: for each
+// resource entry, the resourceVersion its data is as of, its indexes as
+// tables (what lookups read, loaded first) and its projected objects (what
+// later writes need); for the config they were built for.
 //
-// A file is untrusted input: Decode checks its checksum, format version
-// and every length against what is left, and returns an error, never a
-// panic, for anything it cannot read.
+// A file is untrusted input: Decode checks its checksum, its format
+// version and every length, count and reference against what is there, and
+// returns an error, never a panic, for anything it cannot read. What it
+// accepts, Table.Each and Resource.EachObject read without a failure.
 //
 // Layout (integers are unsigned varints unless said otherwise; a string is
 // its length, then its bytes):
@@ -15,6 +17,11 @@
 //	written    unix nanoseconds, as a varint
 //	resources  count, then each:
 //	  name, resourceVersion, indexes (count, then names),
+//	  strings (count, then each): the values and object keys of the tables,
+//	  for each index, its table: 1 if it lists object keys, else 0; then
+//	    for each key: the byte 1, the key, its values (count, then each
+//	    string's number), and, if it lists them, its object keys (likewise);
+//	    then the byte 0,
 //	  objects, each: the byte 1, then
 //	    key,
 //	    payload: 0 for none, else length+1, then the bytes,
@@ -27,7 +34,6 @@ package snapshot
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash"
 	"hash/crc32"
@@ -38,14 +44,15 @@ import (
 )
 
 // Version is the format version this package writes and reads.
-const Version = 1
+const Version = 2
 
 const magic = "metasync-snapshot\n"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // File is a decoded snapshot. Its strings are substrings of the data it
-// was decoded from: clone what is kept.
+// was decoded from, which must not change while they are used: clone what
+// is kept.
 type File struct {
 	Config    [32]byte
 	WrittenAt time.Time
@@ -57,7 +64,22 @@ type Resource struct {
 	Name            string
 	ResourceVersion string
 	Indexes         []string
-	Objects         []Object
+	// Strings are the values and object keys that the tables name by
+	// their number.
+	Strings []string
+	// Tables holds one table per index.
+	Tables []Table
+	// Objects is the number of objects (see EachObject).
+	Objects int
+	objects []byte // validated
+}
+
+// Table is one index of a snapshot: each key with its values and, when
+// WithObjects, the object keys behind it.
+type Table struct {
+	WithObjects bool
+	Keys        int
+	raw         []byte // validated
 }
 
 // Object is one projected object: its key, its payload (the projected
@@ -70,18 +92,25 @@ type Object struct {
 	Entries    [][]indexer.Entry
 }
 
-// Encoder writes one snapshot. Call Resource, then Object for each of its
-// objects, for each resource; then Close. The first error sticks and is
-// returned by Close.
+// Encoder writes one snapshot: for each resource, Resource, then Table and
+// the Keys of each index's table in order, then Object for each object;
+// then Close. The first error sticks and is returned by Close.
 type Encoder struct {
-	dst     io.Writer
-	w       *bufio.Writer
-	crc     hash.Hash32
-	err     error
-	left    int  // resources still to come
-	open    bool // a resource is being written
-	indexes int  // indexes of the current resource
-	buf     []byte
+	dst  io.Writer
+	w    *bufio.Writer
+	crc  hash.Hash32
+	err  error
+	left int // resources still to come
+
+	// The resource being written: open, its index and string counts, the
+	// tables started, whether one is open and lists objects, whether its
+	// objects have started.
+	open               bool
+	indexes, strings   int
+	tables             int
+	inTable, tableObjs bool
+	inObjs             bool
+	buf                []byte
 }
 
 // NewEncoder writes the header of a snapshot of the given number of
@@ -110,37 +139,109 @@ func (e *Encoder) str(s string) {
 	e.buf = append(e.buf, s...)
 }
 
-// Resource starts a resource; its objects follow.
-func (e *Encoder) Resource(name, resourceVersion string, indexes []string) {
-	if e.err == nil && e.left == 0 {
-		e.err = errors.New("snapshot: more resources than announced")
+func (e *Encoder) fail(format string, args ...any) {
+	if e.err == nil {
+		e.err = fmt.Errorf("snapshot: "+format, args...)
 	}
-	e.end()
+}
+
+// Resource starts a resource whose tables name the strings by their
+// number.
+func (e *Encoder) Resource(name, resourceVersion string, indexes, strings []string) {
+	e.finish()
+	if e.left == 0 {
+		e.fail("more resources than announced")
+	}
 	e.left--
-	e.open, e.indexes = true, len(indexes)
+	e.open, e.indexes, e.strings, e.tables, e.inObjs = true, len(indexes), len(strings), 0, false
 	e.str(name)
 	e.str(resourceVersion)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(indexes)))
 	for _, ix := range indexes {
 		e.str(ix)
 	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(strings)))
+	for _, s := range strings {
+		e.str(s)
+		if len(e.buf) > 32<<10 {
+			e.flush()
+		}
+	}
 	e.flush()
 }
 
-// end closes the current resource, if one is open.
-func (e *Encoder) end() {
-	if e.open {
+// endTable closes the current table, if one is open.
+func (e *Encoder) endTable() {
+	if e.inTable {
 		e.buf = append(e.buf, 0)
-		e.open = false
+		e.inTable = false
 	}
 }
 
-// Object writes one object of the current resource. entries may be shorter
-// than the resource's indexes: the rest have none.
-func (e *Encoder) Object(key string, payload string, hasPayload bool, entries [][]indexer.Entry) {
-	if e.err == nil && (!e.open || len(entries) > e.indexes) {
-		e.err = errors.New("snapshot: object written out of turn, or with more indexes than its resource")
+// finish closes the current resource, if one is open.
+func (e *Encoder) finish() {
+	if !e.open {
+		return
 	}
+	e.endTable()
+	if e.tables != e.indexes {
+		e.fail("%d tables for %d indexes", e.tables, e.indexes)
+	}
+	e.buf = append(e.buf, 0) // the end of its objects
+	e.open = false
+	e.flush()
+}
+
+// Table starts the table of the resource's next index.
+func (e *Encoder) Table(withObjects bool) {
+	if !e.open || e.inObjs || e.tables >= e.indexes {
+		e.fail("table written out of turn")
+	}
+	e.endTable()
+	e.tables++
+	e.inTable, e.tableObjs = true, withObjects
+	if withObjects {
+		e.buf = append(e.buf, 1)
+	} else {
+		e.buf = append(e.buf, 0)
+	}
+}
+
+// Key writes one key of the current table: the numbers of its values, and
+// of its object keys when the table lists them.
+func (e *Encoder) Key(key string, values, objects []uint32) {
+	if !e.inTable {
+		e.fail("key written outside a table")
+	}
+	e.buf = append(e.buf, 1)
+	e.str(key)
+	e.ids(values)
+	if e.tableObjs {
+		e.ids(objects)
+	}
+	if len(e.buf) > 32<<10 {
+		e.flush()
+	}
+}
+
+func (e *Encoder) ids(ids []uint32) {
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(ids)))
+	for _, id := range ids {
+		if int(id) >= e.strings {
+			e.fail("string %d of %d", id, e.strings)
+		}
+		e.buf = binary.AppendUvarint(e.buf, uint64(id))
+	}
+}
+
+// Object writes one object of the current resource, after its tables.
+// entries may be shorter than the resource's indexes: the rest have none.
+func (e *Encoder) Object(key string, payload string, hasPayload bool, entries [][]indexer.Entry) {
+	e.endTable()
+	if !e.open || e.tables != e.indexes || len(entries) > e.indexes {
+		e.fail("object written before its resource's tables, or with more indexes than it")
+	}
+	e.inObjs = true
 	e.buf = append(e.buf, 1)
 	e.str(key)
 	if hasPayload {
@@ -165,16 +266,18 @@ func (e *Encoder) Object(key string, payload string, hasPayload bool, entries []
 			}
 		}
 	}
-	e.flush()
+	if len(e.buf) > 32<<10 {
+		e.flush()
+	}
 }
 
 // Close writes the checksum and flushes. It reports the first error of
 // the encoder, or of a snapshot whose resources were fewer than announced.
 func (e *Encoder) Close() error {
-	e.end()
+	e.finish()
 	e.flush()
-	if e.err == nil && e.left != 0 {
-		e.err = errors.New("snapshot: fewer resources written than announced")
+	if e.left != 0 {
+		e.fail("fewer resources written than announced")
 	}
 	if e.err != nil {
 		return e.err
@@ -196,27 +299,29 @@ type Error struct {
 
 func (e *Error) Error() string { return "snapshot " + e.Reason + ": " + e.Detail }
 
-func fail(reason, format string, args ...any) error {
+func failure(reason, format string, args ...any) error {
 	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Decode reads a snapshot. The strings of the File alias data.
+// Decode checks a snapshot and reads its resources' headers; the tables
+// and objects are read by Table.Each and Resource.EachObject. The strings
+// of the File alias data.
 func Decode(data []byte) (*File, error) {
 	min := len(magic) + 1 + 32 + 1 + 1 + 4
 	if len(data) < min {
-		return nil, fail("truncated", "%d bytes, less than the %d of an empty snapshot", len(data), min)
+		return nil, failure("truncated", "%d bytes, less than the %d of an empty snapshot", len(data), min)
 	}
 	if string(data[:len(magic)]) != magic {
-		return nil, fail("format", "not a metasync snapshot")
+		return nil, failure("format", "not a metasync snapshot")
 	}
 	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
 	// The version first: a file of another version may checksum otherwise.
 	d := decoder{b: body[len(magic):]}
 	if v := d.uint(); d.err != nil || v != Version {
-		return nil, fail("format", "format version %d, this metasync reads %d", v, Version)
+		return nil, failure("format", "format version %d, this metasync reads %d", v, Version)
 	}
 	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, fail("checksum", "checksum %08x, the file says %08x: truncated or damaged", got, sum)
+		return nil, failure("checksum", "checksum %08x, the file says %08x: truncated or damaged", got, sum)
 	}
 	f := &File{}
 	copy(f.Config[:], d.bytes(32))
@@ -234,40 +339,25 @@ func Decode(data []byte) (*File, error) {
 		for range nix {
 			r.Indexes = append(r.Indexes, d.str())
 		}
-		r.Objects = []Object{}
+		ns := d.count(1)
+		r.Strings = make([]string, 0, ns)
+		for range ns {
+			r.Strings = append(r.Strings, d.str())
+		}
+		r.Tables = make([]Table, 0, nix)
+		for range nix {
+			r.Tables = append(r.Tables, d.table(len(r.Strings)))
+		}
+		start := d.b
 		for d.err == nil {
-			if more := d.bytes(1); len(more) == 0 || more[0] == 0 {
-				break
-			} else if more[0] != 1 {
-				d.corrupt(fmt.Sprintf("object marker %d", more[0]))
+			if !d.more() {
 				break
 			}
-			o := Object{Key: d.str()}
-			if l := d.uint(); l > 0 {
-				o.Payload, o.HasPayload = d.strOf(l-1), true
-			}
-			for i := range r.Indexes {
-				ne := d.count(2)
-				if ne == 0 {
-					continue
-				}
-				if o.Entries == nil {
-					// Only for an object with entries: an index count is
-					// not bounded by the bytes of each object.
-					o.Entries = make([][]indexer.Entry, len(r.Indexes))
-				}
-				es := make([]indexer.Entry, ne)
-				for j := range es {
-					es[j].Key = d.str()
-					if l := d.uint(); l == 0 {
-						es[j].Value = o.Key
-					} else {
-						es[j].Value = d.strOf(l - 1)
-					}
-				}
-				o.Entries[i] = es
-			}
-			r.Objects = append(r.Objects, o)
+			d.object(len(r.Indexes), nil)
+			r.Objects++
+		}
+		if d.err == nil {
+			r.objects = start[:len(start)-len(d.b)]
 		}
 		f.Resources = append(f.Resources, r)
 	}
@@ -275,9 +365,36 @@ func Decode(data []byte) (*File, error) {
 		return nil, d.err
 	}
 	if len(d.b) != 0 {
-		return nil, fail("corrupt", "%d bytes after the last resource", len(d.b))
+		return nil, failure("corrupt", "%d bytes after the last resource", len(d.b))
 	}
 	return f, nil
+}
+
+// Each calls f with every key of the table, the numbers of its values in
+// Resource.Strings and, when WithObjects, of its object keys. The slices
+// are f's only until it returns.
+func (t *Table) Each(f func(key string, values, objects []uint32)) {
+	d := decoder{b: t.raw}
+	d.b = d.b[1:] // the WithObjects flag
+	var values, objects []uint32
+	for d.more() {
+		key := d.str()
+		values = d.ids(values[:0], -1)
+		if t.WithObjects {
+			objects = d.ids(objects[:0], -1)
+		}
+		f(key, values, objects)
+	}
+}
+
+// EachObject calls f with every object of the resource. The entries are
+// f's only until it returns.
+func (r *Resource) EachObject(f func(Object)) {
+	d := decoder{b: r.objects}
+	entries := make([][]indexer.Entry, len(r.Indexes))
+	for d.more() {
+		f(d.object(len(r.Indexes), entries))
+	}
 }
 
 // decoder reads the body of a snapshot; the first problem sticks and
@@ -289,7 +406,7 @@ type decoder struct {
 
 func (d *decoder) corrupt(what string) {
 	if d.err == nil {
-		d.err = fail("corrupt", "%s", what)
+		d.err = failure("corrupt", "%s", what)
 	}
 	d.b = nil
 }
@@ -326,6 +443,23 @@ func (d *decoder) count(size int) int {
 	return int(v)
 }
 
+// more reads the marker before an item of a list: 1 for one more, 0 for
+// the end.
+func (d *decoder) more() bool {
+	b := d.bytes(1)
+	if len(b) == 0 {
+		return false
+	}
+	switch b[0] {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	d.corrupt(fmt.Sprintf("marker %d", b[0]))
+	return false
+}
+
 func (d *decoder) bytes(n uint64) []byte {
 	if n > uint64(len(d.b)) {
 		d.corrupt(fmt.Sprintf("a length of %d with %d bytes left", n, len(d.b)))
@@ -344,4 +478,74 @@ func (d *decoder) strOf(n uint64) string {
 		return ""
 	}
 	return unsafeString(b)
+}
+
+// ids reads a list of string numbers into buf; strings >= 0 checks each
+// against the count of strings.
+func (d *decoder) ids(buf []uint32, strings int) []uint32 {
+	n := d.count(1)
+	for range n {
+		id := d.uint()
+		if strings >= 0 && id >= uint64(strings) {
+			d.corrupt(fmt.Sprintf("string %d of %d", id, strings))
+			return buf
+		}
+		buf = append(buf, uint32(id))
+	}
+	return buf
+}
+
+// table checks one table and returns it.
+func (d *decoder) table(strings int) Table {
+	start := d.b
+	flag := d.bytes(1)
+	if len(flag) == 0 || flag[0] > 1 {
+		d.corrupt("table flag")
+		return Table{}
+	}
+	t := Table{WithObjects: flag[0] == 1}
+	var buf []uint32
+	for d.err == nil && d.more() {
+		d.str()
+		buf = d.ids(buf[:0], strings)
+		if t.WithObjects {
+			buf = d.ids(buf[:0], strings)
+		}
+		t.Keys++
+	}
+	t.raw = start[:len(start)-len(d.b)]
+	return t
+}
+
+// object reads one object (after its marker); with entries nil it only
+// checks it.
+func (d *decoder) object(indexes int, entries [][]indexer.Entry) Object {
+	o := Object{Key: d.str()}
+	if l := d.uint(); l > 0 {
+		o.Payload, o.HasPayload = d.strOf(l-1), true
+	}
+	for i := range indexes {
+		ne := d.count(2)
+		var es []indexer.Entry
+		if entries != nil {
+			es = entries[i][:0]
+		}
+		for range ne {
+			k := d.str()
+			v := o.Key
+			if l := d.uint(); l != 0 {
+				v = d.strOf(l - 1)
+			}
+			if entries != nil {
+				es = append(es, indexer.Entry{Key: k, Value: v})
+			}
+		}
+		if entries != nil {
+			entries[i] = es
+		}
+	}
+	if entries != nil {
+		o.Entries = entries
+	}
+	return o
 }

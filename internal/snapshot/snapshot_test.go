@@ -12,27 +12,63 @@ import (
 	"github.com/iidp/metasync/indexer"
 )
 
-func sample() *File {
-	return &File{
+// plain is a snapshot's content in plain Go values, to compare.
+type plain struct {
+	Config    [32]byte
+	WrittenAt int64
+	Resources []plainResource
+}
+
+type plainResource struct {
+	Name, RV string
+	Indexes  []string
+	Strings  []string
+	Tables   []plainTable
+	Objects  []Object
+}
+
+type plainTable struct {
+	WithObjects bool
+	Keys        []plainKey
+}
+
+type plainKey struct {
+	Key             string
+	Values, Objects []uint32
+}
+
+func sample() plain {
+	return plain{
 		Config:    [32]byte{1, 2, 3},
-		WrittenAt: time.Unix(0, 1764547200123456789),
-		Resources: []Resource{
-			{Name: "appmodels", ResourceVersion: "4711", Indexes: []string{"model-to-app", "type"}, Objects: []Object{
-				{Key: "default/base", Entries: [][]indexer.Entry{{{Key: "m1", Value: "default/base"}, {Key: "m2", Value: "default/base"}}, {{Key: "svc", Value: "x"}}}},
-				{Key: "default/iiot", Payload: `{"version":"1.2"}`, HasPayload: true, Entries: [][]indexer.Entry{nil, {{Key: "", Value: ""}}}},
-				{Key: "default/empty", Payload: "", HasPayload: true, Entries: [][]indexer.Entry{nil, nil}},
-			}},
-			{Name: "slices", ResourceVersion: "", Indexes: nil, Objects: []Object{{Key: "a", Entries: [][]indexer.Entry{}}}},
-			{Name: "none", ResourceVersion: "9", Indexes: []string{"x"}},
+		WrittenAt: 1764547200123456789,
+		Resources: []plainResource{
+			{Name: "appmodels", RV: "4711", Indexes: []string{"model-to-app", "type"}, Strings: []string{"default/base", "x", ""},
+				Tables: []plainTable{
+					{WithObjects: true, Keys: []plainKey{{"m1", []uint32{0}, []uint32{0}}, {"m2", []uint32{0}, []uint32{0}}}},
+					{Keys: []plainKey{{"svc", []uint32{1}, nil}, {"", []uint32{2}, nil}}},
+				},
+				Objects: []Object{
+					{Key: "default/base", Entries: [][]indexer.Entry{{{Key: "m1", Value: "default/base"}, {Key: "m2", Value: "default/base"}}, {{Key: "svc", Value: "x"}}}},
+					{Key: "default/iiot", Payload: `{"version":"1.2"}`, HasPayload: true, Entries: [][]indexer.Entry{{}, {{Key: "", Value: ""}}}},
+					{Key: "default/empty", Payload: "", HasPayload: true, Entries: [][]indexer.Entry{{}, {}}},
+				}},
+			{Name: "none", RV: "9", Indexes: []string{}, Strings: []string{}, Tables: []plainTable{}, Objects: []Object{{Key: "a", Entries: [][]indexer.Entry{}}}},
+			{Name: "empty", RV: "10", Indexes: []string{"x"}, Strings: []string{}, Tables: []plainTable{{}}, Objects: []Object{}},
 		},
 	}
 }
 
-func encode(t testing.TB, f *File) []byte {
+func encode(t testing.TB, p plain) []byte {
 	var buf bytes.Buffer
-	e := NewEncoder(&buf, f.Config, f.WrittenAt, len(f.Resources))
-	for _, r := range f.Resources {
-		e.Resource(r.Name, r.ResourceVersion, r.Indexes)
+	e := NewEncoder(&buf, p.Config, time.Unix(0, p.WrittenAt), len(p.Resources))
+	for _, r := range p.Resources {
+		e.Resource(r.Name, r.RV, r.Indexes, r.Strings)
+		for _, tb := range r.Tables {
+			e.Table(tb.WithObjects)
+			for _, k := range tb.Keys {
+				e.Key(k.Key, k.Values, k.Objects)
+			}
+		}
 		for _, o := range r.Objects {
 			e.Object(o.Key, o.Payload, o.HasPayload, o.Entries)
 		}
@@ -43,22 +79,48 @@ func encode(t testing.TB, f *File) []byte {
 	return buf.Bytes()
 }
 
+// read gives a decoded File back in plain values.
+func read(f *File) plain {
+	p := plain{Config: f.Config, WrittenAt: f.WrittenAt.UnixNano()}
+	for _, r := range f.Resources {
+		pr := plainResource{Name: r.Name, RV: r.ResourceVersion, Indexes: r.Indexes, Strings: r.Strings, Tables: []plainTable{}, Objects: []Object{}}
+		for _, tb := range r.Tables {
+			pt := plainTable{WithObjects: tb.WithObjects}
+			tb.Each(func(key string, values, objects []uint32) {
+				pk := plainKey{Key: key, Values: append([]uint32{}, values...)}
+				if tb.WithObjects {
+					pk.Objects = append([]uint32{}, objects...)
+				}
+				pt.Keys = append(pt.Keys, pk)
+			})
+			if len(pt.Keys) != tb.Keys {
+				panic("key count")
+			}
+			pr.Tables = append(pr.Tables, pt)
+		}
+		r.EachObject(func(o Object) {
+			c := o
+			c.Entries = make([][]indexer.Entry, len(o.Entries))
+			for i, es := range o.Entries {
+				c.Entries[i] = append([]indexer.Entry{}, es...)
+			}
+			pr.Objects = append(pr.Objects, c)
+		})
+		if len(pr.Objects) != r.Objects {
+			panic("object count")
+		}
+		p.Resources = append(p.Resources, pr)
+	}
+	return p
+}
+
 func TestRoundTrip(t *testing.T) {
 	want := sample()
-	got, err := Decode(encode(t, want))
+	f, err := Decode(encode(t, want))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Decode gives every index its slot; an object written with fewer has none.
-	want.Resources[1].Indexes = []string{}
-	want.Resources[0].Objects[2].Entries = nil // none in any index
-	want.Resources[1].Objects[0].Entries = nil
-	want.Resources[2].Objects = []Object{}
-	if !got.WrittenAt.Equal(want.WrittenAt) {
-		t.Errorf("written at %v, want %v", got.WrittenAt, want.WrittenAt)
-	}
-	got.WrittenAt = want.WrittenAt
-	if !reflect.DeepEqual(got, want) {
+	if got := read(f); !reflect.DeepEqual(got, want) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 	}
 }
@@ -89,19 +151,43 @@ func TestDamagedFilesAreRefused(t *testing.T) {
 }
 
 func TestEncoderChecksItsCalls(t *testing.T) {
-	var buf bytes.Buffer
-	e := NewEncoder(&buf, [32]byte{}, time.Now(), 2)
-	e.Resource("a", "1", []string{"i"})
-	e.Object("k", "", false, nil)
-	if err := e.Close(); err == nil {
-		t.Error("a snapshot with fewer resources than announced closed without an error")
+	for name, write := range map[string]func(e *Encoder){
+		"fewer resources": func(e *Encoder) { e.Resource("a", "1", nil, nil) },
+		"object before the tables": func(e *Encoder) {
+			e.Resource("a", "1", []string{"i"}, nil)
+			e.Object("k", "", false, nil)
+		},
+		"a string that is not there": func(e *Encoder) {
+			e.Resource("a", "1", []string{"i"}, []string{"s"})
+			e.Table(false)
+			e.Key("k", []uint32{1}, nil)
+		},
+		"too many tables": func(e *Encoder) {
+			e.Resource("a", "1", nil, nil)
+			e.Table(false)
+		},
+	} {
+		var buf bytes.Buffer
+		e := NewEncoder(&buf, [32]byte{}, time.Now(), 2)
+		write(e)
+		if name != "fewer resources" {
+			e.Resource("b", "1", nil, nil)
+		}
+		if err := e.Close(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
-	e = NewEncoder(&buf, [32]byte{}, time.Now(), 1)
-	e.Resource("a", "1", []string{"i"})
-	e.Object("k", "", false, [][]indexer.Entry{nil, nil})
-	if err := e.Close(); err == nil {
-		t.Error("an object with more indexes than its resource was written without an error")
+}
+
+// withChecksum returns data with a checksum that fits, so that the parser
+// sees the bytes.
+func withChecksum(data []byte) []byte {
+	if len(data) < 4 {
+		return data
 	}
+	data = bytes.Clone(data)
+	binary.LittleEndian.PutUint32(data[len(data)-4:], crc32.Checksum(data[:len(data)-4], castagnoli))
+	return data
 }
 
 func FuzzDecode(f *testing.F) {
@@ -110,25 +196,20 @@ func FuzzDecode(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		// As it comes (mostly refused by the checksum), and with a
-		// checksum that fits, so that the parser sees the bytes.
-		_, _ = Decode(data)
-		if len(data) >= 4 {
-			data = bytes.Clone(data)
-			binary.LittleEndian.PutUint32(data[len(data)-4:], crc32.Checksum(data[:len(data)-4], castagnoli))
-		}
-		file, err := Decode(data)
+		_, _ = Decode(data) // as it comes: mostly refused by the checksum
+		file, err := Decode(withChecksum(data))
 		if err != nil {
 			return
 		}
-		// What decodes encodes back to the same bytes, but for the
-		// shortcuts of the writer (a value equal to the key).
-		again, err := Decode(encode(t, file))
+		// What Decode accepts, the readers read without a failure, and it
+		// encodes back to what decodes the same.
+		p := read(file)
+		again, err := Decode(encode(t, p))
 		if err != nil {
 			t.Fatalf("re-encoded snapshot does not decode: %v", err)
 		}
-		if len(again.Resources) != len(file.Resources) {
-			t.Fatalf("%d resources, then %d", len(file.Resources), len(again.Resources))
+		if q := read(again); !reflect.DeepEqual(p, q) {
+			t.Fatalf("re-encoded snapshot differs:\n%+v\n%+v", p, q)
 		}
 	})
 }
