@@ -86,6 +86,7 @@ bench:
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/bench ./hack/bench && \
 	  $(GO) build -o $(BIN)/metasync ./cmd/metasync && \
+	  $(GO) build -o $(BIN)/bareinformer ./hack/bareinformer && \
 	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N) -metasync $(BIN)/metasync
 
 ## bench-micro: the indexer's Go benchmarks, with allocations.

@@ -39,6 +39,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
 	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
 	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
+	memoryLimit := fs.String("memory-limit", "auto", `the Go runtime's soft memory limit: "auto" (90 % of the container's cgroup memory limit, unless GOMEMLIMIT is set), "off", or a quantity such as 400Mi`)
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
@@ -63,6 +64,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(log.With("source", "client-go"))
+	if err := setMemoryLimit(*memoryLimit, "/sys/fs/cgroup", log); err != nil {
+		fmt.Fprintln(stderr, "metasync serve:", err)
+		return exitError{2}
+	}
 	// Before the first request: every request to the apiserver counts.
 	clientMetrics := api.ClientGoMetrics()
 

@@ -287,6 +287,14 @@ func run() error {
 	fmt.Printf("lookup / plain map: hot %.2f, random %.2f, parallel %.2f (target ≤ 1.30)\n", ms.lookupHot/floorHot, ms.lookupRandom/floorRandom.single, ms.lookupParallel/floorRandom.parallel)
 	fmt.Printf("memory: metasync uses 1/%.1f of the informer's heap per object (target ≥ 12)\n", base.bytesPerObject/ms.bytesPerObject)
 	fmt.Print(streamSummary)
+	if *rss && *churn {
+		// Last: the churn leaves the AppModels changed.
+		rows, err := measureChurn(ctx, cfg, dyn)
+		if err != nil {
+			return err
+		}
+		printTable(fmt.Sprintf("resident memory after churn — %d AppModels, %d writes", *n, *n+*n/10), "before", "after", rows)
+	}
 	if *warm {
 		if err := runWarm(ctx, cfg, kube, dyn, keys); err != nil {
 			return err

@@ -9,9 +9,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +21,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +38,8 @@ import (
 var (
 	rss         = flag.Bool("rss", true, "measure resident memory (VmRSS) of each side in its own process: the informer as a child of this program, metasync as `metasync serve` (-metasync)")
 	metasyncBin = flag.String("metasync", "bin/metasync", "the metasync binary for the resident memory rows")
+	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; when missing, this program runs it)")
+	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
 	child       = flag.String("child", "", "internal: run as the informer child process")
 	childNS     = flag.String("child-namespace", "", "internal: the child's namespace")
@@ -43,8 +49,10 @@ var (
 // emptyNS is a namespace without AppModels, for the baselines.
 const emptyNS = "bench-empty"
 
-// memory is what /proc says of a process.
-type memory struct{ rss, hwm float64 } // bytes
+// memory is what /proc says of a process, in bytes: VmRSS, VmHWM, and
+// VmRSS's anonymous and file-backed parts (heap and stacks; the binary's
+// pages).
+type memory struct{ rss, hwm, anon, file float64 }
 
 func procMemory(pid int) (memory, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
@@ -65,6 +73,10 @@ func procMemory(pid int) (memory, error) {
 			m.rss = kb * 1024
 		case "VmHWM:":
 			m.hwm = kb * 1024
+		case "RssAnon:":
+			m.anon = kb * 1024
+		case "RssFile:":
+			m.file = kb * 1024
 		}
 	}
 	return m, sc.Err()
@@ -110,7 +122,7 @@ func runChild() error {
 
 // measureProcess starts cmd, waits until ready says so, pauses, and reads
 // the process's memory; then kills it.
-func measureProcess(cmd *exec.Cmd, ready func() bool) (memory, time.Duration, error) {
+func measureProcess(cmd *exec.Cmd, ready func() bool, inspect func()) (memory, time.Duration, error) {
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return memory{}, 0, err
@@ -125,12 +137,19 @@ func measureProcess(cmd *exec.Cmd, ready func() bool) (memory, time.Duration, er
 	synced := time.Since(start)
 	time.Sleep(*rssSettle)
 	m, err := procMemory(cmd.Process.Pid)
+	if inspect != nil && err == nil {
+		inspect()
+	}
 	return m, synced, err
 }
 
 // informerMemory runs the informer child on a namespace.
 func informerMemory(kubeconfig, namespace string) (memory, error) {
 	cmd := exec.Command(os.Args[0], "-child", "informer", "-child-namespace", namespace, "-child-kubeconfig", kubeconfig)
+	if _, err := os.Stat(*informerBin); err == nil {
+		// The informer alone, not linked into this program.
+		cmd = exec.Command(*informerBin, "-namespace", namespace, "-kubeconfig", kubeconfig)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return memory{}, err
@@ -151,8 +170,9 @@ func informerMemory(kubeconfig, namespace string) (memory, error) {
 		default:
 			return false
 		}
-	})
-	logf("rss: informer on %s: %s in %s; VmRSS %.1f MiB, VmHWM %.1f MiB", namespace, syncedLine, took.Round(time.Millisecond), m.rss/(1<<20), m.hwm/(1<<20))
+	}, nil)
+	logf("rss: informer (%s) on %s: %s in %s; VmRSS %.1f MiB (anonymous %.1f, file %.1f), VmHWM %.1f MiB", filepath.Base(cmd.Path), namespace, syncedLine, took.Round(time.Millisecond),
+		m.rss/(1<<20), m.anon/(1<<20), m.file/(1<<20), m.hwm/(1<<20))
 	return m, err
 }
 
@@ -181,6 +201,7 @@ resources:
 	cmd := exec.Command(*metasyncBin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	client := &http.Client{Timeout: time.Second}
+	var runtimeMem string
 	m, took, err := measureProcess(cmd, func() bool {
 		resp, err := client.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -188,9 +209,40 @@ resources:
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
+	}, func() {
+		runtimeMem = goMemory(client, addr)
 	})
-	logf("rss: metasync serve on %s: ready in %s; VmRSS %.1f MiB, VmHWM %.1f MiB", namespace, took.Round(time.Millisecond), m.rss/(1<<20), m.hwm/(1<<20))
+	logf("rss: metasync serve on %s: ready in %s; VmRSS %.1f MiB (anonymous %.1f, file %.1f), VmHWM %.1f MiB; Go runtime: %s", namespace, took.Round(time.Millisecond),
+		m.rss/(1<<20), m.anon/(1<<20), m.file/(1<<20), m.hwm/(1<<20), runtimeMem)
 	return m, err
+}
+
+// goMemory summarizes where the Go runtime of a daemon says its memory
+// goes, from its /metrics.
+func goMemory(client *http.Client, addr string) string {
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := []string{"go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes",
+		"go_memstats_mspan_inuse_bytes", "go_memstats_gc_sys_bytes", "go_memstats_other_sys_bytes", "go_memstats_sys_bytes", "go_goroutines"}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, w := range want {
+			if v, ok := strings.CutPrefix(line, w+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				name := strings.TrimPrefix(strings.TrimPrefix(w, "go_memstats_"), "go_")
+				if strings.HasSuffix(w, "_bytes") {
+					out = append(out, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(name, "_bytes"), f/(1<<20)))
+				} else {
+					out = append(out, fmt.Sprintf("%s %.0f", name, f))
+				}
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // measureRSS returns the resident memory rows.
@@ -229,5 +281,158 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 		{name: "resident memory per object (VmRSS − empty)", unit: "B", baseline: per(im, ie), metasync: per(mm, me), target: "≤ 1/12"},
 		{name: "peak resident memory during sync (VmHWM)", unit: "MiB", baseline: im.hwm / (1 << 20), metasync: mm.hwm / (1 << 20), target: "≤ 0.5 ×"},
 		{name: "resident memory, empty namespace", unit: "MiB", baseline: ie.rss / (1 << 20), metasync: me.rss / (1 << 20), target: "≤ informer"},
+	}, nil
+}
+
+// serveProcess is a running `metasync serve` for the churn rows.
+type serveProcess struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startServe starts `metasync serve` on namespace and waits for /readyz.
+func startServe(kubeconfig, namespace, dir string) (*serveProcess, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	config := filepath.Join(dir, "config-churn.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`server: {listen: "%s"}
+resources:
+  - name: appmodels
+    group: iidp.com
+    version: v1
+    resource: appmodels
+    namespace: %s
+    labelSelector: iidp=iidp
+    indexes:
+      - {name: model-to-app, key: spec.models, value: metadata.name}
+`, addr, namespace)), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(*metasyncBin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &serveProcess{cmd: cmd, addr: addr}
+	client := &http.Client{Timeout: time.Second}
+	start := time.Now()
+	for {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		if time.Since(start) > 5*time.Minute {
+			p.stop()
+			return nil, errors.New("not ready after 5 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *serveProcess) stop() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }
+
+// sees reports whether the daemon answers model with app.
+func (p *serveProcess) sees(model, app string) bool {
+	resp, err := http.Get("http://" + p.addr + "/v1/indexes/model-to-app/keys/" + model)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), `"`+app+`"`)
+}
+
+// measureChurn runs `metasync serve`, then churns the AppModels: every one
+// updated (a model added), a tenth of them deleted and created again; it
+// reads VmRSS once the daemon has seen the last write and settled, and
+// compares it with a fresh process on the same state. It leaves the
+// AppModels as the churn made them.
+func measureChurn(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) ([]row, error) {
+	dir, err := os.MkdirTemp("", "bench-churn-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig, err := writeKubeconfig(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startServe(kubeconfig, ns, dir)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(*rssSettle)
+	before, err := procMemory(p.cmd.Process.Pid)
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var wg gosync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range *workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *n || failed.Load() != nil {
+					return
+				}
+				var err error
+				if i%10 == 0 {
+					err = dyn.Resource(gvr).Namespace(ns).Delete(ctx, fmt.Sprintf("app-%06d", i), metav1.DeleteOptions{})
+				}
+				if err == nil {
+					err = applyApp(ctx, dyn, i, fmt.Sprintf("churn-%06d", i))
+				}
+				if err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		p.stop()
+		return nil, *err
+	}
+	last := *n - 1
+	for !p.sees(fmt.Sprintf("churn-%06d", last), fmt.Sprintf("app-%06d", last)) {
+		if time.Since(start) > 10*time.Minute {
+			p.stop()
+			return nil, errors.New("the churn's last write not seen after 10 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	writes := *n + *n/10
+	logf("churn: %d writes in %s", writes, time.Since(start).Round(time.Millisecond))
+	time.Sleep(*rssSettle)
+	after, err := procMemory(p.cmd.Process.Pid)
+	p.stop()
+	if err != nil {
+		return nil, err
+	}
+	fresh, err := startServe(kubeconfig, ns, dir)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(*rssSettle)
+	again, err := procMemory(fresh.cmd.Process.Pid)
+	fresh.stop()
+	if err != nil {
+		return nil, err
+	}
+	logf("churn: VmRSS after the sync %.1f MiB, after the churn %.1f MiB, fresh on the same state %.1f MiB", before.rss/(1<<20), after.rss/(1<<20), again.rss/(1<<20))
+	return []row{
+		{name: "metasync serve VmRSS, after the sync | after the churn", unit: "MiB", baseline: before.rss / (1 << 20), metasync: after.rss / (1 << 20), raw: true},
+		{name: "after the churn | fresh process, same state", unit: "MiB", baseline: again.rss / (1 << 20), metasync: after.rss / (1 << 20), target: "≤ 1.2 ×"},
 	}, nil
 }

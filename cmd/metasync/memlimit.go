@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// memoryLimitShare is the part of the container's memory limit given to
+// the Go runtime as its soft limit: the rest is for what the runtime does
+// not count (the binary's pages, C libraries none, the kernel's buffers).
+const memoryLimitShare = 0.9
+
+// setMemoryLimit applies --memory-limit: "auto" sets the Go runtime's soft
+// memory limit to 90 % of the container's cgroup memory limit (v2, else
+// v1) when there is one and GOMEMLIMIT is not set; "off" leaves the
+// runtime alone; a quantity ("400Mi", "1G", bytes) sets that. It returns
+// what it did, for the log. cgroupRoot is /sys/fs/cgroup but in tests.
+func setMemoryLimit(flag, cgroupRoot string, log *slog.Logger) error {
+	switch flag {
+	case "off":
+		return nil
+	case "auto", "":
+		if v := os.Getenv("GOMEMLIMIT"); v != "" {
+			log.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
+			return nil
+		}
+		limit, source := cgroupMemoryLimit(cgroupRoot)
+		if limit <= 0 {
+			log.Debug("no container memory limit: the Go runtime's memory limit is left unset")
+			return nil
+		}
+		soft := int64(float64(limit) * memoryLimitShare)
+		debug.SetMemoryLimit(soft)
+		log.Info("memory limit set from the container's", "limit", limit, "goMemoryLimit", soft, "from", source)
+		return nil
+	}
+	q, err := resource.ParseQuantity(flag)
+	if err != nil || q.Sign() <= 0 {
+		return fmt.Errorf("--memory-limit %q: want auto, off, or a quantity such as 400Mi", flag)
+	}
+	debug.SetMemoryLimit(q.Value())
+	log.Info("memory limit set", "goMemoryLimit", q.Value())
+	return nil
+}
+
+// cgroupMemoryLimit returns the memory limit of the process's cgroup and
+// the file it came from; 0 when there is none ("max", or a v1 limit of
+// about 2^63, unlimited).
+func cgroupMemoryLimit(root string) (int64, string) {
+	// v2: the limit of the process's own cgroup (the container's, in a
+	// pod: /sys/fs/cgroup is its namespace's root), else of the root.
+	paths := []string{}
+	if rel := cgroupV2Path(); rel != "" {
+		paths = append(paths, filepath.Join(root, rel, "memory.max"))
+	}
+	paths = append(paths, filepath.Join(root, "memory.max"), filepath.Join(root, "memory", "memory.limit_in_bytes"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return 0, p
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 || n >= math.MaxInt64/2 {
+			return 0, p // v1's "unlimited" is a page-rounded 2^63
+		}
+		return n, p
+	}
+	return 0, ""
+}
+
+// cgroupV2Path returns the process's cgroup v2 path ("/..." from
+// /proc/self/cgroup's "0::" line), or "".
+func cgroupV2Path() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok && rest != "/" {
+			return rest
+		}
+	}
+	return ""
+}
