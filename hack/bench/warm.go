@@ -222,9 +222,9 @@ resources:
 		if err != nil {
 			return nil, fmt.Errorf("warm start %d: %w", i, err)
 		}
-		logf("warm: cold first answer %s, ready %s, %v LISTs, %.1f MB; warm first answer %s (stale %v), ready %s, %v LISTs, %.1f MB",
-			c.first.Round(time.Millisecond), c.ready.Round(time.Millisecond), c.api.lists, c.api.listBytes/1e6,
-			w.first.Round(time.Millisecond), w.stale, w.ready.Round(time.Millisecond), w.api.lists, w.api.listBytes/1e6)
+		logf("warm: cold first answer %s, ready %s, %v LISTs, %.1f MB, apiserver CPU %.2f s; warm first answer %s (stale %v), ready %s, %v LISTs, %.1f MB, apiserver CPU %.2f s",
+			c.first.Round(time.Millisecond), c.ready.Round(time.Millisecond), c.api.lists, c.api.listBytes/1e6, c.api.cpu,
+			w.first.Round(time.Millisecond), w.stale, w.ready.Round(time.Millisecond), w.api.lists, w.api.listBytes/1e6, w.api.cpu)
 		cold, warmed = append(cold, c), append(warmed, w)
 	}
 	med := func(rs []restart, f func(restart) time.Duration) float64 {
@@ -246,6 +246,7 @@ resources:
 		{name: "restart → /readyz 200 (cold | warm, median)", unit: "s", baseline: med(cold, func(r restart) time.Duration { return r.ready }), metasync: med(warmed, func(r restart) time.Duration { return r.ready }), raw: true},
 		{name: "LISTs served for a restart (cold | warm, most)", unit: "", baseline: maxOf(cold, func(r restart) float64 { return r.api.lists }), metasync: maxOf(warmed, func(r restart) float64 { return r.api.lists }), target: "warm: 0", raw: true},
 		{name: "LIST bytes served for a restart (cold | warm, most)", unit: "MB", baseline: maxOf(cold, func(r restart) float64 { return r.api.listBytes / 1e6 }), metasync: maxOf(warmed, func(r restart) float64 { return r.api.listBytes / 1e6 }), raw: true},
+		{name: "apiserver CPU for a restart (cold | warm, median)", unit: "s", baseline: med(cold, func(r restart) time.Duration { return time.Duration(r.api.cpu * 1e9) }), metasync: med(warmed, func(r restart) time.Duration { return time.Duration(r.api.cpu * 1e9) }), raw: true},
 	}
 	more, err := snapshotWrite(ctx, cfg, keys, dir)
 	if err != nil {
