@@ -168,9 +168,9 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 		ss.payload[sh][strings.Clone(key)] = p
 	})
 	next.sources[src.id] = ss
-	// No changes named: the rebuild that follows names every key, and
-	// before it only a subscriber that has not had its first answer can
-	// be registered (it waits for the source's data, then reads it).
+	// No changes named: nothing was there before. The rebuild that follows
+	// names every key it publishes and every key of these tables that it
+	// drops.
 	s.publish(next, nil)
 	go func() {
 		defer close(done)

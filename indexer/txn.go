@@ -663,6 +663,15 @@ func (src *Source) rebuildLocked(objs []Object) {
 				keys[j] = changes[j].key
 			}
 		}
+		if was := old.indexes[id]; s.onCommit != nil && was.keys > 0 {
+			// The source was empty, but its index was not (Load's tables):
+			// the keys this rebuild drops are changes too.
+			was.values.all(func(key string, _ []string) {
+				if _, ok := values[key]; !ok {
+					keys = append(keys, key)
+				}
+			})
+		}
 		is := &indexSnap{keys: len(values), values: build(bits, changes), sorted: &sortedKeys{}}
 		if objectsOf != nil {
 			changes = changes[:0]

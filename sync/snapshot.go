@@ -270,7 +270,8 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 		seen := make(map[string]struct{}, r.Objects)
 		r.EachObject(func(o snapshot.Object) {
 			if _, dup := seen[o.Key]; dup {
-				w.log.Error("snapshot object twice: the first kept", "object", o.Key)
+				// A copy: the snapshot's data may be unmapped once loaded.
+				w.log.Error("snapshot object twice: the first kept", "object", strings.Clone(o.Key))
 				return
 			}
 			seen[o.Key] = struct{}{}
@@ -299,11 +300,15 @@ func (e *Engine) loadSnapshot() {
 		writtenAt, err = e.RestoreSnapshot(data)
 		// The restored sources read data until they can be written.
 		v, _ := e.view()
+		var loading []<-chan struct{}
+		for _, w := range v.watchers {
+			if w.loaded != nil {
+				loading = append(loading, w.loaded)
+			}
+		}
 		go func() {
-			for _, w := range v.watchers {
-				if w.loaded != nil {
-					<-w.loaded
-				}
+			for _, ch := range loading {
+				<-ch
 			}
 			release()
 		}()

@@ -2,16 +2,21 @@ package sync
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
+	gosync "sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/internal/snapshot"
 	"github.com/iidp/metasync/schema"
@@ -186,4 +191,105 @@ func compiledPlan(t *testing.T) *compiled.Plan {
 		t.Fatal(err)
 	}
 	return compiled.Of(plan)
+}
+
+// craftedSnapshot writes a snapshot for snapshotConfig whose table claims
+// the key "ghost" (no object has it), with fillers objects more, and the
+// object "ns/app-1" twice.
+func craftedSnapshot(t *testing.T, dir string, fillers int) {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), time.Now(), 1)
+	enc.Resource("appmodels", "4711", []string{"model-to-app"}, []string{"ghost-app", "ns/ghost"})
+	enc.Table(true)
+	enc.Key("ghost", []uint32{0}, []uint32{1})
+	for range 2 {
+		enc.Object("ns/app-1", `{"type":"model"}`, true, [][]indexer.Entry{{{Key: "m1", Value: "app-1"}}})
+	}
+	for i := range fillers {
+		enc.Object(fmt.Sprintf("ns/filler-%06d", i), "", false, [][]indexer.Entry{{{Key: fmt.Sprintf("f-%06d", i), Value: "filler"}}})
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, SnapshotFile), buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A subscriber that got its first answer from the tables hears of a key
+// that the objects do not have: the rebuild names it.
+func TestSubscriberOfATableOnlyKeyHearsItGo(t *testing.T) {
+	dir := t.TempDir()
+	craftedSnapshot(t, dir, 50000)
+	e, err := newEngine(compiledPlan(t), Options{Logger: testLog(), SnapshotDir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.Subscribe(context.Background(), KeyOf("model-to-app", "ghost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var last []string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		ev, err := sub.Next(ctx)
+		cancel()
+		if err == nil {
+			last = ev.Values
+			continue
+		}
+		if len(last) == 0 && len(e.Lookup("model-to-app", "ghost")) == 0 {
+			return
+		}
+	}
+	t.Errorf("the subscriber of a key only the table had still holds %q", last)
+}
+
+// recorder keeps every log record, as a buffering handler does.
+type recorder struct {
+	mu      gosync.Mutex
+	records []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+// Nothing logged while restoring points into the snapshot's data, which
+// is unmapped once the objects are loaded.
+func TestRestoreLogsOutliveTheMapping(t *testing.T) {
+	dir := t.TempDir()
+	craftedSnapshot(t, dir, 10)
+	rec := &recorder{}
+	e, err := newEngine(compiledPlan(t), Options{Logger: slog.New(rec), SnapshotDir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-watchersOf(e)[0].loaded
+	time.Sleep(200 * time.Millisecond) // the release
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	dup := false
+	for _, r := range rec.records {
+		r.Attrs(func(a slog.Attr) bool {
+			s := a.Value.String() // reads every attribute
+			dup = dup || s == "ns/app-1"
+			return true
+		})
+	}
+	if !dup {
+		t.Error("the duplicate object was not logged")
+	}
+	if got := e.Lookup("model-to-app", "m1"); len(got) != 1 || got[0] != "app-1" {
+		t.Errorf("m1 = %q after the load", got)
+	}
 }

@@ -38,18 +38,27 @@ func setMemoryLimit(flag, cgroupRoot string, log *slog.Logger) error {
 			return nil
 		}
 		soft := int64(float64(limit) * memoryLimitShare)
+		if soft < minMemoryLimit {
+			log.Warn("container memory limit too small to give the Go runtime: left unset", "limit", limit, "from", source)
+			return nil
+		}
 		debug.SetMemoryLimit(soft)
 		log.Info("memory limit set from the container's", "limit", limit, "goMemoryLimit", soft, "from", source)
 		return nil
 	}
 	q, err := resource.ParseQuantity(flag)
-	if err != nil || q.Sign() <= 0 {
-		return fmt.Errorf("--memory-limit %q: want auto, off, or a quantity such as 400Mi", flag)
+	v, ok := q.AsInt64()
+	if err != nil || !ok || v < minMemoryLimit {
+		return fmt.Errorf("--memory-limit %q: want auto, off, or a quantity of at least 16Mi such as 400Mi (400m is 0.4 bytes)", flag)
 	}
-	debug.SetMemoryLimit(q.Value())
-	log.Info("memory limit set", "goMemoryLimit", q.Value())
+	debug.SetMemoryLimit(v)
+	log.Info("memory limit set", "goMemoryLimit", v)
 	return nil
 }
+
+// minMemoryLimit is the smallest memory limit worth giving the runtime:
+// under it the collector would run all the time.
+const minMemoryLimit = 16 << 20
 
 // cgroupMemoryLimit returns the memory limit of the process's cgroup and
 // the file it came from; 0 when there is none ("max", or a v1 limit of

@@ -20,6 +20,7 @@ func TestCgroupMemoryLimit(t *testing.T) {
 		"v1 unlimited": {map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, 0},
 		"none":         {nil, 0},
 		"garbage":      {map[string]string{"memory.max": "lots"}, 0},
+		"tiny":         {map[string]string{"memory.max": "1"}, 1},
 	} {
 		root := t.TempDir()
 		for p, content := range c.files {
@@ -57,11 +58,18 @@ func TestSetMemoryLimit(t *testing.T) {
 	if err := setMemoryLimit("off", root, log); err != nil || debug.SetMemoryLimit(-1) != 1<<62 {
 		t.Errorf("off changed the limit")
 	}
+	if err := os.WriteFile(filepath.Join(root, "memory.max"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	debug.SetMemoryLimit(1 << 62)
+	if err := setMemoryLimit("auto", root, log); err != nil || debug.SetMemoryLimit(-1) != 1<<62 {
+		t.Errorf("auto with a 1-byte cgroup limit set the runtime's")
+	}
 	t.Setenv("GOMEMLIMIT", "200MiB")
 	if err := setMemoryLimit("auto", root, log); err != nil || debug.SetMemoryLimit(-1) != 1<<62 {
 		t.Errorf("auto with GOMEMLIMIT set changed the limit")
 	}
-	for _, bad := range []string{"lots", "-1Mi", "0"} {
+	for _, bad := range []string{"lots", "-1Mi", "0", "400m", "0.5", "1k", "100E", "1e30"} {
 		if err := setMemoryLimit(bad, root, log); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
