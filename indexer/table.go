@@ -385,6 +385,12 @@ func build(bits uint, changes []change) table {
 	if len(changes) >= parallelBuild {
 		workers = min(runtime.GOMAXPROCS(0), 4)
 	}
+	if workers == 1 {
+		for pi, g := range groups {
+			t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)] = layout(g)
+		}
+		return t
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -102,4 +105,34 @@ func cgroupV2Path() string {
 		}
 	}
 	return ""
+}
+
+// trimEvery is how often returnFreeMemory looks at the heap.
+const trimEvery = 10 * time.Second
+
+// returnFreeMemory gives free heap back to the kernel when it has piled
+// up: every trimEvery, when the heap's free memory not yet returned is over
+// a quarter of the live objects (and over 4 MiB), it calls
+// debug.FreeOSMemory (a collection, then every free page returned). After
+// churn the runtime would otherwise keep up to its heap goal, twice the
+// live heap, resident until its scavenger slowly gets to it. It returns
+// when ctx ends.
+func returnFreeMemory(ctx context.Context, log *slog.Logger) {
+	samples := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	t := time.NewTicker(trimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(samples)
+		free, live := samples[0].Value.Uint64(), samples[1].Value.Uint64()
+		if free > 4<<20 && free > live/4 {
+			start := time.Now()
+			debug.FreeOSMemory()
+			log.Debug("free heap returned to the kernel", "free", free, "live", live, "took", time.Since(start).String())
+		}
+	}
 }

@@ -126,8 +126,29 @@ func run() error {
 	}
 	rand.New(rand.NewPCG(7, 7)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 
-	if *only == "warm" {
+	switch *only {
+	case "warm":
 		return runWarm(ctx, cfg, kube, dyn, keys)
+	case "rss":
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: emptyNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		rows, err := measureRSS(cfg)
+		if err != nil {
+			return err
+		}
+		if *churn {
+			more, err := measureChurn(ctx, cfg, dyn)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, more...)
+		}
+		printTable(fmt.Sprintf("resident memory — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "informer", "metasync", rows)
+		return nil
+	case "":
+	default:
+		return fmt.Errorf("-only %q: warm or rss", *only)
 	}
 	var rows []row
 	if _, _, err := rawList(ctx, cfg, 3); err != nil { // warm the apiserver's cache

@@ -40,6 +40,7 @@ var (
 	metasyncBin = flag.String("metasync", "bin/metasync", "the metasync binary for the resident memory rows")
 	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; when missing, this program runs it)")
 	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
+	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its free heap every 10 s)")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
 	child       = flag.String("child", "", "internal: run as the informer child process")
 	childNS     = flag.String("child-namespace", "", "internal: the child's namespace")
@@ -414,8 +415,10 @@ func measureChurn(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) 
 	}
 	writes := *n + *n/10
 	logf("churn: %d writes in %s", writes, time.Since(start).Round(time.Millisecond))
-	time.Sleep(*rssSettle)
+	time.Sleep(*churnSettle)
 	after, err := procMemory(p.cmd.Process.Pid)
+	client := &http.Client{Timeout: 5 * time.Second}
+	afterGo := goMemory(client, p.addr)
 	p.stop()
 	if err != nil {
 		return nil, err
@@ -426,11 +429,13 @@ func measureChurn(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) 
 	}
 	time.Sleep(*rssSettle)
 	again, err := procMemory(fresh.cmd.Process.Pid)
+	freshGo := goMemory(client, fresh.addr)
 	fresh.stop()
 	if err != nil {
 		return nil, err
 	}
-	logf("churn: VmRSS after the sync %.1f MiB, after the churn %.1f MiB, fresh on the same state %.1f MiB", before.rss/(1<<20), after.rss/(1<<20), again.rss/(1<<20))
+	logf("churn: VmRSS after the sync %.1f MiB, after the churn %.1f MiB (anonymous %.1f; %s), fresh on the same state %.1f MiB (anonymous %.1f; %s)",
+		before.rss/(1<<20), after.rss/(1<<20), after.anon/(1<<20), afterGo, again.rss/(1<<20), again.anon/(1<<20), freshGo)
 	return []row{
 		{name: "metasync serve VmRSS, after the sync | after the churn", unit: "MiB", baseline: before.rss / (1 << 20), metasync: after.rss / (1 << 20), raw: true},
 		{name: "after the churn | fresh process, same state", unit: "MiB", baseline: again.rss / (1 << 20), metasync: after.rss / (1 << 20), target: "≤ 1.2 ×"},
