@@ -79,11 +79,8 @@ func main() {
 		return
 	}
 	if *child != "" {
-		if err := runChild(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench child:", err)
-			os.Exit(1)
-		}
-		return
+		fmt.Fprintf(os.Stderr, "bench: -child %q: only engines\n", *child)
+		os.Exit(2)
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -21,16 +21,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	gosync "sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -38,11 +33,11 @@ import (
 var (
 	rss         = flag.Bool("rss", true, "measure resident memory (VmRSS) of each side in its own process: the informer as a child of this program, metasync as `metasync serve` (-metasync)")
 	metasyncBin = flag.String("metasync", "bin/metasync", "the metasync binary for the resident memory rows")
-	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; when missing, this program runs it)")
+	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; make bench builds it)")
 	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
 	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its free heap every 10 s)")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
-	child       = flag.String("child", "", "internal: run as the informer child process")
+	child       = flag.String("child", "", "internal: \"engines\", run as a child of the rollout rows")
 	childNS     = flag.String("child-namespace", "", "internal: the child's namespace")
 	childConfig = flag.String("child-kubeconfig", "", "internal: the child's kubeconfig")
 )
@@ -94,31 +89,29 @@ func writeKubeconfig(cfg *rest.Config, dir string) (string, error) {
 	return path, clientcmd.WriteToFile(*kc, path)
 }
 
-// runChild is the informer child: the seed's informer on a namespace, then
-// "synced" on stdout, then it waits to be killed.
-func runChild() error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", *childConfig)
+// serveConfig writes the bench's metasync config for namespace into dir,
+// listening on a free port of the loopback, and returns its path and the
+// address.
+func serveConfig(dir, namespace string) (path, addr string, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, *childNS, func(o *metav1.ListOptions) {
-		o.LabelSelector = "iidp=iidp"
-	})
-	inf := factory.ForResource(gvr).Informer()
-	if err := inf.AddIndexers(cache.Indexers{"model": func(obj any) ([]string, error) {
-		models, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "models")
-		return models, nil
-	}}); err != nil {
-		return err
-	}
-	stop := make(chan struct{})
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		return errors.New("informer did not sync")
-	}
-	fmt.Println("synced", len(inf.GetStore().ListKeys()))
-	select {}
+	addr = ln.Addr().String()
+	ln.Close()
+	path = filepath.Join(dir, "config-"+namespace+".yaml")
+	err = os.WriteFile(path, []byte(fmt.Sprintf(`server: {listen: "%s"}
+resources:
+  - name: appmodels
+    group: iidp.com
+    version: v1
+    resource: appmodels
+    namespace: %s
+    labelSelector: iidp=iidp
+    indexes:
+      - {name: model-to-app, key: spec.models, value: metadata.name}
+`, addr, namespace)), 0o600)
+	return path, addr, err
 }
 
 // measureProcess starts cmd, waits until ready says so, pauses, and reads
@@ -146,11 +139,8 @@ func measureProcess(cmd *exec.Cmd, ready func() bool, inspect func()) (memory, t
 
 // informerMemory runs the informer child on a namespace.
 func informerMemory(kubeconfig, namespace string) (memory, error) {
-	cmd := exec.Command(os.Args[0], "-child", "informer", "-child-namespace", namespace, "-child-kubeconfig", kubeconfig)
-	if _, err := os.Stat(*informerBin); err == nil {
-		// The informer alone, not linked into this program.
-		cmd = exec.Command(*informerBin, "-namespace", namespace, "-kubeconfig", kubeconfig)
-	}
+	// The informer alone, not linked into this program.
+	cmd := exec.Command(*informerBin, "-namespace", namespace, "-kubeconfig", kubeconfig)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return memory{}, err
@@ -179,24 +169,8 @@ func informerMemory(kubeconfig, namespace string) (memory, error) {
 
 // metasyncMemory runs `metasync serve` on a namespace and waits for /readyz.
 func metasyncMemory(kubeconfig, namespace, dir string) (memory, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	config, addr, err := serveConfig(dir, namespace)
 	if err != nil {
-		return memory{}, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	config := filepath.Join(dir, "config-"+namespace+".yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`server: {listen: "%s"}
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: %s
-    labelSelector: iidp=iidp
-    indexes:
-      - {name: model-to-app, key: spec.models, value: metadata.name}
-`, addr, namespace)), 0o600); err != nil {
 		return memory{}, err
 	}
 	cmd := exec.Command(*metasyncBin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn")
@@ -248,8 +222,10 @@ func goMemory(client *http.Client, addr string) string {
 
 // measureRSS returns the resident memory rows.
 func measureRSS(cfg *rest.Config) ([]row, error) {
-	if _, err := os.Stat(*metasyncBin); err != nil {
-		return nil, fmt.Errorf("-metasync %s: %w (make bench builds it)", *metasyncBin, err)
+	for flag, path := range map[string]string{"-metasync": *metasyncBin, "-informer": *informerBin} {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s %s: %w (make bench builds it)", flag, path, err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "bench-rss-")
 	if err != nil {
@@ -293,24 +269,8 @@ type serveProcess struct {
 
 // startServe starts `metasync serve` on namespace and waits for /readyz.
 func startServe(kubeconfig, namespace, dir string) (*serveProcess, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	config, addr, err := serveConfig(dir, namespace)
 	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	config := filepath.Join(dir, "config-churn.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`server: {listen: "%s"}
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: %s
-    labelSelector: iidp=iidp
-    indexes:
-      - {name: model-to-app, key: spec.models, value: metadata.name}
-`, addr, namespace)), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(*metasyncBin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn")
@@ -376,34 +336,17 @@ func measureChurn(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) 
 		return nil, err
 	}
 	start := time.Now()
-	var next atomic.Int64
-	var wg gosync.WaitGroup
-	var failed atomic.Pointer[error]
-	for range *workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= *n || failed.Load() != nil {
-					return
-				}
-				var err error
-				if i%10 == 0 {
-					err = dyn.Resource(gvr).Namespace(ns).Delete(ctx, fmt.Sprintf("app-%06d", i), metav1.DeleteOptions{})
-				}
-				if err == nil {
-					err = applyApp(ctx, dyn, i, fmt.Sprintf("churn-%06d", i))
-				}
-				if err != nil {
-					failed.Store(&err)
-					return
-				}
+	err = inParallel(*n, func(i int) error {
+		if i%10 == 0 {
+			if err := dyn.Resource(gvr).Namespace(ns).Delete(ctx, fmt.Sprintf("app-%06d", i), metav1.DeleteOptions{}); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
+		}
+		return applyApp(ctx, dyn, i, fmt.Sprintf("churn-%06d", i))
+	})
+	if err != nil {
 		p.stop()
-		return nil, *err
+		return nil, err
 	}
 	last := *n - 1
 	for !p.sees(fmt.Sprintf("churn-%06d", last), fmt.Sprintf("app-%06d", last)) {

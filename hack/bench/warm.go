@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -185,24 +184,8 @@ func measureWarm(ctx context.Context, cfg *rest.Config, kube kubernetes.Interfac
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	config, addr, err := serveConfig(dir, ns)
 	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	config := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`server: {listen: "%s"}
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: %s
-    labelSelector: iidp=iidp
-    indexes:
-      - {name: model-to-app, key: spec.models, value: metadata.name}
-`, addr, ns)), 0o600); err != nil {
 		return nil, err
 	}
 	snapDir := filepath.Join(dir, "snapshot")
@@ -357,31 +340,17 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rolloutNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	var next atomic.Int64
-	var wg gosync.WaitGroup
-	var failed atomic.Pointer[error]
-	for range *workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= *rolloutObjects || failed.Load() != nil {
-					return
-				}
-				obj := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "iidp.com/v1", "kind": "AppModel",
-					"metadata": map[string]any{"name": fmt.Sprintf("r-%05d", i), "labels": map[string]any{"iidp": "iidp"}},
-					"spec":     map[string]any{"type": "model", "version": "1", "models": []any{fmt.Sprintf("rm-%05d", i)}},
-				}}
-				if _, err := dyn.Resource(gvr).Namespace(rolloutNS).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "bench", Force: true}); err != nil {
-					failed.Store(&err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		return nil, *err
+	err := inParallel(*rolloutObjects, func(i int) error {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "iidp.com/v1", "kind": "AppModel",
+			"metadata": map[string]any{"name": fmt.Sprintf("r-%05d", i), "labels": map[string]any{"iidp": "iidp"}},
+			"spec":     map[string]any{"type": "model", "version": "1", "models": []any{fmt.Sprintf("rm-%05d", i)}},
+		}}
+		_, err := dyn.Resource(gvr).Namespace(rolloutNS).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "bench", Force: true})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "bench-rollout-")
 	if err != nil {

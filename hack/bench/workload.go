@@ -47,29 +47,39 @@ func applyApp(ctx context.Context, dyn dynamic.Interface, i int, extra ...string
 // populate creates the -n AppModels with -workers parallel writers and
 // returns the first error, if any.
 func populate(ctx context.Context, dyn dynamic.Interface) error {
+	return inParallel(*n, func(i int) error {
+		if i > 0 && i%10000 == 0 {
+			logf("  %d created", i)
+		}
+		return applyApp(ctx, dyn, i)
+	})
+}
+
+// inParallel calls f for 0 to n-1 on -workers goroutines and returns the
+// first error; after one, no more calls start.
+func inParallel(n int, f func(i int) error) error {
 	var next atomic.Int64
 	var wg gosync.WaitGroup
-	errs := make(chan error, *workers)
+	var failed atomic.Pointer[error]
 	for range *workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= *n {
+				if i >= n || failed.Load() != nil {
 					return
 				}
-				if err := applyApp(ctx, dyn, i); err != nil {
-					errs <- err
+				if err := f(i); err != nil {
+					failed.CompareAndSwap(nil, &err)
 					return
-				}
-				if i > 0 && i%10000 == 0 {
-					logf("  %d created", i)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	close(errs)
-	return <-errs
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // rawList times the bytes of the LIST that metasync's first list sends
