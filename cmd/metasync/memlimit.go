@@ -111,14 +111,19 @@ func cgroupV2Path() string {
 const trimEvery = 10 * time.Second
 
 // returnFreeMemory gives free heap back to the kernel when it has piled
-// up: every trimEvery, when the heap's free memory not yet returned is over
-// a quarter of the live objects (and over 4 MiB), it calls
-// debug.FreeOSMemory (a collection, then every free page returned). After
-// churn the runtime would otherwise keep up to its heap goal, twice the
-// live heap, resident until its scavenger slowly gets to it. It returns
-// when ctx ends.
+// up: every trimEvery, when the heap's free memory not yet returned, or its
+// dead objects not yet collected, come to more than a quarter of the live
+// heap (and 4 MiB), it calls debug.FreeOSMemory (a collection, then every
+// free page returned). After churn the runtime would otherwise keep up to
+// its heap goal, twice the live heap, resident: garbage waits for the next
+// collection, which an idle process does not reach for minutes, and free
+// pages for the scavenger. It returns when ctx ends.
 func returnFreeMemory(ctx context.Context, log *slog.Logger) {
-	samples := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/free:bytes"},    // free, not returned
+		{Name: "/memory/classes/heap/objects:bytes"}, // live and dead objects
+		{Name: "/gc/heap/live:bytes"},                // live at the last collection
+	}
 	t := time.NewTicker(trimEvery)
 	defer t.Stop()
 	for {
@@ -128,11 +133,15 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger) {
 		case <-t.C:
 		}
 		metrics.Read(samples)
-		free, live := samples[0].Value.Uint64(), samples[1].Value.Uint64()
-		if free > 4<<20 && free > live/4 {
+		free, objects, live := samples[0].Value.Uint64(), samples[1].Value.Uint64(), samples[2].Value.Uint64()
+		var dead uint64
+		if objects > live {
+			dead = objects - live
+		}
+		if piled := max(free, dead); piled > 4<<20 && piled > live/4 {
 			start := time.Now()
 			debug.FreeOSMemory()
-			log.Debug("free heap returned to the kernel", "free", free, "live", live, "took", time.Since(start).String())
+			log.Debug("free heap returned to the kernel", "free", free, "dead", dead, "live", live, "took", time.Since(start).String())
 		}
 	}
 }
