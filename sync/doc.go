@@ -30,6 +30,13 @@
 // before Start is then visible. A resource whose watch keeps failing stays
 // served from memory and is reported not ready (Status, Ready).
 //
+// With Options.SnapshotDir, New first restores what the engine's last run
+// wrote there: lookups answer at once, Stale until each watch has resumed
+// from the snapshot's resourceVersion (or listed, when the apiserver
+// cannot resume it), and Start writes a snapshot every SnapshotInterval
+// and when it stops. WaitForData returns once every resource has data,
+// from a list or a snapshot; WaitForSync once every one has caught up.
+//
 // # Reading
 //
 // What the engine answers is the Reader interface: Lookup, Resolve, Keys,
