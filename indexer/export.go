@@ -74,12 +74,6 @@ func (img *Image) Objects(f func(key string, entries [][]Entry, payload any)) in
 	return len(img.objs)
 }
 
-// Export calls f with every object of src as of one commit; see
-// Image.Objects.
-func (src *Source) Export(f func(key string, entries [][]Entry, payload any)) int {
-	return src.Image().Objects(f)
-}
-
 // SavedIndex is one index of a saved Image, for Load: its keys, each
 // with its values and object keys as numbers in Load's strings.
 type SavedIndex struct {
