@@ -89,6 +89,19 @@ func writeKubeconfig(cfg *rest.Config, dir string) (string, error) {
 	return path, clientcmd.WriteToFile(*kc, path)
 }
 
+// workDir makes a temporary folder, named after prefix, holding a
+// kubeconfig of cfg for the child processes; the caller removes it.
+func workDir(cfg *rest.Config, prefix string) (dir, kubeconfig string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", err
+	}
+	if kubeconfig, err = writeKubeconfig(cfg, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, kubeconfig, nil
+}
+
 // serveConfig writes the bench's metasync config for namespace into dir,
 // listening on a free port of the loopback, and returns its path and the
 // address.
@@ -227,15 +240,11 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 			return nil, fmt.Errorf("%s %s: %w (make bench builds it)", flag, path, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "bench-rss-")
+	dir, kubeconfig, err := workDir(cfg, "bench-rss-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig, err := writeKubeconfig(cfg, dir)
-	if err != nil {
-		return nil, err
-	}
 	var im, ie, mm, me memory
 	for _, step := range []struct {
 		m    *memory
@@ -316,15 +325,11 @@ func (p *serveProcess) sees(model, app string) bool {
 // compares it with a fresh process on the same state. It leaves the
 // AppModels as the churn made them.
 func measureChurn(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface) ([]row, error) {
-	dir, err := os.MkdirTemp("", "bench-churn-")
+	dir, kubeconfig, err := workDir(cfg, "bench-churn-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig, err := writeKubeconfig(cfg, dir)
-	if err != nil {
-		return nil, err
-	}
 	p, err := startServe(kubeconfig, ns, dir)
 	if err != nil {
 		return nil, err

@@ -175,15 +175,11 @@ func measureWarm(ctx context.Context, cfg *rest.Config, kube kubernetes.Interfac
 	if _, err := os.Stat(*metasyncBin); err != nil {
 		return nil, fmt.Errorf("-metasync %s: %w (make bench builds it)", *metasyncBin, err)
 	}
-	dir, err := os.MkdirTemp("", "bench-warm-")
+	dir, kubeconfig, err := workDir(cfg, "bench-warm-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig, err := writeKubeconfig(cfg, dir)
-	if err != nil {
-		return nil, err
-	}
 	config, addr, err := serveConfig(dir, ns)
 	if err != nil {
 		return nil, err
@@ -352,15 +348,11 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "bench-rollout-")
+	dir, kubeconfig, err := workDir(cfg, "bench-rollout-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig, err := writeKubeconfig(cfg, dir)
-	if err != nil {
-		return nil, err
-	}
 	phase := func(what string) (apiCounts, time.Duration, error) {
 		before, err := apiserverCounts(ctx, kube)
 		if err != nil {
