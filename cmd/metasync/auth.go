@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/internal/api"
@@ -20,12 +19,12 @@ func authFor(mode, addr string, cfg *rest.Config, log *slog.Logger) (*api.TokenA
 	host, _, _ := net.SplitHostPort(addr)
 	switch mode {
 	case "tokenreview":
-		kube, err := kubernetes.NewForConfig(reviewConfig(cfg))
+		guard, err := api.NewTokenAuth(reviewConfig(cfg), log)
 		if err != nil {
 			log.Error("auth", "error", err.Error())
 			return nil, exitError{1}
 		}
-		return api.NewTokenAuth(kube, log), nil
+		return guard, nil
 	case "none":
 		if !isLoopback(host) {
 			log.Warn("the HTTP API listens beyond loopback without authentication, as --auth=none asks", "address", addr)

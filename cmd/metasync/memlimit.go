@@ -107,13 +107,19 @@ func cgroupV2Path() string {
 	return ""
 }
 
-// trimEvery is how often returnFreeMemory looks at the heap.
-const trimEvery = 10 * time.Second
+// trimEvery is how often returnFreeMemory looks at the heap; below
+// trimFloor of free or dead memory it leaves the heap alone (a collection
+// of a heap that small takes well under a millisecond, but there is
+// nothing worth returning).
+const (
+	trimEvery = 10 * time.Second
+	trimFloor = 1 << 20
+)
 
 // returnFreeMemory gives free heap back to the kernel when it has piled
 // up: every trimEvery, when the heap's free memory not yet returned, or its
 // dead objects not yet collected, come to more than a quarter of the live
-// heap (and 4 MiB), it calls debug.FreeOSMemory (a collection, then every
+// heap (and trimFloor), it calls debug.FreeOSMemory (a collection, then every
 // free page returned). After churn the runtime would otherwise keep up to
 // its heap goal, twice the live heap, resident: garbage waits for the next
 // collection, which an idle process does not reach for minutes, and free
@@ -138,7 +144,7 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger) {
 		if objects > live {
 			dead = objects - live
 		}
-		if piled := max(free, dead); piled > 4<<20 && piled > live/4 {
+		if piled := max(free, dead); piled > trimFloor && piled > live/4 {
 			start := time.Now()
 			debug.FreeOSMemory()
 			log.Debug("free heap returned to the kernel", "free", free, "dead", dead, "live", live, "took", time.Since(start).String())

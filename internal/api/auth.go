@@ -21,7 +21,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/kubejson"
 )
 
 // TokenAuth guards the API with Kubernetes bearer tokens, as
@@ -75,7 +77,7 @@ import (
 //     it); then requests get 503. A refresh answered 401 or 403 takes
 //     effect at once.
 type TokenAuth struct {
-	kube kubernetes.Interface
+	kube *kubejson.Client
 	log  *slog.Logger
 
 	ttl, negativeTTL time.Duration
@@ -124,12 +126,17 @@ type verdict struct {
 	msg  string
 }
 
-// NewTokenAuth builds the guard; kube must be allowed to create
-// tokenreviews and subjectaccessreviews (the system:auth-delegator role).
-// Give kube a client of its own (its own rate limits): the guard makes at
-// most a few reviews per caller and index every few seconds, and turns
-// unknown tokens away rather than queueing them.
-func NewTokenAuth(kube kubernetes.Interface, log *slog.Logger) *TokenAuth {
+// NewTokenAuth builds the guard, whose reviews go to the cluster of cfg;
+// cfg's user must be allowed to create tokenreviews and
+// subjectaccessreviews (the system:auth-delegator role). Give cfg rate
+// limits of its own: the guard makes at most a few reviews per caller and
+// index every few seconds, and turns unknown tokens away rather than
+// queueing them.
+func NewTokenAuth(cfg *rest.Config, log *slog.Logger) (*TokenAuth, error) {
+	kube, err := kubejson.New(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &TokenAuth{
 		kube:        kube,
 		log:         log,
@@ -154,7 +161,7 @@ func NewTokenAuth(kube kubernetes.Interface, log *slog.Logger) *TokenAuth {
 		}),
 		failLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
 		busyLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-	}
+	}, nil
 }
 
 // Describe implements prometheus.Collector.
@@ -433,6 +440,11 @@ func (a *TokenAuth) start(key [32]byte, done func(), background bool, pos, neg *
 	return f
 }
 
+// typeMeta is the apiVersion and kind a review is sent with.
+func typeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
 // reviewFailed counts a failed review and logs it, at most a few times
 // every 10 s.
 func (a *TokenAuth) reviewFailed(kind, what string, err error) error {
@@ -445,9 +457,11 @@ func (a *TokenAuth) reviewFailed(kind, what string, err error) error {
 }
 
 func (a *TokenAuth) authenticate(ctx context.Context, token string) (verdict, error) {
-	tr, err := a.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token},
-	}, metav1.CreateOptions{})
+	tr := &authenticationv1.TokenReview{}
+	err := a.kube.Create(ctx, "/apis/authentication.k8s.io/v1/tokenreviews", &authenticationv1.TokenReview{
+		TypeMeta: typeMeta("authentication.k8s.io/v1", "TokenReview"),
+		Spec:     authenticationv1.TokenReviewSpec{Token: token},
+	}, tr)
 	if err != nil {
 		return verdict{}, a.reviewFailed("token", "token review", err)
 	}
@@ -464,12 +478,14 @@ func (a *TokenAuth) authorize(ctx context.Context, u authenticationv1.UserInfo, 
 	for k, v := range u.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
 	}
-	sar, err := a.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+	sar := &authorizationv1.SubjectAccessReview{}
+	err := a.kube.Create(ctx, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &authorizationv1.SubjectAccessReview{
+		TypeMeta: typeMeta("authorization.k8s.io/v1", "SubjectAccessReview"),
 		Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
 			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: thing, Verb: "get"},
 		},
-	}, metav1.CreateOptions{})
+	}, sar)
 	if err != nil {
 		return verdict{}, a.reviewFailed("access", "access review", err)
 	}

@@ -32,7 +32,7 @@ func TestAuthAccessFloodKeepsKnownCallers(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = 50, 100, nil // as serve configures its review client
 	kube, c := countingKube(t, cfg)
-	a := NewTokenAuth(kube, quietLog())
+	a := newGuard(t, kube, quietLog())
 	a.ttl, a.negativeTTL, a.timeout = 2*time.Second, time.Second, 1500*time.Millisecond
 	h := a.Wrap(offlineServer(t))
 	serve := func(path, token string) int {
@@ -102,7 +102,7 @@ func TestAuthFailingRefreshKeepsVerdict(t *testing.T) {
 	testenv.Need(t, env)
 	reader, _, _ := identities(t)
 	kube, c := countingKube(t, env.Config)
-	a := NewTokenAuth(kube, quietLog())
+	a := newGuard(t, kube, quietLog())
 	a.ttl, a.grace = time.Second, 1500*time.Millisecond
 	h := a.Wrap(offlineServer(t))
 	serve := func() int {

@@ -23,7 +23,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/internal/testenv"
@@ -136,25 +135,31 @@ func (c *reviewCounter) counts() string {
 	return fmt.Sprintf("%d TokenReviews, %d SubjectAccessReviews", c.tokenReviews.Load(), c.accessReview.Load())
 }
 
-// countingKube is a client of cfg whose reviews c counts.
-func countingKube(t *testing.T, cfg *rest.Config) (kubernetes.Interface, *reviewCounter) {
+// countingKube is a copy of cfg whose reviews c counts.
+func countingKube(t *testing.T, cfg *rest.Config) (*rest.Config, *reviewCounter) {
 	t.Helper()
 	c := &reviewCounter{}
 	cfg = rest.CopyConfig(cfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { c.rt = rt; return c }
-	kube, err := kubernetes.NewForConfig(cfg)
+	return cfg, c
+}
+
+// newGuard is NewTokenAuth, failing t on an error.
+func newGuard(t *testing.T, cfg *rest.Config, log *slog.Logger) *TokenAuth {
+	t.Helper()
+	a, err := NewTokenAuth(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube, c
+	return a
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // guarded serves the offline API behind a TokenAuth of kube.
-func guarded(t *testing.T, kube kubernetes.Interface, log *slog.Logger) *httptest.Server {
+func guarded(t *testing.T, kube *rest.Config, log *slog.Logger) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(NewTokenAuth(kube, log).Wrap(offlineServer(t)))
+	srv := httptest.NewServer(newGuard(t, kube, log).Wrap(offlineServer(t)))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -314,7 +319,7 @@ func TestAuthFloodKeepsKnownCallers(t *testing.T) {
 	cfg.QPS, cfg.Burst = 5, 10
 	kube, c := countingKube(t, cfg)
 	warns := &warnCounter{}
-	h := NewTokenAuth(kube, slog.New(warns)).Wrap(offlineServer(t))
+	h := newGuard(t, kube, slog.New(warns)).Wrap(offlineServer(t))
 	serve := func(token string) int {
 		req := httptest.NewRequest("GET", "/v1/indexes/model-to-app/keys/model1", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -407,7 +412,7 @@ func TestAuthStreamEndsWhenAccessGoes(t *testing.T) {
 	token := saToken(t, sa)
 	s := offlineServer(t)
 	s.SetHeartbeat(100 * time.Millisecond)
-	guard := NewTokenAuth(env.Kube, quietLog())
+	guard := newGuard(t, env.Config, quietLog())
 	guard.ttl = 500 * time.Millisecond
 	srv := httptest.NewServer(guard.Wrap(s))
 	defer srv.Close()

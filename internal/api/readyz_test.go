@@ -103,7 +103,7 @@ func TestReadyzVerboseNeedsAccess(t *testing.T) {
 	testenv.Need(t, env)
 	reader, operator, nobody := identities(t)
 	kube, _ := countingKube(t, env.Config)
-	h := NewTokenAuth(kube, quietLog()).Wrap(startedOffline(t))
+	h := newGuard(t, kube, quietLog()).Wrap(startedOffline(t))
 
 	code, a, raw := readyz(t, h, "/readyz", "")
 	shortForm(t, "/readyz without a token", code, a, raw)

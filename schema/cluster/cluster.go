@@ -17,21 +17,24 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/kubejson"
 	"github.com/iidp/metasync/schema"
 )
+
+// crdPath is the API path of the CRD called name.
+func crdPath(name string) string {
+	return kubejson.Path("apis", "apiextensions.k8s.io", "v1", "customresourcedefinitions", name)
+}
 
 // InstallCRDs creates or updates the CRDs (server-side apply, field manager
 // "metasync") and waits until each is Established, or timeout passes.
 func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, timeout time.Duration) error {
-	client, err := apiextensionsclient.NewForConfig(cfg)
+	client, err := kubejson.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -45,10 +48,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, time
 		if err != nil {
 			return err
 		}
-		force := true
-		_, err = client.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, "application/apply-patch+yaml", body,
-			metav1.PatchOptions{FieldManager: "metasync", Force: &force})
-		if err != nil {
+		if err := client.Apply(ctx, crdPath(crd.Name), "metasync", body, nil); err != nil {
 			return fmt.Errorf("install CRD %s: %w", crd.Name, err)
 		}
 	}
@@ -56,8 +56,8 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, time
 	defer cancel()
 	for _, crd := range crds {
 		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
+			got := &apiextensionsv1.CustomResourceDefinition{}
+			if err := client.Get(ctx, crdPath(crd.Name), got); err != nil {
 				return false, nil
 			}
 			for _, c := range got.Status.Conditions {
@@ -80,15 +80,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, time
 // fits the CRD's schema where a CRD defines the resource. It reports every
 // problem at once; notes are things it could not check.
 func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (notes []string, err error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ext, err := apiextensionsclient.NewForConfig(cfg)
+	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +89,12 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 	for i, r := range mplan.Of(plan).Resources {
 		at := fmt.Sprintf("resources[%d]", i)
 		gv := r.GVR.GroupVersion().String()
-		list, err := dc.ServerResourcesForGroupVersion(gv)
+		apiPath := kubejson.Path("apis", r.GVR.Group, r.GVR.Version)
+		if r.GVR.Group == "" {
+			apiPath = kubejson.Path("api", r.GVR.Version)
+		}
+		list := &metav1.APIResourceList{}
+		err := kube.Get(ctx, apiPath, list)
 		switch {
 		case apierrors.IsNotFound(err):
 			p.add(at, "%s is not served by the cluster: no API %s", r.GVR.Resource, gv)
@@ -130,13 +127,16 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 			}
 		}
 		for _, verb := range []string{"list", "watch"} {
-			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+			review := &authorizationv1.SelfSubjectAccessReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectAccessReview"},
+				Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+					},
 				},
-			}}
-			got, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-			if err != nil {
+			}
+			got := &authorizationv1.SelfSubjectAccessReview{}
+			if err := kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, got); err != nil {
 				p.add(at, "access review of %s %s: %v", verb, r.GVR.Resource, err)
 				continue
 			}
@@ -153,7 +153,8 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 			}
 		}
 		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") {
-			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, r.GVR.Resource+"."+r.GVR.Group, metav1.GetOptions{})
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			err := kube.Get(ctx, crdPath(r.GVR.Resource+"."+r.GVR.Group), crd)
 			switch {
 			case err == nil:
 				crds = append(crds, crd)
