@@ -250,7 +250,10 @@ type Change struct {
 // index key calls once it has published next (prev is the snapshot that
 // next replaced), with the keys that changed, per index. f runs under the
 // writer lock, in commit order: it must be quick, must not block, and must
-// not write to the store. Set it before the first write.
+// not write to the store. Set it before the first write. Compact calls it
+// too, with no changes: the values are the same, but a hook that keeps the
+// latest snapshot should keep next, or the tables' memory from before
+// Compact stays in use.
 func (s *Store) OnCommit(f func(prev, next *Snapshot, changes []Change)) {
 	s.mu.Lock()
 	s.onCommit = f

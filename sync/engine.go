@@ -493,3 +493,15 @@ func (e *Engine) Status() []ResourceStatus {
 	}
 	return out
 }
+
+// Compact moves the indexes' tables into fresh memory (see
+// indexer.Store.Compact): after heavy churn, the current pages of the
+// tables lie scattered among heap spans that their old copies filled, and
+// keep those spans resident. The answers do not change and no subscriber
+// hears of it. It costs one copy of the tables' pages and waits for
+// writers as a write does: call it when writes have quieted, followed by
+// runtime/debug.FreeOSMemory to give the spans back. The daemon does so
+// when the unused room in the heap's spans exceeds a quarter of the live
+// heap; a library host decides for itself (the engine never does it on
+// its own).
+func (e *Engine) Compact() { e.store.Compact() }

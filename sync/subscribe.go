@@ -534,12 +534,19 @@ func (s *Subscription) stepIndex() (Event, bool) {
 				s.complete = s.batch.Seq()
 				version = s.versionOf(s.complete, nil)
 				s.settle(version)
+				if s.phase == phaseLive {
+					s.batch = nil // see below
+				}
 			}
 			return Event{Type: t, Key: kv.Key, Values: kv.Values, Version: version}, true
 		}
 		if s.phase == phaseInitial {
 			s.phase = phaseLive
 			s.complete = s.batch.Seq()
+			// A subscription does not hold on to a snapshot it has
+			// delivered: an idle one would keep every page that later
+			// writes (or a Compact) replaced.
+			s.batch = nil
 			v := s.versionOf(s.complete, nil)
 			s.settle(v)
 			s.synced.Store(true)
@@ -549,7 +556,7 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		// values pendAt holds; queue those that differ from what was sent.
 		s.mu.Lock()
 		pending, at, overflow := s.pending, s.pendAt, s.overflow
-		s.pending, s.overflow = nil, false
+		s.pending, s.overflow, s.pendAt = nil, false, nil
 		s.mu.Unlock()
 		if len(pending) == 0 && !overflow {
 			return Event{}, false
@@ -576,6 +583,7 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		if len(s.queue) == 0 {
 			s.complete = at.Seq()
 			s.settle(s.versionOf(s.complete, nil))
+			s.batch = nil
 		}
 		slices.SortFunc(s.queue, func(a, b keyValues) int { return strings.Compare(a.Key, b.Key) })
 	}

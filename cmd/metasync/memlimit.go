@@ -117,18 +117,36 @@ const (
 )
 
 // returnFreeMemory gives free heap back to the kernel when it has piled
-// up: every trimEvery, when the heap's free memory not yet returned, or its
-// dead objects not yet collected, come to more than a quarter of the live
-// heap (and trimFloor), it calls debug.FreeOSMemory (a collection, then every
-// free page returned). After churn the runtime would otherwise keep up to
-// its heap goal, twice the live heap, resident: garbage waits for the next
-// collection, which an idle process does not reach for minutes, and free
-// pages for the scavenger. It returns when ctx ends.
-func returnFreeMemory(ctx context.Context, log *slog.Logger) {
+// up. Every trimEvery:
+//
+//   - when the heap's free memory not yet returned, or its dead objects not
+//     yet collected, come to more than a quarter of the live heap (and
+//     trimFloor), it calls debug.FreeOSMemory (a collection, then every
+//     free page returned). After churn the runtime would otherwise keep up
+//     to its heap goal, twice the live heap, resident: garbage waits for
+//     the next collection, which an idle process does not reach for
+//     minutes, and free pages for the scavenger.
+//   - then, when the room left unused inside the spans in use comes to as
+//     much, it calls compact (the engine's, which moves the index tables
+//     into fresh memory) and returns free memory again: after churn the
+//     current index pages lie scattered among spans that their old copies
+//     filled, and each keeps its span resident.
+//
+// It returns when ctx ends.
+func returnFreeMemory(ctx context.Context, log *slog.Logger, compact func()) {
 	samples := []metrics.Sample{
 		{Name: "/memory/classes/heap/free:bytes"},    // free, not returned
 		{Name: "/memory/classes/heap/objects:bytes"}, // live and dead objects
+		{Name: "/memory/classes/heap/unused:bytes"},  // room in spans in use
 		{Name: "/gc/heap/live:bytes"},                // live at the last collection
+	}
+	read := func() (free, dead, unused, live uint64) {
+		metrics.Read(samples)
+		free, objects, unused, live := samples[0].Value.Uint64(), samples[1].Value.Uint64(), samples[2].Value.Uint64(), samples[3].Value.Uint64()
+		if objects > live {
+			dead = objects - live
+		}
+		return free, dead, unused, live
 	}
 	t := time.NewTicker(trimEvery)
 	defer t.Stop()
@@ -138,16 +156,19 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger) {
 			return
 		case <-t.C:
 		}
-		metrics.Read(samples)
-		free, objects, live := samples[0].Value.Uint64(), samples[1].Value.Uint64(), samples[2].Value.Uint64()
-		var dead uint64
-		if objects > live {
-			dead = objects - live
-		}
+		free, dead, unused, live := read()
 		if piled := max(free, dead); piled > trimFloor && piled > live/4 {
 			start := time.Now()
 			debug.FreeOSMemory()
 			log.Debug("free heap returned to the kernel", "free", free, "dead", dead, "live", live, "took", time.Since(start).String())
+			_, _, unused, live = read()
+		}
+		if unused > trimFloor && unused > live/4 {
+			start := time.Now()
+			compact()
+			debug.FreeOSMemory()
+			_, _, after, _ := read()
+			log.Debug("index tables compacted", "unused", unused, "unusedAfter", after, "live", live, "took", time.Since(start).String())
 		}
 	}
 }

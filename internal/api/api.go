@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,7 +58,10 @@ func New(e *msync.Engine, log *slog.Logger) *Server {
 		s.streamMetrics.open,
 		s.streamMetrics.frames,
 		newEngineCollector(e),
-		collectors.NewGoCollector(),
+		// The default Go metrics and the live heap (go_gc_heap_live_bytes):
+		// what resident memory comes to when no garbage is kept.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	s.mux.HandleFunc("/v1/indexes", s.get(s.listIndexes))
