@@ -15,11 +15,18 @@ import "slices"
 // (the daemon does, before it returns free memory to the kernel); it costs
 // one copy of the tables' pages, not of the keys and values they hold,
 // and waits for writers as a commit does. Readers never wait.
-func (s *Store) Compact() {
+//
+// It reports whether it compacted: not when nothing was written since the
+// last Compact.
+func (s *Store) Compact() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.current.Load()
+	if old.compacted {
+		return false
+	}
 	next := old.derive()
+	next.compacted = true
 	next.indexes = slices.Clone(old.indexes)
 	for id, is := range old.indexes {
 		if is == emptyIndex {
@@ -37,6 +44,7 @@ func (s *Store) Compact() {
 	if s.onCommit != nil {
 		s.onCommit(old, next, nil)
 	}
+	return true
 }
 
 // compacted returns a copy of t whose pages sit in one array, and whose

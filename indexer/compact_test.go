@@ -54,8 +54,16 @@ func TestCompactKeepsAnswers(t *testing.T) {
 		hooked = append(hooked, fmt.Sprintf("%d→%d, %d changes", prev.Seq(), next.Seq(), len(changes)))
 	})
 	before := s.Snapshot()
-	s.Compact()
+	if !s.Compact() {
+		t.Fatal("Compact after writes did nothing")
+	}
 	after := s.Snapshot()
+	if s.Compact() || s.Snapshot() != after {
+		t.Fatal("a second Compact, with no write between, published again")
+	}
+	if after.Writes() != before.Writes() {
+		t.Fatalf("Compact counted as a write: %d → %d", before.Writes(), after.Writes())
+	}
 	if want := fmt.Sprintf("[%d→%d, 0 changes]", before.Seq(), after.Seq()); fmt.Sprint(hooked) != want {
 		t.Fatalf("Compact called the hook %v, want %s", hooked, want)
 	}
@@ -84,6 +92,9 @@ func TestCompactKeepsAnswers(t *testing.T) {
 		tx := src.Begin()
 		tx.Put(churnObject(i, 2))
 		tx.Commit()
+	}
+	if s.Snapshot().Writes() != after.Writes()+3000 {
+		t.Fatalf("3000 writes after Compact: Writes %d → %d", after.Writes(), s.Snapshot().Writes())
 	}
 	if got := answers(before, ix); got != frozenBefore {
 		t.Fatal("a write after Compact changed the snapshot before it")

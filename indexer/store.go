@@ -178,11 +178,15 @@ type sourceSnap struct {
 // Reads of one Snapshot are mutually consistent, which makes it the right
 // tool for a chain of lookups.
 type Snapshot struct {
-	seq     uint64 // commits before this one, since New
-	s       *Store
-	indexes []*indexSnap  // by index id; a retired index is empty
-	sources []*sourceSnap // by source id
-	conf    *config       // the sources and indexes, as of the last Reconfigure
+	seq    uint64 // commits before this one, since New
+	writes uint64 // of which not by Compact
+	// compacted: Compact published this snapshot (another Compact has
+	// nothing to do).
+	compacted bool
+	s         *Store
+	indexes   []*indexSnap  // by index id; a retired index is empty
+	sources   []*sourceSnap // by source id
+	conf      *config       // the sources and indexes, as of the last Reconfigure
 }
 
 // config is what a Reconfigure publishes and every commit carries over:
@@ -277,6 +281,10 @@ func (s *Store) Source(name string) *Source {
 func (s *Store) publish(next *Snapshot, changes []Change) {
 	prev := s.current.Load()
 	next.seq = prev.seq + 1
+	next.writes = prev.writes
+	if !next.compacted {
+		next.writes++
+	}
 	s.current.Store(next)
 	for id, is := range next.indexes {
 		if h := s.heads[id]; h.Load() != is {
@@ -291,6 +299,11 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 // Seq numbers the snapshot: each commit publishes a snapshot one higher
 // than the one it replaces.
 func (snap *Snapshot) Seq() uint64 { return snap.seq }
+
+// Writes counts the commits before this snapshot that were writes: Seq
+// less those of Compact. A host that compacts once writes have quieted
+// compares it over time.
+func (snap *Snapshot) Writes() uint64 { return snap.writes }
 
 // Snapshot returns the current snapshot. It never blocks.
 func (s *Store) Snapshot() *Snapshot { return s.current.Load() }

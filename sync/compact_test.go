@@ -34,7 +34,13 @@ func TestCompactIsSilent(t *testing.T) {
 		t.Fatalf("index: %+v", ev)
 	}
 
-	e.Compact()
+	writes := e.Writes()
+	if !e.Compact() || e.Compact() {
+		t.Fatal("Compact: want true after writes, then false")
+	}
+	if e.Writes() != writes {
+		t.Fatalf("Compact counted as a write: %d → %d", writes, e.Writes())
+	}
 	for _, s := range []*Subscription{index, key, chain} {
 		noEvent(t, s)
 	}

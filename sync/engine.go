@@ -499,9 +499,16 @@ func (e *Engine) Status() []ResourceStatus {
 // tables lie scattered among heap spans that their old copies filled, and
 // keep those spans resident. The answers do not change and no subscriber
 // hears of it. It costs one copy of the tables' pages and waits for
-// writers as a write does: call it when writes have quieted, followed by
-// runtime/debug.FreeOSMemory to give the spans back. The daemon does so
-// when the unused room in the heap's spans exceeds a quarter of the live
-// heap; a library host decides for itself (the engine never does it on
-// its own).
-func (e *Engine) Compact() { e.store.Compact() }
+// writers as a write does: call it when writes have quieted (see
+// Writes), followed by runtime/debug.FreeOSMemory to give the spans back.
+// It reports whether it compacted: not when nothing was written since the
+// last Compact. The daemon compacts once writes have paused for a few
+// seconds and the unused room in the heap's spans exceeds a quarter of the
+// live heap; a library host decides for itself (the engine never does it
+// on its own).
+func (e *Engine) Compact() bool { return e.store.Compact() }
+
+// Writes counts the engine's writes to its indexes (list and watch
+// events that were applied, reloads, restores) since it was built: equal
+// counts some seconds apart mean writes have quieted.
+func (e *Engine) Writes() uint64 { return e.store.Snapshot().Writes() }

@@ -108,13 +108,19 @@ func cgroupV2Path() string {
 }
 
 // trimEvery is how often returnFreeMemory looks at the heap; below
-// trimFloor of free or dead memory it leaves the heap alone (a collection
-// of a heap that small takes well under a millisecond, but there is
-// nothing worth returning).
+// trimFloor of free, dead or unused memory it leaves the heap alone (a
+// collection of a heap that small takes well under a millisecond, but
+// there is nothing worth returning).
 const (
-	trimEvery = 10 * time.Second
+	trimEvery = 5 * time.Second
 	trimFloor = 1 << 20
 )
+
+// compactor is what returnFreeMemory needs of the engine.
+type compactor interface {
+	Compact() bool
+	Writes() uint64
+}
 
 // returnFreeMemory gives free heap back to the kernel when it has piled
 // up. Every trimEvery:
@@ -126,14 +132,17 @@ const (
 //     to its heap goal, twice the live heap, resident: garbage waits for
 //     the next collection, which an idle process does not reach for
 //     minutes, and free pages for the scavenger.
-//   - then, when the room left unused inside the spans in use comes to as
-//     much, it calls compact (the engine's, which moves the index tables
-//     into fresh memory) and returns free memory again: after churn the
-//     current index pages lie scattered among spans that their old copies
-//     filled, and each keeps its span resident.
+//   - then, when the engine has not written since the last look and the
+//     room left unused inside the spans in use comes to as much, it
+//     compacts the engine (which moves the index tables into fresh memory)
+//     and returns free memory again: after churn the current index pages
+//     lie scattered among spans that their old copies filled, and each
+//     keeps its span resident. Not while writes go on: the pages written
+//     after a compaction would leave its arrays half stale, and counted
+//     as live.
 //
 // It returns when ctx ends.
-func returnFreeMemory(ctx context.Context, log *slog.Logger, compact func()) {
+func returnFreeMemory(ctx context.Context, log *slog.Logger, e compactor) {
 	samples := []metrics.Sample{
 		{Name: "/memory/classes/heap/free:bytes"},    // free, not returned
 		{Name: "/memory/classes/heap/objects:bytes"}, // live and dead objects
@@ -150,6 +159,7 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger, compact func()) {
 	}
 	t := time.NewTicker(trimEvery)
 	defer t.Stop()
+	writes := e.Writes()
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,12 +173,17 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger, compact func()) {
 			log.Debug("free heap returned to the kernel", "free", free, "dead", dead, "live", live, "took", time.Since(start).String())
 			_, _, unused, live = read()
 		}
-		if unused > trimFloor && unused > live/4 {
+		w := e.Writes()
+		quiet := w == writes
+		writes = w
+		if quiet && unused > trimFloor && unused > live/4 {
 			start := time.Now()
-			compact()
-			debug.FreeOSMemory()
-			_, _, after, _ := read()
-			log.Debug("index tables compacted", "unused", unused, "unusedAfter", after, "live", live, "took", time.Since(start).String())
+			if e.Compact() {
+				debug.FreeOSMemory()
+				_, _, after, _ := read()
+				log.Debug("index tables compacted", "unused", unused, "unusedAfter", after, "live", live, "took", time.Since(start).String())
+			}
+			writes = e.Writes()
 		}
 	}
 }

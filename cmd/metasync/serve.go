@@ -154,7 +154,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	go reportProgress(engineCtx, engine, log)
-	go returnFreeMemory(engineCtx, log, engine.Compact)
+	go returnFreeMemory(engineCtx, log, engine)
 	if crdsLater != nil {
 		go installLater(engineCtx, crdsLater, restCfg, log)
 	}
