@@ -2,32 +2,37 @@ package indexer
 
 import "slices"
 
-// Compact moves every index's table into fresh memory, each table's pages
-// into one array and its chunks into another, and publishes the result:
-// the same keys and values, so no index key changes (the OnCommit hook
-// is called with no changes, so that it can drop the old snapshot).
+// Compact moves the pages of every index's table into fresh memory, the
+// pages of each chunk (64 pages) into one array, and publishes the result:
+// the same keys and values, so no index key changes (the OnCommit hook is
+// called with no changes, so that it can drop the old snapshot).
 //
 // Why: a write copies the pages it changes (a few kilobytes each), and
 // after much churn the pages that are current lie scattered among the
 // spans of the Go heap that the old copies filled, one live page keeping a
-// span of several resident. Two large arrays per table give those spans
-// back to the collector. A host calls Compact when writes have quieted
-// (the daemon does, before it returns free memory to the kernel); it costs
-// one copy of the tables' pages, not of the keys and values they hold,
-// and waits for writers as a commit does. Readers never wait.
+// span of several resident. An array per chunk gives those spans back to
+// the collector.
 //
-// It reports whether it compacted: not when nothing was written since the
-// last Compact.
-func (s *Store) Compact() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// The price: while any page of an array is current, the array stays, with
+// the keys and values its replaced pages pointed to. So Compact is for
+// when writes have quieted (the daemon calls it once they have paused,
+// before it returns free memory to the kernel), and it compacts only after
+// writes in number at least a quarter of the tables' pages since the last
+// Compact: memory follows the state again at the next pause, and a quiet
+// store is never copied twice. It reports whether it compacted.
+//
+// The copy, of the tables' pages, not of the keys and values they hold, is
+// made without the writer lock: a write that comes meanwhile wins, and
+// Compact gives up (false). Readers never wait.
+func (s *Store) Compact() bool { return s.compact(false) }
+
+// compact is Compact; force compacts whatever was written since the last.
+func (s *Store) compact(force bool) bool {
 	old := s.current.Load()
-	if old.compacted {
+	if !force && (old.compacted || old.writes-old.compactedAt < worthCompacting(old)) {
 		return false
 	}
-	next := old.derive()
-	next.compacted = true
-	next.indexes = slices.Clone(old.indexes)
+	indexes := slices.Clone(old.indexes)
 	for id, is := range old.indexes {
 		if is == emptyIndex {
 			continue
@@ -38,8 +43,17 @@ func (s *Store) Compact() bool {
 			o := is.objects.compacted()
 			c.objects = &o
 		}
-		next.indexes[id] = &c
+		indexes[id] = &c
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current.Load() != old {
+		return false
+	}
+	next := old.derive()
+	next.indexes = indexes
+	next.compacted = true
+	next.compactedAt = old.writes
 	s.publish(next, nil)
 	if s.onCommit != nil {
 		s.onCommit(old, next, nil)
@@ -47,23 +61,37 @@ func (s *Store) Compact() bool {
 	return true
 }
 
-// compacted returns a copy of t whose pages sit in one array, and whose
-// chunks in another. A page is a full slice expression of the array: an
-// update copies a page before changing it, never appends to one.
+// worthCompacting is the number of writes after which Compact copies the
+// tables of snap: a quarter of their pages (at least 64).
+func worthCompacting(snap *Snapshot) uint64 {
+	pages := 0
+	for _, is := range snap.indexes {
+		if is == emptyIndex {
+			continue
+		}
+		pages += 1 << is.values.bits
+		if is.objects != nil {
+			pages += 1 << is.objects.bits
+		}
+	}
+	return uint64(max(64, pages/4))
+}
+
+// compacted returns a copy of t whose pages sit in one array per chunk,
+// and whose chunks in another. A page is a full slice expression of its
+// array: an update copies a page before changing it, never appends to one.
 func (t *table) compacted() table {
-	groups := 0
-	for _, c := range t.dir {
+	chunks := make([]chunk, len(t.dir))
+	out := table{bits: t.bits, dir: make([]*chunk, len(t.dir))}
+	for ci, c := range t.dir {
+		groups := 0
 		for _, p := range c {
 			if !isEmptyPage(p) {
 				groups += len(p)
 			}
 		}
-	}
-	block := make([]group, groups)
-	chunks := make([]chunk, len(t.dir))
-	out := table{bits: t.bits, dir: make([]*chunk, len(t.dir))}
-	off := 0
-	for ci, c := range t.dir {
+		block := make([]group, groups)
+		off := 0
 		for j, p := range c {
 			if isEmptyPage(p) {
 				chunks[ci][j] = emptyPage

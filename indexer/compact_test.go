@@ -179,3 +179,61 @@ func TestCompactGivesSpansBack(t *testing.T) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// TestCompactAgainAfterWrites: the arrays of a Compact stay while any of
+// their pages is current, with the keys and values their replaced pages
+// pointed to; after enough writes, the next Compact lets them go: the live
+// heap is then that of a store never compacted, with the same writes. Too
+// few writes since the last Compact, and it does nothing.
+func TestCompactAgainAfterWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 40,000 objects twice")
+	}
+	const n = 40000
+	run := func(compact bool) (uint64, *Store) {
+		base := liveHeap()
+		s, src := churnStore(t)
+		objs := make([]Object, n)
+		for i := range objs {
+			objs[i] = churnObject(i, 0)
+		}
+		src.Replace(objs)
+		if compact && !s.compact(true) {
+			t.Fatal("forced Compact did nothing")
+		}
+		for i := range 10 {
+			tx := src.Begin()
+			tx.Put(churnObject(i, 1))
+			tx.Commit()
+		}
+		if compact && s.Compact() {
+			t.Fatal("Compact after 10 writes compacted")
+		}
+		// Every object but those of one page of the first index moves
+		// to a new key: that page keeps its array.
+		ix, _ := s.Index("model-to-app")
+		page0 := func(key string) bool { return ix.head.Load().values.page(s.hash(key)) == 0 }
+		for i := range n {
+			o := churnObject(i, 2)
+			if page0(o.Entries[0][2].Key) || page0(churnObject(i, 0).Entries[0][2].Key) {
+				continue
+			}
+			tx := src.Begin()
+			tx.Put(o)
+			tx.Commit()
+		}
+		if compact && !s.Compact() {
+			t.Fatalf("Compact after %d writes did nothing", n)
+		}
+		return liveHeap() - base, s
+	}
+	plain, s1 := run(false)
+	runtime.KeepAlive(s1)
+	s1 = nil
+	compacted, s2 := run(true)
+	runtime.KeepAlive(s2)
+	t.Logf("live heap after the same writes: never compacted %.1f MiB, compacted before and after them %.1f MiB", mib(plain), mib(compacted))
+	if float64(compacted) > 1.05*float64(plain) {
+		t.Fatalf("compacted %.1f MiB live against %.1f MiB never compacted", mib(compacted), mib(plain))
+	}
+}

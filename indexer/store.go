@@ -181,12 +181,13 @@ type Snapshot struct {
 	seq    uint64 // commits before this one, since New
 	writes uint64 // of which not by Compact
 	// compacted: Compact published this snapshot (another Compact has
-	// nothing to do).
-	compacted bool
-	s         *Store
-	indexes   []*indexSnap  // by index id; a retired index is empty
-	sources   []*sourceSnap // by source id
-	conf      *config       // the sources and indexes, as of the last Reconfigure
+	// nothing to do); compactedAt: writes as of the last Compact.
+	compacted   bool
+	compactedAt uint64
+	s           *Store
+	indexes     []*indexSnap  // by index id; a retired index is empty
+	sources     []*sourceSnap // by source id
+	conf        *config       // the sources and indexes, as of the last Reconfigure
 }
 
 // config is what a Reconfigure publishes and every commit carries over:
@@ -203,7 +204,7 @@ type config struct {
 // derive starts the snapshot that follows snap: the same state, to be
 // changed by a commit.
 func (snap *Snapshot) derive() *Snapshot {
-	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf}
+	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf, compactedAt: snap.compactedAt}
 }
 
 // Meta returns what the last Reconfigure published with the layout of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestCompactIsSilent: Compact sends no subscriber an event, later writes
@@ -32,6 +33,20 @@ func TestCompactIsSilent(t *testing.T) {
 	must(t, f.Apply("apps", appJSON("b", "m3")))
 	if ev := next(t, index); ev.Key != "m3" {
 		t.Fatalf("index: %+v", ev)
+	}
+	// Enough writes for Compact to be worth it (a quarter of the pages,
+	// at least 64), each undone: no subscriber hears of them.
+	for range 40 {
+		must(t, f.Apply("apps", appJSON("b", "m3", "m4")))
+		must(t, f.Apply("apps", appJSON("b", "m3")))
+	}
+	for { // m4 may come and go, or be coalesced away
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := index.Next(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
 	}
 
 	writes := e.Writes()

@@ -498,14 +498,14 @@ func (e *Engine) Status() []ResourceStatus {
 // indexer.Store.Compact): after heavy churn, the current pages of the
 // tables lie scattered among heap spans that their old copies filled, and
 // keep those spans resident. The answers do not change and no subscriber
-// hears of it. It costs one copy of the tables' pages and waits for
-// writers as a write does: call it when writes have quieted (see
-// Writes), followed by runtime/debug.FreeOSMemory to give the spans back.
-// It reports whether it compacted: not when nothing was written since the
-// last Compact. The daemon compacts once writes have paused for a few
-// seconds and the unused room in the heap's spans exceeds a quarter of the
-// live heap; a library host decides for itself (the engine never does it
-// on its own).
+// hears of it. It costs one copy of the tables' pages, made without
+// stopping writers (a write that comes meanwhile wins, and Compact gives
+// up): call it when writes have quieted (see Writes), followed by
+// runtime/debug.FreeOSMemory to give the spans back. It compacts only
+// after writes in number at least a quarter of the tables' pages since the
+// last time, and reports whether it did. The daemon calls it each time
+// writes have paused for a few seconds; a library host decides for itself
+// (the engine never does it on its own).
 func (e *Engine) Compact() bool { return e.store.Compact() }
 
 // Writes counts the engine's writes to its indexes (list and watch

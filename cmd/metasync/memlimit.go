@@ -132,14 +132,13 @@ type compactor interface {
 //     to its heap goal, twice the live heap, resident: garbage waits for
 //     the next collection, which an idle process does not reach for
 //     minutes, and free pages for the scavenger.
-//   - then, when the engine has not written since the last look and the
-//     room left unused inside the spans in use comes to as much, it
-//     compacts the engine (which moves the index tables into fresh memory)
-//     and returns free memory again: after churn the current index pages
+//   - then, when the engine has not written since the last look, it asks
+//     the engine to compact (which moves the index tables into fresh
+//     memory, once enough was written since the last time) and, if it
+//     did, returns free memory again: after churn the current index pages
 //     lie scattered among spans that their old copies filled, and each
 //     keeps its span resident. Not while writes go on: the pages written
-//     after a compaction would leave its arrays half stale, and counted
-//     as live.
+//     after a compaction leave its arrays partly stale.
 //
 // It returns when ctx ends.
 func returnFreeMemory(ctx context.Context, log *slog.Logger, e compactor) {
@@ -176,14 +175,13 @@ func returnFreeMemory(ctx context.Context, log *slog.Logger, e compactor) {
 		w := e.Writes()
 		quiet := w == writes
 		writes = w
-		if quiet && unused > trimFloor && unused > live/4 {
+		if quiet {
 			start := time.Now()
 			if e.Compact() {
 				debug.FreeOSMemory()
-				_, _, after, _ := read()
-				log.Debug("index tables compacted", "unused", unused, "unusedAfter", after, "live", live, "took", time.Since(start).String())
+				_, _, after, liveAfter := read()
+				log.Debug("index tables compacted", "unused", unused, "unusedAfter", after, "live", live, "liveAfter", liveAfter, "took", time.Since(start).String())
 			}
-			writes = e.Writes()
 		}
 	}
 }

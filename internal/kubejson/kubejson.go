@@ -9,13 +9,12 @@
 package kubejson
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -91,13 +90,19 @@ func do(ctx context.Context, req *rest.Request, out any) error {
 	return nil
 }
 
-// Path joins an API path's segments, escaping each (a name may hold
-// characters that are special in a URL).
+// Path joins an API path's segments: groups, versions, resources and
+// names, which Kubernetes restricts to DNS names (no escaping needed; the
+// REST client escapes the path it is given). A segment that is empty,
+// holds a '/', or is "." or ".." would name another path: Path leaves
+// it out of the path as "_", which names nothing the apiserver serves.
 func Path(segments ...string) string {
-	var b bytes.Buffer
+	var b strings.Builder
 	for _, s := range segments {
+		if s == "" || s == "." || s == ".." || strings.Contains(s, "/") {
+			s = "_"
+		}
 		b.WriteByte('/')
-		b.WriteString(url.PathEscape(s))
+		b.WriteString(s)
 	}
 	return b.String()
 }

@@ -140,3 +140,21 @@ func servesResource(list *metav1.APIResourceList, name string) bool {
 	}
 	return false
 }
+
+// TestPath: segments are joined as they are (the REST client escapes the
+// path once), and one that would name another path names nothing.
+func TestPath(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"apis", "iidp.com", "v1"}, "/apis/iidp.com/v1"},
+		{[]string{"api", "v1", "namespaces", "a b"}, "/api/v1/namespaces/a b"},
+		{[]string{"apis", "..", "v1"}, "/apis/_/v1"},
+		{[]string{"apis", "a/b", ""}, "/apis/_/_"},
+	} {
+		if got := kubejson.Path(c.in...); got != c.want {
+			t.Errorf("Path(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
