@@ -35,7 +35,7 @@ var (
 	metasyncBin = flag.String("metasync", "bin/metasync", "the metasync binary for the resident memory rows")
 	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; make bench builds it)")
 	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
-	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its free heap every 10 s)")
+	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its heap every 5 s, and compacts once writes have paused for one look)")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
 	child       = flag.String("child", "", "internal: \"engines\", run as a child of the rollout rows")
 	childNS     = flag.String("child-namespace", "", "internal: the child's namespace")
