@@ -18,7 +18,8 @@ import "slices"
 // when writes have quieted (the daemon calls it once they have paused,
 // before it returns free memory to the kernel), and it compacts only after
 // writes in number at least a quarter of the tables' pages since the last
-// Compact: memory follows the state again at the next pause, and a quiet
+// Compact (see Snapshot.Writes: commits that changed no table do not
+// count): memory follows the state again at the next pause, and a quiet
 // store is never copied twice. It reports whether it compacted.
 //
 // The copy, of the tables' pages, not of the keys and values they hold, is
@@ -77,13 +78,16 @@ func worthCompacting(snap *Snapshot) uint64 {
 	return uint64(max(64, pages/4))
 }
 
-// compacted returns a copy of t whose pages sit in one array per chunk,
-// and whose chunks in another. A page is a full slice expression of its
-// array: an update copies a page before changing it, never appends to one.
+// compacted returns a copy of t whose pages sit in one array per chunk.
+// A page is a full slice expression of its array: an update copies a page
+// before changing it, never appends to one. Each chunk is allocated on its
+// own: in one array of chunks, a chunk that no write has copied yet would
+// keep the stale entries of all the others, and every page array they
+// point to.
 func (t *table) compacted() table {
-	chunks := make([]chunk, len(t.dir))
 	out := table{bits: t.bits, dir: make([]*chunk, len(t.dir))}
 	for ci, c := range t.dir {
+		nc := new(chunk)
 		groups := 0
 		for _, p := range c {
 			if !isEmptyPage(p) {
@@ -94,15 +98,15 @@ func (t *table) compacted() table {
 		off := 0
 		for j, p := range c {
 			if isEmptyPage(p) {
-				chunks[ci][j] = emptyPage
+				nc[j] = emptyPage
 				continue
 			}
 			q := block[off : off+len(p) : off+len(p)]
 			copy(q, p)
-			chunks[ci][j] = q
+			nc[j] = q
 			off += len(p)
 		}
-		out.dir[ci] = &chunks[ci]
+		out.dir[ci] = nc
 	}
 	return out
 }

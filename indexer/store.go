@@ -179,7 +179,7 @@ type sourceSnap struct {
 // tool for a chain of lookups.
 type Snapshot struct {
 	seq    uint64 // commits before this one, since New
-	writes uint64 // of which not by Compact
+	writes uint64 // of which changed some index (see Writes)
 	// compacted: Compact published this snapshot (another Compact has
 	// nothing to do); compactedAt: writes as of the last Compact.
 	compacted   bool
@@ -283,7 +283,7 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	prev := s.current.Load()
 	next.seq = prev.seq + 1
 	next.writes = prev.writes
-	if !next.compacted {
+	if !next.compacted && !slices.Equal(next.indexes, prev.indexes) {
 		next.writes++
 	}
 	s.current.Store(next)
@@ -301,9 +301,10 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 // than the one it replaces.
 func (snap *Snapshot) Seq() uint64 { return snap.seq }
 
-// Writes counts the commits before this snapshot that were writes: Seq
-// less those of Compact. A host that compacts once writes have quieted
-// compares it over time.
+// Writes counts the commits before this snapshot that changed some index
+// (its keys, values or layout): not those that changed only payloads or
+// nothing at all, nor Compact. A host that compacts once writes have
+// quieted compares it over time.
 func (snap *Snapshot) Writes() uint64 { return snap.writes }
 
 // Snapshot returns the current snapshot. It never blocks.

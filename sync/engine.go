@@ -508,7 +508,9 @@ func (e *Engine) Status() []ResourceStatus {
 // (the engine never does it on its own).
 func (e *Engine) Compact() bool { return e.store.Compact() }
 
-// Writes counts the engine's writes to its indexes (list and watch
-// events that were applied, reloads, restores) since it was built: equal
-// counts some seconds apart mean writes have quieted.
+// Writes counts the engine's writes that changed its indexes (list and
+// watch events that changed some key's values, reloads, restores) since
+// it was built; events that changed only fields, or nothing the indexes
+// hold, do not count. Equal counts some seconds apart mean the indexes
+// have quieted.
 func (e *Engine) Writes() uint64 { return e.store.Snapshot().Writes() }
