@@ -108,7 +108,7 @@ func cgroupV2Path() string {
 }
 
 // trimEvery is how often returnFreeMemory looks at the heap; below
-// trimFloor of free, dead or unused memory it leaves the heap alone (a
+// trimFloor of free or dead memory it leaves the heap alone (a
 // collection of a heap that small takes well under a millisecond, but
 // there is nothing worth returning).
 const (
