@@ -3,7 +3,6 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -23,7 +22,7 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 	var p problems
 	for i, path := range paths {
 		at := fmt.Sprintf("crds[%d]", i)
-		data, err := os.ReadFile(path)
+		data, err := ReadFile(path)
 		if err != nil {
 			p.add(at, "%v", err)
 			continue

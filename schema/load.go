@@ -15,7 +15,6 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 )
 
@@ -60,7 +59,11 @@ func LoadPlan(path string, opts LoadOptions) (*Plan, error) {
 func load(path string, opts LoadOptions) (*Config, *Plan, error) {
 	k := koanf.New(".")
 	_ = k.Load(confmap.Provider(map[string]any{"server.listen": DefaultListen}, "."), nil)
-	if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	if err := k.Load(bytesProvider(data), yaml.Parser()); err != nil {
 		return nil, nil, fmt.Errorf("read config %s: %w", path, err)
 	}
 	env := map[string]any{}

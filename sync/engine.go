@@ -62,6 +62,7 @@ type Engine struct {
 
 	staleAfter time.Duration
 	snaps      snapshots
+	ident      identity // the cluster's, and the snapshot's (see cluster.go)
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
 	clientFor func(w *watcher) error
@@ -198,12 +199,20 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 		w.client = client
 		return nil
 	}
-	return newEngine(cp, opts, clientFor)
+	core := rest.CopyConfig(cfg)
+	core.GroupVersion, core.APIPath = &schema.GroupVersion{Version: "v1"}, "/api"
+	core.NegotiatedSerializer = &codec{project: func(string) *object { return &object{} }}
+	coreClient, err := rest.RESTClientForConfigAndClient(core, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("build the core API client: %w", err)
+	}
+	return newEngine(cp, opts, clientFor, fetchClusterID(coreClient))
 }
 
 // newEngine builds an Engine of a compiled plan; clientFor, when not nil,
-// gives each watcher its client.
-func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error) (*Engine, error) {
+// gives each watcher its client, and clusterID reads the cluster's
+// identity.
+func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error, clusterID func(context.Context) (string, error)) (*Engine, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -217,6 +226,7 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		store:      store,
 		staleAfter: opts.StaleAfter,
 		clientFor:  clientFor,
+		ident:      identity{fetch: clusterID},
 	}
 	if e.staleAfter <= 0 {
 		e.staleAfter = DefaultStaleAfter
@@ -343,7 +353,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			continue
 		}
 		w := newWatcher(r, e.log)
-		w.reloaded = reload
+		w.reloaded, w.cluster = reload, e.checkCluster
 		if e.clientFor != nil {
 			if err := e.clientFor(w); err != nil {
 				return changes, err

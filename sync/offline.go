@@ -24,7 +24,7 @@ func init() {
 		if cp == nil {
 			return nil, nil, errEmptyPlan
 		}
-		e, err := newEngine(cp, Options{Logger: log}, nil)
+		e, err := newEngine(cp, Options{Logger: log}, nil, nil)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -20,12 +20,26 @@ import (
 // backoff, from where it was (an apiserver that cannot be reached leaves
 // the resource stale, answering from the snapshot).
 //
-// Before its first watch, resume asks the apiserver for its current
-// resourceVersion (see currentVersion): a snapshot from the future (another
-// cluster, or etcd restored from a backup) would otherwise wait, silent,
-// for a version that may never come. The resource has caught up once a
-// resumed watch is established: the apiserver sends the events since a
-// watch's resourceVersion first.
+// Before its first watch, resume checks that the snapshot came from this
+// cluster (Engine.checkCluster: another cluster's data is dropped, data of
+// an unknown one is listed), then asks the apiserver for its current
+// resourceVersion (see currentVersion): a snapshot from the future (etcd
+// restored from a backup) would otherwise wait, silent, for a version
+// that may never come.
+//
+// The resource has caught up, and is no longer stale, once its watch has
+// delivered an event or a bookmark at or past that resourceVersion. This
+// rests on what the apiserver guarantees of a watch: its events come in
+// the order of their resourceVersions, each after every change before it,
+// and a bookmark's resourceVersion says that every change up to it has
+// been sent. Events since the snapshot can take long to replay (a slow
+// link, a long outage): until then the answers stay marked stale, and
+// WaitForSync waits. Bookmarks are sent when the apiserver chooses (its
+// watch cache sends one shortly before a watch's timeout, and about every
+// minute): until caught up, resume's watches time out after
+// catchUpTimeout, so that a quiet resource hears one soon. Two such
+// watches in a row that deliver nothing (an apiserver that sends no
+// bookmarks, its watch cache off) make it list.
 //
 // resume returns true when the resource must be listed: the apiserver
 // cannot resume from the resourceVersion (410 Gone after a compaction, a
@@ -40,7 +54,12 @@ func (w *watcher) resume(ctx context.Context) bool {
 	}
 	rv := w.resumeRV
 	delay := newBackoff()
-	checked := false
+	checked, identified := false, false
+	// target: the apiserver's resourceVersion when asked, which the watch
+	// must reach; "" once caught up, or when it could not be asked (then
+	// the first bookmark counts).
+	var target string
+	idle := 0    // watches in a row that ended, not caught up, having delivered nothing
 	refused := 0 // answers of the apiserver in a row that were errors
 	for {
 		if ctx.Err() != nil {
@@ -50,31 +69,60 @@ func (w *watcher) resume(ctx context.Context) bool {
 			return true // the resync period is up: list
 		}
 		var err error
-		if !checked {
+		if !identified && w.cluster != nil {
+			var verdict clusterVerdict
+			verdict, err = w.cluster(wctx)
+			if err != nil && ctx.Err() == nil {
+				w.fail(fmt.Errorf("read the cluster's identity: %w", err))
+			}
+			switch {
+			case err != nil:
+			case verdict == clusterSame:
+				identified = true
+			default: // logged by checkCluster, once for all resources
+				return true
+			}
+		}
+		if err == nil && !checked {
 			var current string
 			current, err = w.currentVersion(wctx)
 			switch {
 			case err == nil:
-				checked = true
+				checked, target = true, current
 				if newer(rv, current) {
-					w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (another cluster, or etcd restored from a backup?): listing",
+					w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
 						"resourceVersion", rv, "apiserver", current)
 					return true
 				}
+				if rv == current {
+					w.caughtUp(rv) // nothing changed since the snapshot
+				}
 			case errors.Is(err, errNoProbe):
-				checked = true // an apiserver without it: resume unchecked
-				w.log.Info("cannot ask the apiserver for its resourceVersion: resuming unchecked", "error", err.Error())
+				checked = true // an apiserver without it: caught up at the first bookmark
+				w.log.Info("cannot ask the apiserver for its resourceVersion: stale until the first bookmark", "error", err.Error())
 				err = nil
 			}
 		}
 		if err == nil {
 			w.established.Store(0)
 			timeout := int64(300 + rand.IntN(300)) // as the reflector: 5 to 10 minutes
+			if !w.listed1() {
+				timeout = int64(catchUpTimeout / time.Second)
+			}
 			var wi watch.Interface
 			wi, err = w.WatchWithContext(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 			if err == nil {
-				rv, err = w.applyEvents(wi, rv)
+				var delivered int
+				rv, delivered, err = w.applyEvents(wi, rv, target)
 				wi.Stop()
+				if err == nil && !w.listed1() && delivered == 0 {
+					if idle++; idle >= 2 {
+						w.log.Info("the resumed watch sent neither events nor bookmarks to tell that it caught up: listing", "resourceVersion", rv, "apiserver", target)
+						return true
+					}
+				} else {
+					idle = 0
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -178,12 +226,26 @@ func newer(a, b string) bool {
 	return err1 == nil && err2 == nil && x > y
 }
 
+// catchUpTimeout is the timeout of resumed watches until the resource
+// has caught up: the apiserver's watch cache sends a bookmark shortly
+// before it (2 s).
+const catchUpTimeout = 5 * time.Second
+
+// reached reports whether resourceVersion rv is target or past it, both
+// as the apiserver's integers; false when either is not one.
+func reached(rv, target string) bool { return rv == target || newer(rv, target) }
+
 // applyEvents writes the events of one resumed watch into the source until
-// it ends, and returns the resourceVersion to resume from next; the error
-// of an ERROR event, else errWatchEnded for a watch that ended before it
-// was established, else nil.
-func (w *watcher) applyEvents(wi watch.Interface, rv string) (string, error) {
+// it ends, and returns the resourceVersion to resume from next and how
+// many events and bookmarks it delivered; the error of an ERROR event,
+// else errWatchEnded for a watch that ended before it was established,
+// else nil. The resource has caught up (watcher.caughtUp) once an event
+// or a bookmark reaches target, or at the first bookmark when target is
+// "".
+func (w *watcher) applyEvents(wi watch.Interface, rv, target string) (string, int, error) {
+	delivered := 0
 	for ev := range wi.ResultChan() {
+		delivered++
 		var err error
 		switch ev.Type {
 		case watch.Added:
@@ -198,7 +260,7 @@ func (w *watcher) applyEvents(wi watch.Interface, rv string) (string, error) {
 			}
 		case watch.Error:
 			// Recorded as a watch error by the tracked watch.
-			return rv, apierrors.FromObject(ev.Object)
+			return rv, delivered, apierrors.FromObject(ev.Object)
 		}
 		if err != nil {
 			w.log.Warn("event left out", "type", string(ev.Type), "error", err.Error())
@@ -206,12 +268,17 @@ func (w *watcher) applyEvents(wi watch.Interface, rv string) (string, error) {
 		}
 		if o, ok := ev.Object.(*object); ok && o.rv != "" {
 			rv = o.rv
+			// The write is done: what a watch sent up to rv is in the
+			// source.
+			if target == "" && ev.Type == watch.Bookmark || target != "" && reached(rv, target) {
+				w.caughtUp(rv)
+			}
 		}
 	}
 	if w.established.Load() == 0 {
-		return rv, errWatchEnded
+		return rv, delivered, errWatchEnded
 	}
-	return rv, nil
+	return rv, delivered, nil
 }
 
 // errWatchEnded: a watch's result channel closed before it was

@@ -14,7 +14,10 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/iidp/metasync/indexer"
+	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/internal/snapshot"
 )
 
@@ -59,31 +62,43 @@ func (e *Engine) SnapshotStatus() SnapshotStatus {
 }
 
 // WriteSnapshot writes what the indexes hold to out, with each resource's
-// resourceVersion, for RestoreSnapshot: the resources that have synced (or
-// were restored themselves), not those still waiting for their first list.
-// It runs beside lookups and writes, each resource's writer stopped only
-// while its object table is copied. It returns how many objects it wrote.
+// resourceVersion and the cluster's identity, for RestoreSnapshot: every
+// resource that has data to answer with. One that a reload restarted and
+// that has not listed since is written as it answers, from its previous
+// definition, marked to be listed rather than resumed when its data is
+// not the current definition's: a snapshot never knows less than the
+// one it replaces, even when a reload comes during an outage. Those still
+// waiting for their first list are left out. It runs beside lookups and
+// writes, each resource's writer stopped only while its object table is
+// copied. It returns how many objects it wrote.
 func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 	v, _ := e.view()
 	if v.plan == nil {
 		return 0, errEmptyPlan
 	}
+	// The identity first: the data written after it is of that cluster
+	// (checkCluster drops another cluster's before it tells).
+	cluster := e.clusterForSnapshot()
 	type resource struct {
-		w  *watcher
-		rv string
+		w      *watcher
+		rv     string
+		def    *compiled.Resource // the objects' layout
+		relist bool
 	}
 	var rs []resource
 	for _, w := range v.watchers {
-		// A restarted resource that has not listed holds objects of its
-		// previous definition: leave it out (it lists at the next start).
-		if !w.listed1() && !w.restored {
-			continue
-		}
 		// The resourceVersion first: the objects exported after it are as
 		// of it or newer, and a watch that resumes from it misses nothing
 		// (events it repeats change nothing).
-		if rv := w.resourceVersion(); rv != "" {
-			rs = append(rs, resource{w, rv})
+		rv := w.resourceVersion()
+		switch c := w.carried; {
+		case rv == "":
+		case w.listed1():
+			rs = append(rs, resource{w, rv, w.plan, false})
+		case w.warm():
+			rs = append(rs, resource{w, rv, w.plan, w.restoredRelist})
+		case c != nil:
+			rs = append(rs, resource{w, c.rv, c.def, c.relist})
 		}
 	}
 	if len(rs) == 0 {
@@ -97,22 +112,28 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 			at = r.w.restoredAt
 		}
 	}
-	enc := snapshot.NewEncoder(out, v.plan.DataHash(), at, len(rs))
+	enc := snapshot.NewEncoder(out, v.plan.DataHash(), cluster, at, len(rs))
 	total := 0
 	for _, r := range rs {
-		total += writeResource(enc, r.w, r.rv)
+		total += writeResource(enc, r.w, r.rv, r.def, r.relist)
 	}
 	return total, enc.Close()
 }
 
 // writeResource writes one resource: its tables (keys with their values
 // and object keys as numbers in a table of strings, each once), then its
-// objects. It returns the number of objects.
-func writeResource(enc *snapshot.Encoder, w *watcher, rv string) int {
+// objects, whose entries are in the order of def's indexes (an earlier
+// definition's, for data carried over a reload: they are written in the
+// order of w's, by name). It returns the number of objects.
+func writeResource(enc *snapshot.Encoder, w *watcher, rv string, def *compiled.Resource, relist bool) int {
 	img := w.src.Image()
 	names := make([]string, len(w.plan.Indexes))
+	// from[i]: the position in the objects' entries of index i, -1 for
+	// none.
+	from := make([]int, len(w.plan.Indexes))
 	for i, ix := range w.plan.Indexes {
 		names[i] = ix.Name
+		from[i] = slices.IndexFunc(def.Indexes, func(d compiled.Index) bool { return d.Name == ix.Name })
 	}
 	if img.Indexes() != len(names) {
 		names = names[:0] // removed by a reload meanwhile: nothing to write
@@ -135,7 +156,7 @@ func writeResource(enc *snapshot.Encoder, w *watcher, rv string) int {
 			}
 		})
 	}
-	enc.Resource(w.plan.Name, rv, names, strs)
+	enc.Resource(w.plan.Name, rv, relist, names, strs)
 	var vids, oids []uint32
 	for i := range names {
 		enc.Table(img.WithObjects())
@@ -150,9 +171,16 @@ func writeResource(enc *snapshot.Encoder, w *watcher, rv string) int {
 			enc.Key(key, vids, oids)
 		})
 	}
+	laid := make([][]indexer.Entry, len(names))
 	return img.Objects(func(key string, entries [][]indexer.Entry, payload any) {
 		p, ok := payload.(string)
-		enc.Object(key, p, ok, entries[:min(len(entries), len(names))])
+		for i := range laid {
+			laid[i] = nil
+			if j := from[i]; j >= 0 && j < len(entries) {
+				laid[i] = entries[j]
+			}
+		}
+		enc.Object(key, p, ok, laid)
 	})
 }
 
@@ -210,6 +238,7 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 	}
 	// Check everything before writing anything.
 	var todo []*watcher
+	var bounds error
 	for i := range f.Resources {
 		r := &f.Resources[i]
 		w := v.byName[r.Name]
@@ -224,7 +253,15 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 				return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: index %q where the config has %q", r.Name, name, w.plan.Indexes[i].Name)}
 			}
 		}
-		if r.ResourceVersion == "" || r.ResourceVersion == "0" {
+		for i, ix := range w.plan.Indexes {
+			if r.MaxEntries[i] > ix.MaxEntries || r.MaxBytes[i] > ix.MaxBytes {
+				// A snapshot written by this config never holds one: the
+				// watcher leaves such an object out of the index.
+				bounds = multierror.Append(bounds, fmt.Errorf("resource %q, index %q: an object with %d entries of %d bytes, over maxEntriesPerObject (%d entries, %d bytes)",
+					r.Name, ix.Name, r.MaxEntries[i], r.MaxBytes[i], ix.MaxEntries, ix.MaxBytes))
+			}
+		}
+		if !r.Relist && (r.ResourceVersion == "" || r.ResourceVersion == "0") {
 			// "0" would ask the apiserver for "any version": a watch from
 			// it replays the current objects, never the deletes since.
 			return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q: resourceVersion %q", r.Name, r.ResourceVersion)}
@@ -234,13 +271,23 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 		}
 		todo = append(todo, w)
 	}
+	if bounds != nil {
+		return time.Time{}, &SnapshotError{"corrupt", bounds}
+	}
+	e.ident.mu.Lock()
+	e.ident.snapshot = strings.Clone(f.Cluster)
+	e.ident.mu.Unlock()
 	for i, w := range todo {
 		r := &f.Resources[i]
 		w.restoreFrom(r, len(w.plan.Fields) > 0)
 		rv := strings.Clone(r.ResourceVersion)
-		w.restored, w.resumeRV, w.restoredAt = true, rv, f.WrittenAt
+		w.restored, w.restoredRelist, w.resumeRV, w.restoredAt = true, r.Relist, rv, f.WrittenAt
+		if r.Relist {
+			// An earlier definition's data: answered, stale, until a list.
+			w.resumeRV = ""
+		}
 		w.rv.Store(&rv)
-		w.log.Info("restored from the snapshot", "objects", r.Objects, "resourceVersion", rv)
+		w.log.Info("restored from the snapshot", "objects", r.Objects, "resourceVersion", rv, "relist", r.Relist)
 	}
 	return f.WrittenAt, nil
 }
@@ -291,6 +338,7 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 // one that fits, and records how.
 func (e *Engine) loadSnapshot() {
 	path := filepath.Join(e.snaps.dir, SnapshotFile)
+	e.removeTemporaries()
 	start := time.Now()
 	outcome, reason := "warm", ""
 	var writtenAt time.Time
@@ -341,6 +389,22 @@ func (e *Engine) loadSnapshot() {
 	e.snaps.mu.Unlock()
 }
 
+// removeTemporaries removes the temporary files that writes killed
+// midway left in Options.SnapshotDir (the folder is the engine's alone).
+func (e *Engine) removeTemporaries() {
+	tmps, _ := filepath.Glob(filepath.Join(e.snaps.dir, snapshotTemp))
+	for _, p := range tmps {
+		if err := os.Remove(p); err != nil {
+			e.log.Warn("cannot remove a snapshot's temporary file", "path", p, "error", err.Error())
+			continue
+		}
+		e.log.Info("removed the temporary file of an unfinished snapshot write", "path", p)
+	}
+}
+
+// snapshotTemp is the pattern of the temporary files of snapshot writes.
+const snapshotTemp = ".snapshot-*"
+
 // writeSnapshotFile writes a snapshot to Options.SnapshotDir atomically: a
 // temporary file in the same folder, synced, renamed over the last one.
 func (e *Engine) writeSnapshotFile() error {
@@ -367,7 +431,7 @@ func (e *Engine) writeSnapshotFile() error {
 }
 
 func (e *Engine) writeSnapshotTo(dir string) (objects int, size int64, err error) {
-	tmp, err := os.CreateTemp(dir, ".snapshot-*") // mode 0600
+	tmp, err := os.CreateTemp(dir, snapshotTemp) // mode 0600
 	if err != nil {
 		return 0, 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	gosync "sync"
 	"testing"
@@ -154,9 +155,67 @@ func TestReloadOfAStaleResourceStaysStale(t *testing.T) {
 	if !r.Stale() || r.Ready() {
 		t.Errorf("after a restart of a stale resource: stale %v, ready %v", r.Stale(), r.Ready())
 	}
+	// The next snapshot keeps what the resource answers: a restart in the
+	// outage must not start empty.
 	var buf bytes.Buffer
-	if _, err := r.WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
-		t.Errorf("WriteSnapshot of a restarted resource that has not listed: %v", err)
+	n, err := r.WriteSnapshot(&buf)
+	if err != nil || n != 10 {
+		t.Fatalf("WriteSnapshot of a restarted resource that has not listed: %d objects, %v; want the 10 it answers", n, err)
+	}
+	f, err := snapshot.Decode(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Resources) != 1 || f.Resources[0].Relist {
+		t.Errorf("resources %+v: want the one, resumable (its data is the new definition's)", f.Resources)
+	}
+	again := testEngine(t, cfg)
+	if _, err := again.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Lookup("model-to-app", "m-000003-1"); len(got) == 0 || !again.Stale() {
+		t.Errorf("restored from the restarted resource's snapshot: model-3 → %v, stale %v", got, again.Stale())
+	}
+}
+
+func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
+	r, _ := restored(t, 10)
+	cfg := snapshotConfig()
+	// Another index first, then the old one: the objects' entries are in
+	// the old order, the snapshot writes them in the new one.
+	cfg.Resources[0].Indexes = append([]schema.Index{{Name: "app-by-name", Key: "metadata.name"}}, cfg.Resources[0].Indexes...)
+	plan, err := schema.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := r.Reload(plan); err != nil || len(ch.Restart) != 1 {
+		t.Fatalf("Reload = %+v, %v", ch, err)
+	}
+	want := r.Lookup("model-to-app", "m-000003-1")
+	if len(want) == 0 {
+		t.Fatal("m-000003-1 answers nothing before the restore")
+	}
+	var buf bytes.Buffer
+	if n, err := r.WriteSnapshot(&buf); err != nil || n != 10 {
+		t.Fatalf("WriteSnapshot: %d objects, %v; want 10", n, err)
+	}
+	f, err := snapshot.Decode(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Resources) != 1 || !f.Resources[0].Relist {
+		t.Fatalf("resources %+v: want the one, to be listed (its data is the old definition's)", f.Resources)
+	}
+	again := testEngine(t, cfg)
+	if _, err := again.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	ws := watchersOf(again)
+	if ws[0].resumeRV != "" || !again.Stale() {
+		t.Errorf("resumeRV %q, stale %v: data of another definition must be listed, stale meanwhile", ws[0].resumeRV, again.Stale())
+	}
+	if got := again.Lookup("model-to-app", "m-000003-1"); !slices.Equal(got, want) {
+		t.Errorf("model-3 → %v after the restore, %v before", got, want)
 	}
 }
 
@@ -172,8 +231,8 @@ func TestGoneResourceIsNotSnapshotted(t *testing.T) {
 
 func TestRestoreRefusesAnyVersion(t *testing.T) {
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), time.Now(), 1)
-	enc.Resource("appmodels", "0", []string{"model-to-app"}, nil)
+	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
+	enc.Resource("appmodels", "0", false, []string{"model-to-app"}, nil)
 	enc.Table(true)
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)
@@ -199,8 +258,8 @@ func compiledPlan(t *testing.T) *compiled.Plan {
 func craftedSnapshot(t *testing.T, dir string, fillers int) {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), time.Now(), 1)
-	enc.Resource("appmodels", "4711", []string{"model-to-app"}, []string{"ghost-app", "ns/ghost"})
+	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
+	enc.Resource("appmodels", "4711", false, []string{"model-to-app"}, []string{"ghost-app", "ns/ghost"})
 	enc.Table(true)
 	enc.Key("ghost", []uint32{0}, []uint32{1})
 	for range 2 {
@@ -222,7 +281,7 @@ func craftedSnapshot(t *testing.T, dir string, fillers int) {
 func TestSubscriberOfATableOnlyKeyHearsItGo(t *testing.T) {
 	dir := t.TempDir()
 	craftedSnapshot(t, dir, 50000)
-	e, err := newEngine(compiledPlan(t), Options{Logger: testLog(), SnapshotDir: dir}, nil)
+	e, err := newEngine(compiledPlan(t), Options{Logger: testLog(), SnapshotDir: dir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +329,7 @@ func TestRestoreLogsOutliveTheMapping(t *testing.T) {
 	dir := t.TempDir()
 	craftedSnapshot(t, dir, 10)
 	rec := &recorder{}
-	e, err := newEngine(compiledPlan(t), Options{Logger: slog.New(rec), SnapshotDir: dir}, nil)
+	e, err := newEngine(compiledPlan(t), Options{Logger: slog.New(rec), SnapshotDir: dir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

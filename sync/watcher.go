@@ -35,6 +35,9 @@ type watcher struct {
 	log    *slog.Logger
 	client rest.Interface
 	src    *indexer.Source // set when the engine publishes the watcher
+	// cluster checks the cluster against the snapshot's (see
+	// Engine.checkCluster); set with client.
+	cluster func(context.Context) (clusterVerdict, error)
 
 	// Set by Engine.launch, under the engine's mu: cancel stops run, done
 	// is closed when it has returned.
@@ -50,10 +53,17 @@ type watcher struct {
 
 	// restored: the resource's objects came from a snapshot (see
 	// snapshot.go), and resumeRV is the resourceVersion its watch resumes
-	// from. Set before Start. Until the watch has caught up (synced is
-	// closed), the resource is stale.
-	restored bool
-	resumeRV string
+	// from ("" when the snapshot's data must be listed: restoredRelist).
+	// Set before Start. Until the watch has caught up (synced is closed),
+	// the resource is stale. dropped: the snapshot turned out to be of
+	// another cluster, and its data was cleared (see Engine.checkCluster).
+	restored, restoredRelist bool
+	resumeRV                 string
+	dropped                  atomic.Bool
+	// carried: the source holds what a previous definition of the entry
+	// answered, and this watcher has not listed yet (see inherit); nil
+	// otherwise. Snapshots write it until the first list.
+	carried *carried
 	// restoredAt is when the snapshot the data came from was written;
 	// staleFrom: a reload restarted a resource that was stale, whose data
 	// this one answers with until its first list.
@@ -109,13 +119,35 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 	}
 }
 
+// carried is the data a restarted resource holds from an earlier
+// definition of its entry until its first list: def is the definition its
+// objects were projected by (their entries are in the order of its
+// indexes), rv the resourceVersion they are as of, and relist whether a
+// snapshot of it must be listed rather than resumed (def's data is not the
+// current definition's, or it came so from a snapshot).
+type carried struct {
+	def    *compiled.Resource
+	rv     string
+	relist bool
+}
+
 // inherit takes over the counts and the synced state of the halted
 // watcher of the resource's previous definition, so that its metrics go on
 // counting and its indexes, which keep that one's answers until the first
-// list, do not read as "not known yet".
+// list, do not read as "not known yet". Until then, snapshots keep what
+// they answer (see carried).
 func (w *watcher) inherit(old *watcher) {
 	w.inherited = old.isSynced()
 	w.staleFrom, w.restoredAt = old.stale(), old.restoredAt
+	if rv := old.resourceVersion(); w.inherited && rv != "" {
+		c := &carried{def: old.plan, rv: rv, relist: old.restoredRelist && !old.listed1()}
+		if oc := old.carried; oc != nil && !old.listed1() {
+			c = &carried{def: oc.def, rv: oc.rv, relist: oc.relist}
+		}
+		c.relist = c.relist || !compiled.SameData(c.def, w.plan)
+		w.carried = c
+		w.rv.Store(&c.rv)
+	}
 	w.syncedAt.Store(old.syncedAt.Load())
 	w.kept = map[string]bool{}
 	for _, ix := range w.plan.Indexes {
@@ -346,7 +378,7 @@ func (w *watcher) Replace(list []any, rv string) error {
 		switch {
 		case w.inherited:
 			msg = "resource synced with its new definition"
-		case w.restored:
+		case w.warm():
 			msg = "resource caught up by a list: the snapshot's resourceVersion could not be resumed; only the differences were applied"
 		}
 		w.log.Info(msg, "objects", len(objs), "resourceVersion", rv)
@@ -360,22 +392,26 @@ func (w *watcher) Resync() error { return nil }
 // first complete list is done, or, for a restarted resource, was done by
 // its previous definition's watcher, or it was restored from a snapshot.
 func (w *watcher) isSynced() bool {
-	if w.inherited || w.restored {
+	if w.inherited || w.warm() {
 		return true
 	}
 	return w.listed1()
 }
 
+// warm reports a resource restored from a snapshot whose data is still
+// there (not dropped as another cluster's).
+func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
+
 // stale reports a resource that answers from a snapshot and has not caught
 // up with the apiserver yet.
-func (w *watcher) stale() bool { return (w.restored || w.staleFrom) && !w.listed1() }
+func (w *watcher) stale() bool { return (w.warm() || w.staleFrom) && !w.listed1() }
 
 // indexSynced reports whether one index of the resource answers from a
 // complete list: this watcher's, or, for an index that the previous
 // definition had too, that one's. An index that a restart added (or moved
 // here from another resource) is empty until this watcher's first list.
 func (w *watcher) indexSynced(index string) bool {
-	return w.listed1() || w.kept[index] || w.restored
+	return w.listed1() || w.kept[index] || w.warm()
 }
 
 // listed1 reports whether this watcher's first complete list is done, or,
@@ -611,14 +647,17 @@ func (w *watcher) watchEstablished() {
 		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
 	}
 	w.lastErr, w.failingSince = nil, time.Time{}
-	if w.restored {
-		// Only a resumed watch can be established before the first list.
-		w.syncedOnce.Do(func() {
-			w.syncedAt.Store(now.UnixNano())
-			close(w.synced)
-			w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion, no list needed", "resourceVersion", w.resumeRV)
-		})
-	}
+}
+
+// caughtUp records a resumed watch that has delivered the apiserver's
+// state as of when resume asked for it: the resource is no longer stale.
+func (w *watcher) caughtUp(rv string) {
+	w.syncedOnce.Do(func() {
+		w.syncedAt.Store(time.Now().UnixNano())
+		close(w.synced)
+		w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion and reached the apiserver's, no list needed",
+			"snapshot", w.resumeRV, "resourceVersion", rv)
+	})
 }
 
 // isExpired reports a 410 Gone: the resource version asked for has been

@@ -32,7 +32,7 @@ func testEngine(tb testing.TB, cfg *schema.Config) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e, err := newEngine(compiled.Of(plan), Options{Logger: testLog()}, nil)
+	e, err := newEngine(compiled.Of(plan), Options{Logger: testLog()}, nil, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -55,7 +55,7 @@ type reloader struct {
 
 // hashFile returns the hash of a file's content (zero when unreadable).
 func hashFile(path string) (sum [32]byte) {
-	if b, err := os.ReadFile(path); err == nil {
+	if b, err := schema.ReadFile(path); err == nil {
 		sum = sha256.Sum256(b)
 	}
 	return sum
@@ -134,7 +134,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 // reload reads the config and applies it when its content changed (or
 // when forced, by SIGHUP).
 func (r *reloader) reload(force bool) {
-	b, err := os.ReadFile(r.path)
+	b, err := schema.ReadFile(r.path)
 	if err != nil {
 		if force || err.Error() != r.readErr {
 			r.readErr = err.Error()

@@ -390,9 +390,9 @@ func rewriteVersions(t *testing.T, dir, rv string) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, f.Config, f.WrittenAt, len(f.Resources))
+	enc := snapshot.NewEncoder(&buf, f.Config, f.Cluster, f.WrittenAt, len(f.Resources))
 	for _, r := range f.Resources {
-		enc.Resource(r.Name, rv, r.Indexes, r.Strings)
+		enc.Resource(r.Name, rv, r.Relist, r.Indexes, r.Strings)
 		for _, tb := range r.Tables {
 			enc.Table(tb.WithObjects)
 			tb.Each(enc.Key)

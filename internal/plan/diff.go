@@ -67,8 +67,15 @@ func Compare(old, next *Plan) Diff {
 // same indexes: GVR, namespace, selectors, resync, fields and index rules
 // and bounds.
 func SameResource(a, b *Resource) bool {
+	return a.Resync == b.Resync && SameData(a, b)
+}
+
+// SameData reports whether two entries yield the same objects and indexes
+// from the same cluster: SameResource without the resync period, which
+// changes when a list happens, not what it yields (see DataHash).
+func SameData(a, b *Resource) bool {
 	if a.Name != b.Name || a.GVR != b.GVR || a.Namespace != b.Namespace ||
-		a.LabelSelector != b.LabelSelector || a.FieldSelector != b.FieldSelector || a.Resync != b.Resync {
+		a.LabelSelector != b.LabelSelector || a.FieldSelector != b.FieldSelector {
 		return false
 	}
 	if !slices.EqualFunc(a.Fields, b.Fields, func(x, y Field) bool {

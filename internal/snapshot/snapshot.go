@@ -14,13 +14,17 @@
 //	magic      "metasync-snapshot\n"
 //	version    Version
 //	config     32 bytes: the hash of the resource entries it was built for
+//	cluster    string: the identity of the cluster the data came from
+//	           ("" when it could not be read)
 //	written    unix nanoseconds, as a varint
 //	resources  count, then each:
-//	  name, resourceVersion, indexes (count, then names),
+//	  name, resourceVersion, flags (1: relist, see Resource.Relist),
+//	  indexes (count, then names),
 //	  strings (count, then each): the values and object keys of the tables,
 //	  for each index, its table: 1 if it lists object keys, else 0; then
-//	    for each key: the byte 1, the key, its values (count, then each
-//	    string's number), and, if it lists them, its object keys (likewise);
+//	    for each key (each once): the byte 1, the key, its values (count,
+//	    then each string's number, in the order of the strings they name,
+//	    each once), and, if it lists them, its object keys (likewise);
 //	    then the byte 0,
 //	  objects, each: the byte 1, then
 //	    key,
@@ -44,9 +48,12 @@ import (
 )
 
 // Version is the format version this package writes and reads.
-const Version = 2
+const Version = 3
 
 const magic = "metasync-snapshot\n"
+
+// The flags of a resource.
+const flagRelist = 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -54,7 +61,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // was decoded from, which must not change while they are used: clone what
 // is kept.
 type File struct {
-	Config    [32]byte
+	Config [32]byte
+	// Cluster names the cluster the data came from (the engine writes the
+	// UID of its kube-system namespace); "" when it was not known.
+	Cluster   string
 	WrittenAt time.Time
 	Resources []Resource
 }
@@ -63,7 +73,11 @@ type File struct {
 type Resource struct {
 	Name            string
 	ResourceVersion string
-	Indexes         []string
+	// Relist: the data is what the resource answered under an earlier
+	// definition of its entry, which it had not listed since: it must be
+	// listed, never resumed, from ResourceVersion.
+	Relist  bool
+	Indexes []string
 	// Strings are the values and object keys that the tables name by
 	// their number.
 	Strings []string
@@ -71,7 +85,10 @@ type Resource struct {
 	Tables []Table
 	// Objects is the number of objects (see EachObject).
 	Objects int
-	objects []byte // validated
+	// MaxEntries and MaxBytes are, for each index, the most entries that
+	// one object has in it and the most bytes of their keys and values.
+	MaxEntries, MaxBytes []int
+	objects              []byte // validated
 }
 
 // Table is one index of a snapshot: each key with its values and, when
@@ -115,12 +132,13 @@ type Encoder struct {
 
 // NewEncoder writes the header of a snapshot of the given number of
 // resources to w.
-func NewEncoder(w io.Writer, config [32]byte, writtenAt time.Time, resources int) *Encoder {
+func NewEncoder(w io.Writer, config [32]byte, cluster string, writtenAt time.Time, resources int) *Encoder {
 	e := &Encoder{dst: w, crc: crc32.New(castagnoli), left: resources}
 	e.w = bufio.NewWriterSize(io.MultiWriter(w, e.crc), 64<<10)
 	e.buf = append(e.buf, magic...)
 	e.buf = binary.AppendUvarint(e.buf, Version)
 	e.buf = append(e.buf, config[:]...)
+	e.str(cluster)
 	e.buf = binary.AppendVarint(e.buf, writtenAt.UnixNano())
 	e.buf = binary.AppendUvarint(e.buf, uint64(resources))
 	e.flush()
@@ -146,8 +164,9 @@ func (e *Encoder) fail(format string, args ...any) {
 }
 
 // Resource starts a resource whose tables name the strings by their
-// number.
-func (e *Encoder) Resource(name, resourceVersion string, indexes, strings []string) {
+// number; relist marks data that must be listed, not resumed (see
+// Resource.Relist).
+func (e *Encoder) Resource(name, resourceVersion string, relist bool, indexes, strings []string) {
 	e.finish()
 	if e.left == 0 {
 		e.fail("more resources than announced")
@@ -156,6 +175,11 @@ func (e *Encoder) Resource(name, resourceVersion string, indexes, strings []stri
 	e.open, e.indexes, e.strings, e.tables, e.inObjs = true, len(indexes), len(strings), 0, false
 	e.str(name)
 	e.str(resourceVersion)
+	var flags uint64
+	if relist {
+		flags |= flagRelist
+	}
+	e.buf = binary.AppendUvarint(e.buf, flags)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(indexes)))
 	for _, ix := range indexes {
 		e.str(ix)
@@ -307,7 +331,7 @@ func failure(reason, format string, args ...any) error {
 // and objects are read by Table.Each and Resource.EachObject. The strings
 // of the File alias data.
 func Decode(data []byte) (*File, error) {
-	min := len(magic) + 1 + 32 + 1 + 1 + 4
+	min := len(magic) + 1 + 32 + 1 + 1 + 1 + 4
 	if len(data) < min {
 		return nil, failure("truncated", "%d bytes, less than the %d of an empty snapshot", len(data), min)
 	}
@@ -325,6 +349,7 @@ func Decode(data []byte) (*File, error) {
 	}
 	f := &File{}
 	copy(f.Config[:], d.bytes(32))
+	f.Cluster = d.str()
 	f.WrittenAt = time.Unix(0, d.int())
 	n := d.count(1)
 	for range n {
@@ -334,6 +359,12 @@ func Decode(data []byte) (*File, error) {
 		var r Resource
 		r.Name = d.str()
 		r.ResourceVersion = d.str()
+		switch flags := d.uint(); {
+		case flags&^flagRelist != 0:
+			d.corrupt(fmt.Sprintf("resource flags %#x", flags))
+		default:
+			r.Relist = flags&flagRelist != 0
+		}
 		nix := d.count(1)
 		r.Indexes = make([]string, 0, nix)
 		for range nix {
@@ -346,14 +377,15 @@ func Decode(data []byte) (*File, error) {
 		}
 		r.Tables = make([]Table, 0, nix)
 		for range nix {
-			r.Tables = append(r.Tables, d.table(len(r.Strings)))
+			r.Tables = append(r.Tables, d.table(r.Strings))
 		}
 		start := d.b
+		r.MaxEntries, r.MaxBytes = make([]int, nix), make([]int, nix)
 		for d.err == nil {
 			if !d.more() {
 				break
 			}
-			d.object(len(r.Indexes), nil)
+			d.object(len(r.Indexes), nil, r.MaxEntries, r.MaxBytes)
 			r.Objects++
 		}
 		if d.err == nil {
@@ -393,7 +425,7 @@ func (r *Resource) EachObject(f func(Object)) {
 	d := decoder{b: r.objects}
 	entries := make([][]indexer.Entry, len(r.Indexes))
 	for d.more() {
-		f(d.object(len(r.Indexes), entries))
+		f(d.object(len(r.Indexes), entries, nil, nil))
 	}
 }
 
@@ -495,8 +527,10 @@ func (d *decoder) ids(buf []uint32, strings int) []uint32 {
 	return buf
 }
 
-// table checks one table and returns it.
-func (d *decoder) table(strings int) Table {
+// table checks one table and returns it: each key once, its values and
+// object keys each once and in order, as the indexer holds them (a table
+// that breaks this would answer duplicated or unsorted values).
+func (d *decoder) table(strs []string) Table {
 	start := d.b
 	flag := d.bytes(1)
 	if len(flag) == 0 || flag[0] > 1 {
@@ -505,11 +539,19 @@ func (d *decoder) table(strings int) Table {
 	}
 	t := Table{WithObjects: flag[0] == 1}
 	var buf []uint32
+	seen := map[string]struct{}{}
 	for d.err == nil && d.more() {
-		d.str()
-		buf = d.ids(buf[:0], strings)
+		key := d.str()
+		if _, dup := seen[key]; dup {
+			d.corrupt(fmt.Sprintf("key %q twice in a table", key))
+			break
+		}
+		seen[key] = struct{}{}
+		buf = d.ids(buf[:0], len(strs))
+		d.ascending(key, "values", buf, strs)
 		if t.WithObjects {
-			buf = d.ids(buf[:0], strings)
+			buf = d.ids(buf[:0], len(strs))
+			d.ascending(key, "object keys", buf, strs)
 		}
 		t.Keys++
 	}
@@ -517,9 +559,20 @@ func (d *decoder) table(strings int) Table {
 	return t
 }
 
+// ascending checks that the strings that ids name are distinct and in
+// order.
+func (d *decoder) ascending(key, what string, ids []uint32, strs []string) {
+	for i := 1; i < len(ids) && d.err == nil; i++ {
+		if strs[ids[i-1]] >= strs[ids[i]] {
+			d.corrupt(fmt.Sprintf("the %s of key %q are not distinct and sorted", what, key))
+		}
+	}
+}
+
 // object reads one object (after its marker); with entries nil it only
-// checks it.
-func (d *decoder) object(indexes int, entries [][]indexer.Entry) Object {
+// checks it. maxEntries and maxBytes, when not nil, are raised to the
+// object's count of entries and their bytes in each index.
+func (d *decoder) object(indexes int, entries [][]indexer.Entry, maxEntries, maxBytes []int) Object {
 	o := Object{Key: d.str()}
 	if l := d.uint(); l > 0 {
 		o.Payload, o.HasPayload = d.strOf(l-1), true
@@ -530,15 +583,21 @@ func (d *decoder) object(indexes int, entries [][]indexer.Entry) Object {
 		if entries != nil {
 			es = entries[i][:0]
 		}
+		size := 0
 		for range ne {
 			k := d.str()
 			v := o.Key
 			if l := d.uint(); l != 0 {
 				v = d.strOf(l - 1)
 			}
+			size += len(k) + len(v)
 			if entries != nil {
 				es = append(es, indexer.Entry{Key: k, Value: v})
 			}
+		}
+		if maxEntries != nil {
+			maxEntries[i] = max(maxEntries[i], ne)
+			maxBytes[i] = max(maxBytes[i], size)
 		}
 		if entries != nil {
 			entries[i] = es

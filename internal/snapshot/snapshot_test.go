@@ -60,9 +60,9 @@ func sample() plain {
 
 func encode(t testing.TB, p plain) []byte {
 	var buf bytes.Buffer
-	e := NewEncoder(&buf, p.Config, time.Unix(0, p.WrittenAt), len(p.Resources))
+	e := NewEncoder(&buf, p.Config, "cluster-uid", time.Unix(0, p.WrittenAt), len(p.Resources))
 	for _, r := range p.Resources {
-		e.Resource(r.Name, r.RV, r.Indexes, r.Strings)
+		e.Resource(r.Name, r.RV, false, r.Indexes, r.Strings)
 		for _, tb := range r.Tables {
 			e.Table(tb.WithObjects)
 			for _, k := range tb.Keys {
@@ -152,26 +152,26 @@ func TestDamagedFilesAreRefused(t *testing.T) {
 
 func TestEncoderChecksItsCalls(t *testing.T) {
 	for name, write := range map[string]func(e *Encoder){
-		"fewer resources": func(e *Encoder) { e.Resource("a", "1", nil, nil) },
+		"fewer resources": func(e *Encoder) { e.Resource("a", "1", false, nil, nil) },
 		"object before the tables": func(e *Encoder) {
-			e.Resource("a", "1", []string{"i"}, nil)
+			e.Resource("a", "1", false, []string{"i"}, nil)
 			e.Object("k", "", false, nil)
 		},
 		"a string that is not there": func(e *Encoder) {
-			e.Resource("a", "1", []string{"i"}, []string{"s"})
+			e.Resource("a", "1", false, []string{"i"}, []string{"s"})
 			e.Table(false)
 			e.Key("k", []uint32{1}, nil)
 		},
 		"too many tables": func(e *Encoder) {
-			e.Resource("a", "1", nil, nil)
+			e.Resource("a", "1", false, nil, nil)
 			e.Table(false)
 		},
 	} {
 		var buf bytes.Buffer
-		e := NewEncoder(&buf, [32]byte{}, time.Now(), 2)
+		e := NewEncoder(&buf, [32]byte{}, "", time.Now(), 2)
 		write(e)
 		if name != "fewer resources" {
-			e.Resource("b", "1", nil, nil)
+			e.Resource("b", "1", false, nil, nil)
 		}
 		if err := e.Close(); err == nil {
 			t.Errorf("%s: no error", name)

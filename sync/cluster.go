@@ -1,0 +1,182 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	gosync "sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+)
+
+// A snapshot records the cluster its data came from: the UID of the
+// cluster's kube-system namespace, the usual cluster ID (two clusters
+// cannot share it; a namespace that is deleted and created again gets a
+// new one, and the snapshot then counts as another cluster's, which costs
+// one list). Before a restored resource resumes its watch, the engine
+// reads the UID (one GET) and compares:
+//
+//   - the same: resume;
+//   - another: the snapshot is another cluster's. Its data is cleared from
+//     every resource at once, before anything else is written or
+//     snapshotted, and the engine starts cold (SnapshotStatus: "cold",
+//     reason "cluster");
+//   - unknown (the snapshot has none, or the UID cannot be read: RBAC
+//     forbids it, say): the data is not trusted to resume. Each resource
+//     lists (the list replaces everything, so nothing of another cluster
+//     survives it) and answers the snapshot's data, stale, until then.
+//
+// While the apiserver cannot be reached, the UID cannot be read: the
+// resources answer from the snapshot, stale, and the check is made once it
+// answers.
+
+// clusterVerdict is how a snapshot's cluster compares with the
+// apiserver's.
+type clusterVerdict int
+
+const (
+	clusterSame    clusterVerdict = iota // resume
+	clusterUnknown                       // list, keeping the data meanwhile
+	clusterOther                         // the data was dropped: list
+)
+
+// identity is the engine's knowledge of its cluster.
+type identity struct {
+	// fetch reads the cluster's identity; nil for an engine without a
+	// cluster.
+	fetch func(ctx context.Context) (string, error)
+
+	mu gosync.Mutex
+	// snapshot: the identity recorded in the snapshot the engine was
+	// restored from ("" for none or an unknown one).
+	snapshot string
+	// known: id was read from the apiserver; unreadable: it cannot be
+	// (an answer that no retry changes), with why.
+	known      bool
+	id         string
+	unreadable error
+	verdict    *clusterVerdict // once decided
+}
+
+// clusterIDNamespace is the namespace whose UID names a cluster.
+const clusterIDNamespace = "kube-system"
+
+// fetchClusterID returns a function that reads the UID of the
+// kube-system namespace with client, a client of the core API group.
+func fetchClusterID(client rest.Interface) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		body, err := client.Get().AbsPath("/api/v1/namespaces", clusterIDNamespace).DoRaw(ctx)
+		if err != nil {
+			return "", err
+		}
+		uid := gjson.GetBytes(body, "metadata.uid").Str
+		if uid == "" {
+			return "", fmt.Errorf("namespace %s: %w", clusterIDNamespace, errNoUID)
+		}
+		return uid, nil
+	}
+}
+
+// permanent reports an answer to the identity's GET that no retry
+// changes: forbidden, unauthorized for it, or no such namespace.
+func permanent(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) ||
+		errors.Is(err, errNoUID)
+}
+
+var errNoUID = errors.New("no metadata.uid")
+
+// read reads the identity once it is known or known to be unreadable;
+// under id.mu.
+func (id *identity) read(ctx context.Context) error {
+	if id.known || id.unreadable != nil || id.fetch == nil {
+		return nil
+	}
+	got, err := id.fetch(ctx)
+	switch {
+	case err == nil:
+		id.known, id.id = true, got
+	case permanent(err):
+		id.unreadable = err
+	default:
+		return err
+	}
+	return nil
+}
+
+// checkCluster compares the snapshot's cluster with the apiserver's, once
+// for all resources, and returns the verdict; an error when the apiserver
+// could not be asked (try again later, answering from the snapshot). On
+// clusterOther, every restored resource's data is cleared before it
+// returns.
+func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
+	id := &e.ident
+	id.mu.Lock()
+	other := false
+	defer func() {
+		id.mu.Unlock()
+		if other { // after id.mu: writeSnapshotFile takes snaps.mu, then id.mu
+			e.snaps.mu.Lock()
+			e.snaps.status.Load, e.snaps.status.LoadReason, e.snaps.status.WrittenAt = "cold", "cluster", time.Time{}
+			e.snaps.mu.Unlock()
+		}
+	}()
+	if id.verdict != nil {
+		return *id.verdict, nil
+	}
+	if err := id.read(ctx); err != nil {
+		return clusterUnknown, err
+	}
+	v := clusterUnknown
+	switch {
+	case id.fetch == nil:
+		v = clusterSame // an engine without a cluster: nothing to compare
+	case id.unreadable != nil:
+		e.log.Warn("cannot read the cluster's identity (the UID of namespace "+clusterIDNamespace+"): the snapshot is not resumed, each resource lists",
+			"error", id.unreadable.Error())
+	case id.snapshot == "":
+		e.log.Warn("the snapshot does not say which cluster it came from: not resumed, each resource lists", "cluster", id.id)
+	case id.snapshot == id.id:
+		v = clusterSame
+	default:
+		v = clusterOther
+		e.log.Warn("snapshot ignored: it came from another cluster; its data is cleared and every resource lists (cold start)",
+			"snapshotCluster", id.snapshot, "cluster", id.id)
+		v0, _ := e.view()
+		for _, w := range v0.watchers {
+			if w.restored && !w.dropped.Swap(true) {
+				w.src.Replace(nil)
+				w.rv.Store(nil)
+			}
+		}
+		other = true
+	}
+	id.verdict = &v
+	return v, nil
+}
+
+// clusterForSnapshot returns the identity to record in a snapshot written
+// now: the apiserver's, read if need be; "" when it cannot be read; the
+// restored snapshot's while the apiserver cannot be reached (its data is
+// that cluster's, or was listed from one that did not answer since).
+func (e *Engine) clusterForSnapshot() string {
+	id := &e.ident
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.verdict == nil && id.snapshot != "" && id.fetch != nil {
+		// Not compared yet: a restored resource still holds the
+		// snapshot's data, which checkCluster may have to drop first.
+		return id.snapshot
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := id.read(ctx); err != nil {
+		return id.snapshot
+	}
+	return id.id
+}
