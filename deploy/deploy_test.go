@@ -112,11 +112,12 @@ func TestManifestsPassServerSideDryRun(t *testing.T) {
 					t.Fatalf("kinds = %v", kinds)
 				}
 			case "overlays/cluster-wide":
-				if kinds["ClusterRole"] != 2 || kinds["Role"] != 0 {
+				// The Role left is the one that reads the cluster's ID.
+				if kinds["ClusterRole"] != 2 || kinds["Role"] != 1 {
 					t.Fatalf("kinds = %v", kinds)
 				}
 			default:
-				if kinds["Deployment"] != 1 || kinds["Role"] != 1 || kinds["ConfigMap"] != 1 {
+				if kinds["Deployment"] != 1 || kinds["Role"] != 2 || kinds["ConfigMap"] != 1 {
 					t.Fatalf("kinds = %v", kinds)
 				}
 			}

@@ -1,18 +1,23 @@
 package testenv
 
 import (
+	"context"
 	"io"
 	"net"
 	gosync "sync"
 	"sync/atomic"
+
+	"golang.org/x/time/rate"
 )
 
 // Proxy is a TCP proxy in front of the apiserver that can reset its
-// connections or black-hole them (connections stay open, no bytes pass).
+// connections, black-hole them (connections stay open, no bytes pass) or
+// slow them down (a link of some bytes per second, shared by all).
 type Proxy struct {
 	ln        net.Listener
 	target    string
 	blackHole atomic.Bool
+	limit     atomic.Pointer[rate.Limiter]
 
 	mu     gosync.Mutex
 	conns  map[net.Conn]struct{}
@@ -76,6 +81,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if l := p.limit.Load(); l != nil && n > 0 {
+			for left := n; left > 0; left -= l.Burst() {
+				_ = l.WaitN(context.Background(), min(left, l.Burst()))
+			}
+		}
 		if n > 0 && !p.blackHole.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -101,6 +111,16 @@ func (p *Proxy) Reset() {
 		c.Close()
 		delete(p.conns, c)
 	}
+}
+
+// Throttle makes the connections, open or new, pass at most bytesPerSecond
+// in all, both ways together; 0 lifts the limit.
+func (p *Proxy) Throttle(bytesPerSecond int) {
+	if bytesPerSecond <= 0 {
+		p.limit.Store(nil)
+		return
+	}
+	p.limit.Store(rate.NewLimiter(rate.Limit(bytesPerSecond), min(bytesPerSecond, 16<<10)))
 }
 
 // BlackHole makes every connection, open or new, swallow all bytes while on.
