@@ -52,15 +52,31 @@ const Scheme = "metasync"
 type Option func(*options)
 
 type options struct {
-	tokenFile string
-	log       *slog.Logger
+	tokenFile  string
+	caFile     string
+	serverName string
+	log        *slog.Logger
 }
 
 // WithTokenFile makes a remote builder send the bearer token in path to a
 // daemon that runs with --auth=tokenreview; the file is read again for
 // each connection, so that a rotated token (a projected service account
-// token) is picked up. Default: no token.
+// token) is picked up. Give it a token for the daemon's --auth-audience
+// (a projected token with that audience), not one the apiserver accepts,
+// and an https:// daemon URL. Default: no token.
 func WithTokenFile(path string) Option { return func(o *options) { o.tokenFile = path } }
+
+// WithCAFile makes a remote builder verify an https:// daemon's
+// certificate against the PEM CA certificates in path, read again for
+// each connection, so that a rotated CA is picked up. Default: the
+// system's roots.
+func WithCAFile(path string) Option { return func(o *options) { o.caFile = path } }
+
+// WithServerName makes a remote builder check an https:// daemon's
+// certificate for name instead of the daemon URL's host: a node-local
+// daemon reached at its node's IP presents a certificate for its
+// Service's name. Default: the URL's host.
+func WithServerName(name string) Option { return func(o *options) { o.serverName = name } }
 
 // WithLogger sets the logger of the builder (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -15,7 +14,9 @@ import (
 
 // NewRemoteBuilder returns a resolver.Builder of the metasync scheme that
 // resolves through the change streams of the metasync daemon at daemonURL
-// (such as http://127.0.0.1:8080, or a node-local daemon's address). While
+// (such as http://127.0.0.1:8080, or https://metasync.metasync.svc:8080
+// with WithCAFile and WithTokenFile for a daemon that serves TLS and
+// reviews tokens). While
 // the daemon cannot be reached, or refuses the target, a resolver keeps
 // its last addresses and reports the error; it reconnects with a backoff
 // (0.5 s to 8 s) and resumes the stream from its last version.
@@ -34,16 +35,14 @@ var errGone = errors.New("the index or chain was removed from the daemon's confi
 func followRemote(ctx context.Context, base string, t target, f *follower, o options) {
 	log := o.log.With("target", t.String(), "daemon", base)
 	so := streamclient.Options{
+		Client: streamclient.NewClient(o.caFile, o.serverName),
 		OnBreak: func(err error, retry time.Duration) {
 			log.Warn("stream from the daemon broke; keeping the last addresses", "error", err.Error(), "retry", retry.String())
 			f.fail(fmt.Errorf("metasync daemon %s: %w", base, err))
 		},
 	}
 	if o.tokenFile != "" {
-		so.Token = func() (string, error) {
-			b, err := os.ReadFile(o.tokenFile) // again each time: tokens rotate
-			return strings.TrimSpace(string(b)), err
-		}
+		so.Token = streamclient.TokenFile(o.tokenFile) // read again each time: tokens rotate
 	}
 	path := base + "/v1/" + t.kind + "/" + streamclient.PathSegment(t.name) + "/keys/" + streamclient.PathSegment(t.key)
 	for ctx.Err() == nil {

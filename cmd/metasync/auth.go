@@ -9,21 +9,49 @@ import (
 	"github.com/iidp/metasync/internal/api"
 )
 
+// authOptions are the flags that go with --auth: --auth-audience and
+// --insecure-plaintext-auth; tls is whether serve serves HTTPS.
+type authOptions struct {
+	audience          *string
+	insecurePlaintext *bool
+	tls               bool
+}
+
 // authFor is the HTTP API's authentication, as --auth (mode) asks for the
 // listen address addr: "tokenreview" checks bearer tokens against the
-// cluster of cfg (TokenReview, SubjectAccessReview); "none" checks
-// nothing, with a warning beyond loopback; "" checks nothing on loopback
-// and is refused beyond it. A nil *api.TokenAuth means no authentication.
-// A refusal is logged and returned as exitError{1}.
-func authFor(mode, addr string, cfg *rest.Config, log *slog.Logger) (*api.TokenAuth, error) {
+// cluster of cfg (TokenReview, SubjectAccessReview), for o.audience if
+// set; beyond loopback it needs TLS, or --insecure-plaintext-auth to send
+// bearer tokens in cleartext on purpose. "none" checks nothing, with a
+// warning beyond loopback; "" checks nothing on loopback and is refused
+// beyond it. A nil *api.TokenAuth means no authentication. A refusal is
+// logged and returned as exitError{1}.
+func authFor(mode, addr string, o authOptions, cfg *rest.Config, log *slog.Logger) (*api.TokenAuth, error) {
 	host, _, _ := net.SplitHostPort(addr)
+	if mode != "tokenreview" && (*o.audience != "" || *o.insecurePlaintext) {
+		log.Error("--auth-audience and --insecure-plaintext-auth go with --auth=tokenreview", "auth", mode)
+		return nil, exitError{1}
+	}
 	switch mode {
 	case "tokenreview":
+		switch {
+		case o.tls && *o.insecurePlaintext:
+			log.Error("--insecure-plaintext-auth with TLS (--tls-cert-file): choose one")
+			return nil, exitError{1}
+		case !o.tls && !isLoopback(host) && !*o.insecurePlaintext:
+			log.Error("--auth=tokenreview beyond loopback needs TLS (--tls-cert-file and --tls-private-key-file), or --insecure-plaintext-auth to let callers send their bearer tokens in cleartext on purpose", "address", addr)
+			return nil, exitError{1}
+		case !o.tls && !isLoopback(host):
+			log.Warn("callers' bearer tokens cross the network in cleartext, as --insecure-plaintext-auth asks", "address", addr)
+		}
+		if *o.audience == "" && !isLoopback(host) {
+			log.Warn("without --auth-audience, callers send tokens that the apiserver accepts too: give them projected tokens of an audience of metasync's own and set --auth-audience", "address", addr)
+		}
 		guard, err := api.NewTokenAuth(reviewConfig(cfg), log)
 		if err != nil {
 			log.Error("auth", "error", err.Error())
 			return nil, exitError{1}
 		}
+		guard.SetAudience(*o.audience)
 		return guard, nil
 	case "none":
 		if !isLoopback(host) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/streamclient"
+	"github.com/iidp/metasync/internal/tlsfiles"
 )
 
 // defaultServer is where get and indexes find a daemon by default.
@@ -22,6 +24,7 @@ const defaultServer = "http://127.0.0.1:8080"
 func get(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("get", stderr)
 	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
+	cf := addClientFlags(fs)
 	chain := fs.String("chain", "", "resolve KEY through this chain instead of an index")
 	limit := fs.Int("limit", 0, "with INDEX alone: keys asked per request (default: the daemon's page, at most 10000); every page is printed")
 	watch := fs.Bool("watch", false, "print each answer as it changes, one JSON line each, until interrupted (with INDEX alone: every key's)")
@@ -31,7 +34,10 @@ func get(args []string, stdout, stderr io.Writer) error {
 	if err := envForFlags(fs, stderr); err != nil {
 		return err
 	}
-	c := newClient(*server)
+	c, err := newClient(*server, cf, "get", stderr)
+	if err != nil {
+		return err
+	}
 	if *watch {
 		var path string
 		switch {
@@ -66,6 +72,7 @@ func get(args []string, stdout, stderr io.Writer) error {
 func indexes(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("indexes", stderr)
 	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
+	cf := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -84,7 +91,10 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 			Synced   bool   `json:"synced"`
 		} `json:"indexes"`
 	}
-	c := newClient(*server)
+	c, err := newClient(*server, cf, "indexes", stderr)
+	if err != nil {
+		return err
+	}
 	if err := c.getJSON("indexes", "/v1/indexes", &ans, stderr); err != nil {
 		return err
 	}
@@ -100,31 +110,84 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 // streamclient.PathSegment).
 func pathSegment(s string) string { return streamclient.PathSegment(s) }
 
-// client asks one daemon.
-type client struct {
-	base string
-	http *http.Client
+// clientFlags are how get and indexes reach a daemon that serves TLS and
+// reviews tokens: --token-file, --ca-file, --tls-server-name.
+type clientFlags struct {
+	tokenFile, caFile, serverName *string
 }
 
-// newClient returns a client of the daemon at server (a base URL).
-func newClient(server string) *client {
-	return &client{
-		base: strings.TrimRight(server, "/"),
-		http: &http.Client{
-			Timeout: 10 * time.Second,
-			// metasync answers every API path itself: a redirect means
-			// something else answers, or a path was rewritten; say so
-			// rather than follow it to another endpoint.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+// addClientFlags defines the clientFlags on fs.
+func addClientFlags(fs *flag.FlagSet) clientFlags {
+	return clientFlags{
+		tokenFile:  fs.String("token-file", "", "send the token in this file as a bearer token (to a daemon with --auth=tokenreview), read again at each connection; give a token for the daemon's --auth-audience (env METASYNC_TOKEN_FILE)"),
+		caFile:     fs.String("ca-file", "", "with an https:// --server: verify the daemon's certificate against the PEM CA certificates in this file, read again at each connection (default: the system's roots) (env METASYNC_CA_FILE)"),
+		serverName: fs.String("tls-server-name", "", "with an https:// --server: the name the daemon's certificate must hold, when it is not the URL's host (env METASYNC_TLS_SERVER_NAME)"),
 	}
+}
+
+// client asks one daemon.
+type client struct {
+	base  string
+	http  *http.Client
+	token func() (string, error) // nil: no token
+	// stream is the client of change streams: the same, without Timeout.
+	stream *http.Client
+}
+
+// newClient returns a client of the daemon at server (a base URL), as the
+// client flags say. Flags that cannot work (a CA file that holds no
+// certificate, TLS flags with an http:// URL) are a usage error, printed
+// on stderr after "metasync cmd:".
+func newClient(server string, cf clientFlags, cmd string, stderr io.Writer) (*client, error) {
+	base := strings.TrimRight(server, "/")
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(stderr, "metasync %s: --server %q: want http://HOST:PORT or https://HOST:PORT\n", cmd, server)
+		return nil, exitError{2}
+	}
+	if u.Scheme == "http" && (*cf.caFile != "" || *cf.serverName != "") {
+		fmt.Fprintf(stderr, "metasync %s: --ca-file and --tls-server-name need an https:// --server, not %s\n", cmd, server)
+		return nil, exitError{2}
+	}
+	if *cf.caFile != "" {
+		if _, err := tlsfiles.CAPool(*cf.caFile); err != nil {
+			fmt.Fprintf(stderr, "metasync %s: --ca-file: %v\n", cmd, err)
+			return nil, exitError{2}
+		}
+	}
+	// metasync answers every API path itself: a redirect means something
+	// else answers, or a path was rewritten; say so rather than follow it
+	// to another endpoint.
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c := &client{
+		base:   base,
+		http:   &http.Client{Timeout: 10 * time.Second, Transport: tlsfiles.Transport(*cf.caFile, *cf.serverName), CheckRedirect: noRedirect},
+		stream: streamclient.NewClient(*cf.caFile, *cf.serverName),
+	}
+	if *cf.tokenFile != "" {
+		c.token = streamclient.TokenFile(*cf.tokenFile)
+	}
+	return c, nil
 }
 
 // getJSON GETs path (escaped already) and decodes the answer into v. On
 // failure it prints why on stderr, prefixed with "metasync cmd:", and
 // returns exitError{1}.
 func (c *client) getJSON(cmd, path string, v any, stderr io.Writer) error {
-	resp, err := c.http.Get(c.base + path)
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "metasync %s: %v\n", cmd, err)
+		return exitError{1}
+	}
+	if c.token != nil {
+		token, err := c.token()
+		if err != nil {
+			fmt.Fprintf(stderr, "metasync %s: --token-file: %v\n", cmd, err)
+			return exitError{1}
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "metasync %s: cannot reach metasync at %s: %v\n", cmd, c.base, err)
 		return exitError{1}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/internal/tlsfiles"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -41,6 +43,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
 	memoryLimit := fs.String("memory-limit", "auto", `the Go runtime's soft memory limit: "auto" (90 % of the container's cgroup memory limit, unless GOMEMLIMIT is set), "off", or a quantity such as 400Mi`)
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
+	authOpts := authOptions{
+		audience:          fs.String("auth-audience", "", `with --auth=tokenreview: accept only tokens issued for this audience (projected service account tokens with "audience: NAME"); a token for the apiserver's own audience is refused with 401`),
+		insecurePlaintext: fs.Bool("insecure-plaintext-auth", false, "allow --auth=tokenreview beyond loopback without TLS: callers' bearer tokens then cross the network in cleartext"),
+	}
+	tlsCert := fs.String("tls-cert-file", "", "serve HTTPS with the PEM certificate (chain) in this file, read again when it changes (with --tls-private-key-file)")
+	tlsKey := fs.String("tls-private-key-file", "", "the PEM private key of --tls-cert-file, read again when it changes")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -68,6 +76,20 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "metasync serve:", err)
 		return exitError{2}
 	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		fmt.Fprintln(stderr, "metasync serve: --tls-cert-file and --tls-private-key-file go together")
+		return exitError{2}
+	}
+	var cert *tlsfiles.Certificate
+	if *tlsCert != "" {
+		c, err := tlsfiles.NewCertificate(*tlsCert, *tlsKey, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "metasync serve:", err)
+			return exitError{2}
+		}
+		cert = c
+	}
+	authOpts.tls = cert != nil
 	// Before the first request: every request to the apiserver counts.
 	clientMetrics := api.ClientGoMetrics()
 
@@ -126,7 +148,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		log.Error("listen", "address", addr, "error", err.Error())
 		return exitError{1}
 	}
-	guard, err := authFor(*auth, addr, restCfg, log)
+	guard, err := authFor(*auth, addr, authOpts, restCfg, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -152,14 +174,21 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		_ = engine.Start(engineCtx)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	if cert != nil {
+		srv.TLSConfig = cert.ServerConfig()
+		// HTTP/1.1 only, as over plain HTTP: each stream its connection.
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 	go reportProgress(engineCtx, engine, log)
 	go returnFreeMemory(engineCtx, log, engine)
 	if crdsLater != nil {
 		go installLater(engineCtx, crdsLater, restCfg, log)
 	}
 	go reload.run(engineCtx, hup)
-	log.Info("serving", "address", ln.Addr().String(), "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
+	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
 
 	select {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,7 +28,8 @@ var errGone = errors.New("the index or chain was removed from the daemon's confi
 // fresh snapshot.
 func (c *client) follow(ctx context.Context, path string, stdout, stderr io.Writer) error {
 	err := streamclient.Follow(ctx, c.base+path, streamclient.Options{
-		Client:        &http.Client{CheckRedirect: c.http.CheckRedirect}, // no Timeout: a stream lasts
+		Client:        c.stream, // no Timeout: a stream lasts
+		Token:         c.token,
 		StopOnRefusal: true,
 		OnBreak: func(err error, retry time.Duration) {
 			fmt.Fprintf(stderr, "metasync get: stream from %s broke (%v); resuming in %v\n", c.base, err, retry)

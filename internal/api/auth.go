@@ -77,8 +77,9 @@ import (
 //     it); then requests get 503. A refresh answered 401 or 403 takes
 //     effect at once.
 type TokenAuth struct {
-	kube *kubejson.Client
-	log  *slog.Logger
+	kube     *kubejson.Client
+	log      *slog.Logger
+	audience string // asked of every TokenReview; "" for the apiserver's own
 
 	ttl, negativeTTL time.Duration
 	timeout, grace   time.Duration
@@ -163,6 +164,17 @@ func NewTokenAuth(cfg *rest.Config, log *slog.Logger) (*TokenAuth, error) {
 		busyLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
 	}, nil
 }
+
+// SetAudience makes the guard accept only tokens issued for audience (a
+// projected service account token with that audience): each TokenReview
+// asks for it (spec.audiences), and a token is authenticated only when
+// the review's answer names it among the token's audiences that match
+// (status.audiences). A token for the apiserver's default audience, which
+// the apiserver itself would accept, is then refused with 401: callers
+// hand metasync nothing that works as a cluster credential. "" (the
+// default) accepts tokens for the apiserver's audience. Call it before
+// the guard serves.
+func (a *TokenAuth) SetAudience(audience string) { a.audience = audience }
 
 // Describe implements prometheus.Collector.
 func (a *TokenAuth) Describe(ch chan<- *prometheus.Desc) {
@@ -457,17 +469,28 @@ func (a *TokenAuth) reviewFailed(kind, what string, err error) error {
 }
 
 func (a *TokenAuth) authenticate(ctx context.Context, token string) (verdict, error) {
+	spec := authenticationv1.TokenReviewSpec{Token: token}
+	if a.audience != "" {
+		spec.Audiences = []string{a.audience}
+	}
 	tr := &authenticationv1.TokenReview{}
 	err := a.kube.Create(ctx, "/apis/authentication.k8s.io/v1/tokenreviews", &authenticationv1.TokenReview{
 		TypeMeta: typeMeta("authentication.k8s.io/v1", "TokenReview"),
-		Spec:     authenticationv1.TokenReviewSpec{Token: token},
+		Spec:     spec,
 	}, tr)
 	if err != nil {
 		return verdict{}, a.reviewFailed("token", "token review", err)
 	}
-	if !tr.Status.Authenticated {
+	// The apiserver answers the audiences that both the review and the
+	// token name; an authenticator that knows nothing of audiences
+	// answers none, and its "authenticated" says nothing of ours.
+	if !tr.Status.Authenticated || (a.audience != "" && !slices.Contains(tr.Status.Audiences, a.audience)) {
 		a.reviews.WithLabelValues("token", "denied").Inc()
-		return verdict{code: http.StatusUnauthorized, msg: "the token is not valid"}, nil
+		msg := "the token is not valid"
+		if a.audience != "" {
+			msg = fmt.Sprintf("the token is not valid for audience %q", a.audience)
+		}
+		return verdict{code: http.StatusUnauthorized, msg: msg}, nil
 	}
 	a.reviews.WithLabelValues("token", "ok").Inc()
 	return verdict{user: tr.Status.User}, nil

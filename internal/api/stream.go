@@ -114,14 +114,29 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	// Behind --auth=tokenreview the caller is authorized again each
 	// heartbeat period (from the auth caches, so a review at most every
 	// 10 s or so): a token that lost its access, or expired, ends its
-	// streams; the client's reconnect then gets the 401 or 403.
+	// streams; the client's reconnect then gets the 401 or 403. When the
+	// review cannot be made (the apiserver unreachable, metasync's own
+	// review rights gone: 503), the cached verdict keeps the stream for
+	// its grace (see TokenAuth), and the stream ends once re-authorization
+	// has failed for a heartbeat period more: a stream never outlives
+	// what a lookup with its token would get by much.
 	recheck, _ := r.Context().Value(recheckKey{}).(func() int)
 	checked := time.Now()
+	var failingSince time.Time
 	for {
 		if recheck != nil && time.Since(checked) >= s.heartbeat {
 			checked = time.Now()
-			if code := recheck(); code == http.StatusUnauthorized || code == http.StatusForbidden {
+			switch code := recheck(); {
+			case code == 0:
+				failingSince = time.Time{}
+			case code == http.StatusUnauthorized || code == http.StatusForbidden:
 				s.log.Info("stream ended: the caller is no longer authorized", "path", r.URL.Path, "status", code)
+				return
+			case failingSince.IsZero():
+				failingSince = checked
+			case checked.Sub(failingSince) >= s.heartbeat:
+				s.log.Info("stream ended: the caller's access cannot be reviewed", "path", r.URL.Path, "status", code,
+					"failing_for", checked.Sub(failingSince).Round(time.Millisecond).String())
 				return
 			}
 		}

@@ -13,7 +13,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"time"
+
+	"github.com/iidp/metasync/internal/tlsfiles"
 )
 
 // Frame is one line of a stream.
@@ -40,6 +44,55 @@ type Options struct {
 	StopOnRefusal bool
 	// OnBreak hears of each broken stream, with when it is retried.
 	OnBreak func(err error, retry time.Duration)
+}
+
+// TokenFile returns a Token function that reads the bearer token in path
+// at each call (each connection), so that a rotated token (a projected
+// service account token, which the kubelet replaces before it expires) is
+// the one sent. An empty file is an error, not a request without a token.
+func TokenFile(path string) func() (string, error) {
+	return func() (string, error) {
+		// A pipe would block the open: only a regular file is read.
+		if st, err := os.Stat(path); err != nil {
+			return "", err
+		} else if !st.Mode().IsRegular() {
+			return "", fmt.Errorf("token file %s is not a regular file", path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		// A token is a few KiB; a path that points at something endless
+		// must not fill the memory.
+		b, err := io.ReadAll(io.LimitReader(f, maxToken+1))
+		if err != nil {
+			return "", err
+		}
+		if len(b) > maxToken {
+			return "", fmt.Errorf("token file %s is larger than %d bytes", path, maxToken)
+		}
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return "", fmt.Errorf("token file %s is empty", path)
+		}
+		return token, nil
+	}
+}
+
+// maxToken bounds what TokenFile reads.
+const maxToken = 64 << 10
+
+// NewClient is the HTTP client of a stream (no Timeout: a stream lasts;
+// no redirect followed) whose https:// connections verify the daemon's
+// certificate against the CA certificates of caFile, read again at each
+// connection (the system's roots when caFile is ""), for serverName (the
+// URL's host when "").
+func NewClient(caFile, serverName string) *http.Client {
+	return &http.Client{
+		Transport:     tlsfiles.Transport(caFile, serverName),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Refused is an answer of the daemon that retrying cannot change: an

@@ -1,0 +1,222 @@
+// Package tlsfiles serves and dials TLS from PEM files that change while
+// the process runs: a server's certificate and private key, rotated in
+// place (as cert-manager does, through the kubelet's symlink swap of a
+// Secret volume), and the CA certificates a client verifies its server
+// against. Nothing is cached for longer than a second (the server's pair)
+// or one connection (the client's CA certificates), so that a rotation
+// needs no restart.
+package tlsfiles
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// CheckEvery is how often, at most, a Certificate reads its files again:
+// at a handshake, when the last look is older than this.
+const CheckEvery = time.Second
+
+// maxPEM bounds what is read of a certificate, key or CA file: a path
+// that points at a device or a pipe must not fill the memory.
+const maxPEM = 1 << 20
+
+// Certificate is a server's certificate chain and private key, from two
+// PEM files that may be replaced while it serves. Its GetCertificate,
+// used by every handshake, reads the files again when it last looked more
+// than CheckEvery ago; when their content changed and the new pair is
+// valid, the new pair answers from that handshake on (logged); a pair that
+// does not load (a key that does not match, a file half written) is logged
+// once, and the last good pair keeps answering.
+type Certificate struct {
+	certFile, keyFile string
+	log               *slog.Logger
+	every             time.Duration
+
+	mu       sync.Mutex
+	cert     *tls.Certificate
+	loaded   []byte // the files' content of cert: certificate, then key
+	refused  []byte // the content last refused, logged once
+	lastLook time.Time
+}
+
+// NewCertificate loads the pair of certFile and keyFile, or says why it
+// cannot (a server must not start without a certificate).
+func NewCertificate(certFile, keyFile string, log *slog.Logger) (*Certificate, error) {
+	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log, every: CheckEvery}
+	content, cert, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	c.cert, c.loaded, c.lastLook = cert, content, time.Now()
+	return c, nil
+}
+
+// read reads both files and parses them as a pair.
+func (c *Certificate) read() ([]byte, *tls.Certificate, error) {
+	certPEM, err := readPEM(c.certFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err := readPEM(c.keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	content := append(append(certPEM, 0), keyPEM...)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return content, nil, fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
+	}
+	return content, &cert, nil
+}
+
+// GetCertificate is for tls.Config.GetCertificate: the current pair, read
+// again first if the last look is older than CheckEvery.
+func (c *Certificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.lastLook) >= c.every {
+		c.lastLook = time.Now()
+		c.reload()
+	}
+	return c.cert, nil
+}
+
+// reload reads the files and takes their pair when it changed and loads.
+// c.mu is held.
+func (c *Certificate) reload() {
+	content, cert, err := c.read()
+	switch {
+	case content != nil && bytes.Equal(content, c.loaded):
+		c.refused = nil
+	case err != nil:
+		if content == nil || !bytes.Equal(content, c.refused) {
+			c.log.Warn("TLS certificate not reloaded: serving the last good one", "error", err.Error(), "not_after", leafNotAfter(c.cert))
+		}
+		c.refused = content
+	default:
+		c.cert, c.loaded, c.refused = cert, content, nil
+		c.log.Info("TLS certificate reloaded", "cert", c.certFile, "not_after", leafNotAfter(cert))
+	}
+}
+
+// NotAfter is when the certificate now served expires.
+func (c *Certificate) NotAfter() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return leafNotAfter(c.cert)
+}
+
+// leafNotAfter is the expiry of a pair's first certificate.
+func leafNotAfter(cert *tls.Certificate) time.Time {
+	if cert == nil || cert.Leaf == nil {
+		return time.Time{}
+	}
+	return cert.Leaf.NotAfter
+}
+
+// ServerConfig is the TLS configuration of an HTTP server that answers
+// with c: TLS 1.2 or later, HTTP/1.1 only (every stream keeps its own
+// connection, as over plain HTTP).
+func (c *Certificate) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: c.GetCertificate,
+		NextProtos:     []string{"http/1.1"},
+	}
+}
+
+// readPEM reads a PEM file, at most maxPEM bytes of it. A path that is no
+// regular file (a pipe would block the open) is refused before it is
+// opened.
+func readPEM(path string) ([]byte, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEM+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPEM {
+		return nil, fmt.Errorf("%s is larger than %d bytes: not a PEM file", path, maxPEM)
+	}
+	return b, nil
+}
+
+// CAPool reads the PEM certificates of caFile into a pool, or says why it
+// cannot (no file, no certificate in it).
+func CAPool(caFile string) (*x509.CertPool, error) {
+	b, err := readPEM(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
+	}
+	return pool, nil
+}
+
+// DialTLS returns a dial function for http.Transport.DialTLSContext that
+// verifies the server's certificate against the CA certificates of caFile,
+// read again at each connection (so that a rotated CA is picked up), or
+// against the system's roots when caFile is "". The certificate must name
+// serverName, or, when serverName is "", the host dialled.
+func DialTLS(caFile, serverName string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg, err := ClientConfig(caFile, serverName)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ServerName = host
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, Config: cfg}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// ClientConfig is the TLS configuration of one connection to a daemon:
+// the CA certificates of caFile read now (the system's roots when ""),
+// the server name to verify (the host dialled when ""), TLS 1.2 or later,
+// HTTP/1.1.
+func ClientConfig(caFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, NextProtos: []string{"http/1.1"}}
+	if caFile != "" {
+		pool, err := CAPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// Transport is an http.Transport whose https:// connections are made by
+// DialTLS(caFile, serverName); http:// ones are plain, as ever.
+func Transport(caFile, serverName string) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialTLSContext = DialTLS(caFile, serverName)
+	t.ForceAttemptHTTP2 = false
+	return t
+}
