@@ -155,7 +155,7 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 	}
 	ss := &sourceSnap{objects: objectCount}
 	payloads(func(key string, p any) {
-		sh := hashOf(key) >> 56
+		sh := s.shardOf(key)
 		if ss.payload[sh] == nil {
 			ss.payload[sh] = map[string]any{}
 		}

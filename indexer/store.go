@@ -1,12 +1,12 @@
 package indexer
 
 import (
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // An index's table is split into 1<<bits pages, bits chosen for about
@@ -67,8 +67,12 @@ type SourceSpec struct {
 // Store holds the indexes of every source. Its zero value is not usable;
 // build one with New.
 type Store struct {
-	seed    hashSeed // of every index key's hash
-	current atomic.Pointer[Snapshot]
+	seed hashSeed // of every index key's hash
+	// shardSeed seeds the hash that picks an object's payload shard
+	// (shardOf), drawn per Store: object names are chosen by whoever may
+	// create objects.
+	shardSeed maphash.Seed
+	current   atomic.Pointer[Snapshot]
 
 	mu       sync.Mutex // serializes writers
 	onCommit func(prev, next *Snapshot, changes []Change)
@@ -218,7 +222,7 @@ var emptyIndex = &indexSnap{values: newTable(0), sorted: &sortedKeys{}}
 // New builds a Store with the given sources. Index names must be unique
 // across all sources, source names among sources.
 func New(sources ...SourceSpec) (*Store, error) {
-	s := &Store{seed: newHashSeed(rand.Uint64()), srcName: map[string]int{}}
+	s := &Store{seed: newHashSeed(rand.Uint64()), shardSeed: maphash.MakeSeed(), srcName: map[string]int{}}
 	s.current.Store(&Snapshot{s: s, conf: &config{names: map[string]int{}}})
 	if _, err := s.Reconfigure(sources, nil); err != nil {
 		return nil, err
@@ -332,25 +336,15 @@ func (ix Index) Lookup(key string) []string {
 // hash returns the hash of an index key.
 func (s *Store) hash(key string) uint64 { return hashKey(s.seed, key) }
 
-// hashOf picks an object key's payload shard from its length and its
-// first and last eight bytes: a few instructions. The choice only spreads
-// the cost of writes; keys that collide still land in a correct map.
-func hashOf(key string) uint64 {
-	n := len(key)
-	var h uint64
-	if n >= 8 {
-		p := unsafe.Pointer(unsafe.StringData(key))
-		h = *(*uint64)(p)*0x9E3779B97F4A7C15 ^ *(*uint64)(unsafe.Add(p, n-8))*0xC2B2AE3D27D4EB4F
-	} else {
-		for i := 0; i < n; i++ {
-			h = h<<8 | uint64(key[i])
-		}
-		h *= 0x9E3779B97F4A7C15
-	}
-	h ^= uint64(n) * 0x165667B19E3779F9
-	h ^= h >> 29
-	h *= 0xBF58476D1CE4E5B9
-	return h
+// shardOf picks an object key's payload shard: the top bits of a hash
+// seeded per Store. The choice only spreads the cost of writes (a write
+// copies each shard it changes), but names that anyone who may create
+// objects chooses must not be able to put every payload in one shard,
+// which an unseeded hash of a few of their bytes allowed: each update then
+// copied every payload. The shards are rebuilt whenever a source is built
+// (a warm start included): no shard choice is ever stored.
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.shardSeed, key) >> 56)
 }
 
 // Lookup returns the values of key in ix as of this snapshot.
@@ -407,7 +401,7 @@ func (snap *Snapshot) Keys(ix Index) []string {
 
 // Payload returns the payload of an object of src, if it has one.
 func (snap *Snapshot) Payload(src *Source, objectKey string) (any, bool) {
-	p, ok := snap.source(src).payload[hashOf(objectKey)>>56][objectKey]
+	p, ok := snap.source(src).payload[snap.s.shardOf(objectKey)][objectKey]
 	return p, ok
 }
 

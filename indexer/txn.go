@@ -454,7 +454,7 @@ func (t *Txn) Commit() {
 		ss.objects += t.count
 		var cloned [payloadShards]bool
 		for key, p := range t.payloads {
-			sh := hashOf(key) >> 56
+			sh := t.src.s.shardOf(key)
 			if !cloned[sh] {
 				ss.payload[sh] = maps.Clone(ss.payload[sh])
 				if ss.payload[sh] == nil {
@@ -691,7 +691,7 @@ func (src *Source) rebuildLocked(objs []Object) {
 	}
 	ss := &sourceSnap{objects: len(objects)}
 	for key, p := range payloads {
-		sh := hashOf(key) >> 56
+		sh := src.s.shardOf(key)
 		if ss.payload[sh] == nil {
 			ss.payload[sh] = map[string]any{}
 		}
