@@ -7,7 +7,8 @@
 // Each second it calls the standard gRPC health service of whichever pod
 // round_robin picks and prints the pod's address, or the error (with no
 // ready pod: UNAVAILABLE at once). With --daemon URL it resolves through a
-// metasync daemon's change streams instead of watching the cluster itself.
+// metasync daemon's change streams instead of watching the cluster itself
+// (--token-file and --ca-file for a daemon that reviews tokens over TLS).
 package main
 
 import (
@@ -47,7 +48,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	flags := flag.NewFlagSet("grpcclient", flag.ContinueOnError)
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig file (default: KUBECONFIG, ~/.kube/config, in-cluster)")
 	config := flags.String("config", "examples/appmodel/config.yaml", "metasync config file")
-	daemon := flags.String("daemon", "", "resolve through this metasync daemon (such as http://127.0.0.1:8080) instead of in process")
+	daemon := flags.String("daemon", "", "resolve through this metasync daemon (such as http://127.0.0.1:8080, or https://metasync.metasync.svc:8080) instead of in process")
+	tokenFile := flags.String("token-file", "", "with --daemon: send the token in this file (a projected token for the daemon's --auth-audience), read again at each connection")
+	caFile := flags.String("ca-file", "", "with an https:// --daemon: verify it against the CA certificates in this file")
 	model := flags.String("model", "model1", "model to call")
 	port := flags.Int("port", 9000, "port of the pods' gRPC servers (the EndpointSlices hold bare IPs)")
 	calls := flags.Int("calls", 0, "stop after this many calls (0: until Ctrl-C)")
@@ -56,7 +59,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var builder resolver.Builder
 	if *daemon != "" {
-		builder = grpcresolver.NewRemoteBuilder(*daemon)
+		var opts []grpcresolver.Option
+		if *tokenFile != "" {
+			opts = append(opts, grpcresolver.WithTokenFile(*tokenFile))
+		}
+		if *caFile != "" {
+			opts = append(opts, grpcresolver.WithCAFile(*caFile))
+		}
+		builder = grpcresolver.NewRemoteBuilder(*daemon, opts...)
 	} else {
 		engine, stop, err := startEngine(ctx, *kubeconfig, *config)
 		if err != nil {
