@@ -2,8 +2,9 @@ package sync
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -624,13 +625,26 @@ func (s *Subscription) beginIndex() (reset bool) {
 // version of one index cannot resume another's.
 func indexTag(index string) string { return "~" + answerHash([]string{index}) }
 
+// answerSeed is the secret of answerHash, drawn per process: a version
+// names the engine's run (its epoch), so no version outlives the process
+// whose seed digested it.
+var answerSeed = newAnswerSeed()
+
+func newAnswerSeed() maphash.Seed { return maphash.MakeSeed() }
+
 // answerHash is a short digest of an answer, for resuming a key or chain
-// subscription without a journal.
+// subscription without a journal: a resume whose digest equals the
+// current answer's sends nothing. Values are chosen by whoever writes the
+// objects, so the digest is seeded (no answer can be crafted to digest as
+// another) and each value is preceded by its length (["a\x00b"] and
+// ["a", "b"] are two answers).
 func answerHash(values []string) string {
-	h := fnv.New64a()
+	var h maphash.Hash
+	h.SetSeed(answerSeed)
+	var n [binary.MaxVarintLen64]byte
 	for _, v := range values {
-		h.Write([]byte(v))
-		h.Write([]byte{0})
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(v)))])
+		h.WriteString(v)
 	}
 	return strconv.FormatUint(h.Sum64(), 36)
 }
