@@ -25,6 +25,16 @@ if [ -x "$assets/kube-apiserver" ] && [ -x "$assets/etcd" ]; then
 fi
 
 mkdir -p "$assets"
+# One build at a time: a second run (another terminal, a parallel test)
+# waits for the first, then finds the binaries.
+if command -v flock >/dev/null; then
+  exec 9>"$cache_root/.build.lock"
+  flock 9
+  if [ -x "$assets/kube-apiserver" ] && [ -x "$assets/etcd" ]; then
+    printf '%s\n' "$assets"
+    exit 0
+  fi
+fi
 work=$(mktemp -d "${cache_root}/build.XXXXXX" 2>/dev/null || { mkdir -p "$cache_root"; mktemp -d "${cache_root}/build.XXXXXX"; })
 trap 'rm -rf "$work"' EXIT
 export GOFLAGS=-mod=mod
