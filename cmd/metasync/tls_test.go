@@ -39,7 +39,7 @@ const (
 var tlsAppModels = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
 
 // tlsCallers creates, in tlsNS, the ServiceAccount reader, allowed to get
-// /v1/*, and waits until RBAC says so.
+// /v1/* and /metrics.
 func tlsCallers(t *testing.T) {
 	t.Helper()
 	env.Namespace(t, tlsNS)
@@ -52,7 +52,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: metasync-client-tls-test}
 rules:
-- nonResourceURLs: ["/v1/*"]
+- nonResourceURLs: ["/v1/*", "/metrics"]
   verbs: ["get"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -328,6 +328,9 @@ spec: {type: model, version: "1", models: [model1]}
 	})
 	if n := strings.Count(d.stderr.String(), "TLS certificate reloaded"); n != 2 {
 		t.Errorf("%d reloads logged, want 2", n)
+	}
+	if code, body := get("/metrics", token); code != 200 || !strings.Contains(body, "metasync_tls_certificate_not_after_timestamp_seconds ") {
+		t.Errorf("/metrics: %d, no expiry of the served certificate", code)
 	}
 	select {
 	case <-d.done:

@@ -20,6 +20,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // CheckEvery is how often, at most, a Certificate reads its files again:
@@ -114,6 +116,16 @@ func (c *Certificate) NotAfter() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return leafNotAfter(c.cert)
+}
+
+// Collector is the gauge metasync_tls_certificate_not_after_timestamp_seconds:
+// when the certificate now served expires (an alert can tell a renewal
+// that never reached the daemon).
+func (c *Certificate) Collector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "metasync_tls_certificate_not_after_timestamp_seconds",
+		Help: "When the TLS certificate that the HTTP API serves expires (Unix time); it changes when a renewed certificate is read.",
+	}, func() float64 { return float64(c.NotAfter().Unix()) })
 }
 
 // leafNotAfter is the expiry of a pair's first certificate.
