@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -24,7 +26,8 @@ const memoryLimitShare = 0.9
 // setMemoryLimit applies --memory-limit: "auto" sets the Go runtime's soft
 // memory limit to 90 % of the container's cgroup memory limit (v2, else
 // v1) when there is one and GOMEMLIMIT is not set; "off" leaves the
-// runtime alone; a quantity ("400Mi", "1G", bytes) sets that. It returns
+// runtime alone; a quantity ("400Mi", "0.5Gi", "1G", bytes; see
+// parseMemoryLimit) sets that. It returns
 // what it did, for the log. cgroupRoot is /sys/fs/cgroup but in tests.
 func setMemoryLimit(flag, cgroupRoot string, log *slog.Logger) error {
 	switch flag {
@@ -49,14 +52,53 @@ func setMemoryLimit(flag, cgroupRoot string, log *slog.Logger) error {
 		log.Info("memory limit set from the container's", "limit", limit, "goMemoryLimit", soft, "from", source)
 		return nil
 	}
-	q, err := resource.ParseQuantity(flag)
-	v, ok := q.AsInt64()
-	if err != nil || !ok || v < minMemoryLimit {
-		return fmt.Errorf("--memory-limit %q: want auto, off, or a quantity of at least 16Mi such as 400Mi (400m is 0.4 bytes)", flag)
+	v, err := parseMemoryLimit(flag)
+	if err != nil {
+		return fmt.Errorf("--memory-limit %q: %v: want auto, off, or a quantity of at least 16Mi such as 400Mi or 0.5Gi", flag, err)
 	}
 	debug.SetMemoryLimit(v)
 	log.Info("memory limit set", "goMemoryLimit", v)
 	return nil
+}
+
+// parseMemoryLimit reads a memory limit given as a Kubernetes quantity,
+// as a container's resources.limits.memory is written ("400Mi", "0.5Gi",
+// "1G", "1.5e9", bytes): a whole number of bytes, at least minMemoryLimit,
+// that fits an int64. resource.Quantity keeps "0.5Gi" as a decimal that
+// AsInt64 does not convert, so the value is read exactly from its decimal
+// form; "400m" (0.4 bytes) and "0.1Gi" (107374182.4 bytes) are refused,
+// not rounded.
+func parseMemoryLimit(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, errors.New("not a quantity")
+	}
+	d := q.AsDec()
+	n := new(big.Int).Set(d.UnscaledBig())
+	switch scale := int64(d.Scale()); {
+	case n.Sign() <= 0:
+		return 0, errors.New("not a positive quantity")
+	case scale < -18:
+		return 0, errors.New("too large")
+	case scale < 0:
+		n.Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil))
+	case scale > 0:
+		if scale > 40 {
+			return 0, errors.New("a fraction of a byte")
+		}
+		var rem big.Int
+		n.QuoRem(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil), &rem)
+		if rem.Sign() != 0 {
+			return 0, errors.New("a fraction of a byte")
+		}
+	}
+	if !n.IsInt64() {
+		return 0, errors.New("too large")
+	}
+	if v := n.Int64(); v >= minMemoryLimit {
+		return v, nil
+	}
+	return 0, errors.New("under 16Mi")
 }
 
 // minMemoryLimit is the smallest memory limit worth giving the runtime:
