@@ -229,6 +229,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "index", index)
 		return
 	}
+	if !validKey(w, key) {
+		return
+	}
 	if watching(r) {
 		s.stream(w, r, msync.KeyOf(index, key))
 		return
@@ -260,6 +263,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if !s.engine.HasChain(chain) {
 		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
 		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
+		return
+	}
+	if !validKey(w, key) {
 		return
 	}
 	if watching(r) {
