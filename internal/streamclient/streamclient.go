@@ -42,6 +42,12 @@ type Options struct {
 	// StopOnRefusal makes Follow return an answer that retrying cannot
 	// change (4xx other than 429) as a *Refused, instead of retrying it.
 	StopOnRefusal bool
+	// MaxFrame bounds a frame, one line of the stream with its newline,
+	// in bytes: a longer line breaks the stream (with an error that says so), which is then
+	// resumed after the backoff as after any break. What a stream holds
+	// in memory stays under about twice the bound, whatever the daemon
+	// sends. Default DefaultMaxFrame.
+	MaxFrame int
 	// OnBreak hears of each broken stream, with when it is retried.
 	OnBreak func(err error, retry time.Duration)
 }
@@ -83,6 +89,11 @@ func TokenFile(path string) func() (string, error) {
 // maxToken bounds what TokenFile reads.
 const maxToken = 64 << 10
 
+// DefaultMaxFrame is the default bound of a frame: 4 MiB, an answer of
+// about 200,000 IPv4 addresses, far beyond any answer a resolver or a
+// terminal uses.
+const DefaultMaxFrame = 4 << 20
+
 // NewClient is the HTTP client of a stream (no Timeout: a stream lasts;
 // no redirect followed) whose https:// connections verify the daemon's
 // certificate against the CA certificates of caFile, read again at each
@@ -114,6 +125,9 @@ func Follow(ctx context.Context, target string, o Options, onFrame func(Frame) e
 	}
 	if o.Idle <= 0 {
 		o.Idle = time.Minute
+	}
+	if o.MaxFrame <= 0 {
+		o.MaxFrame = DefaultMaxFrame
 	}
 	version := ""
 	backoff := 500 * time.Millisecond
@@ -192,7 +206,9 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 	idle := time.AfterFunc(o.Idle, cancel)
 	defer idle.Stop()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	// The buffer holds a frame and its newline, and grows (doubling) to
+	// that at most: the scanner then stops with ErrTooLong.
+	sc.Buffer(make([]byte, min(64<<10, o.MaxFrame)), o.MaxFrame)
 	for sc.Scan() {
 		idle.Reset(o.Idle)
 		var f Frame
@@ -207,7 +223,9 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 			*version = f.Version
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("a frame longer than %d bytes: not a stream of a metasync daemon, or an answer beyond the bound (streamclient.Options.MaxFrame)", o.MaxFrame)
+	} else if err != nil {
 		return err
 	}
 	return io.ErrUnexpectedEOF

@@ -1,0 +1,148 @@
+package streamclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// endlessLine is a daemon whose stream is one line that never ends: it
+// writes until the client hangs up, and says on written how many bytes
+// each connection took.
+func endlessLine(t *testing.T) (*httptest.Server, <-chan int64) {
+	t.Helper()
+	written := make(chan int64, 16)
+	chunk := bytes.Repeat([]byte("a"), 64<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"type":"snapshot","values":["`))
+		var n int64
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				break
+			}
+			n += int64(len(chunk))
+		}
+		select {
+		case written <- n:
+		default:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, written
+}
+
+// TestEndlessLineStopsAtTheBound: a line that never ends is read up to
+// the frame bound and no further: the stream breaks with an error that
+// says so, the memory it took stays near the bound, and Follow reconnects
+// after its backoff.
+func TestEndlessLineStopsAtTheBound(t *testing.T) {
+	srv, written := endlessLine(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	breaks := make(chan error, 16)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	done := make(chan error, 1)
+	go func() {
+		done <- Follow(ctx, srv.URL+"/v1/indexes/i/keys/k", Options{OnBreak: func(err error, retry time.Duration) {
+			breaks <- err
+		}}, func(Frame) error { return errors.New("no frame was sent") })
+	}()
+	var err error
+	select {
+	case err = <-breaks:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no break after 2 minutes of an endless line")
+	}
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "longer than "+strconv.Itoa(DefaultMaxFrame)+" bytes") {
+		t.Errorf("the break of an endless line: %v, want an error naming the %d-byte bound", err, DefaultMaxFrame)
+	}
+	// What the daemon could write: the bound, and what the sockets'
+	// buffers hold on both sides.
+	n := <-written
+	if n > DefaultMaxFrame+24<<20 {
+		t.Errorf("the daemon wrote %d bytes of one line before the client hung up: the bound is %d", n, DefaultMaxFrame)
+	}
+	// The reader's buffer doubles up to the bound: about twice the bound
+	// allocated in all.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*DefaultMaxFrame {
+		t.Errorf("reading one endless line allocated %d bytes: the bound is %d", alloc, DefaultMaxFrame)
+	}
+	t.Logf("break: %v; the daemon wrote %d bytes; %d bytes allocated", err, n, after.TotalAlloc-before.TotalAlloc)
+	// Follow reconnects (after its backoff) and meets the bound again.
+	select {
+	case err = <-breaks:
+		if !strings.Contains(err.Error(), "longer than") {
+			t.Errorf("the second break: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no reconnect after the first break")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Follow after its context ended: %v", err)
+	}
+}
+
+// TestMaxFrame: a frame of up to Options.MaxFrame bytes, its newline
+// included, is read whole; one byte more breaks the stream.
+func TestMaxFrame(t *testing.T) {
+	frame := func(n int) string {
+		head := `{"type":"heartbeat","version":"`
+		return head + strings.Repeat("v", n-len(head)-2) + `"}`
+	}
+	const limit = 100 << 10
+	for _, c := range []struct {
+		size int
+		ok   bool
+	}{{limit - 1, true}, {limit, false}} {
+		line := frame(c.size)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			_, _ = w.Write([]byte(line + "\n"))
+			<-r.Context().Done()
+		}))
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan string, 1)
+		breaks := make(chan error, 1)
+		go func() {
+			_ = Follow(ctx, srv.URL+"/x", Options{MaxFrame: limit, OnBreak: func(err error, _ time.Duration) {
+				select {
+				case breaks <- err:
+				default:
+				}
+			}}, func(f Frame) error {
+				select {
+				case got <- f.Version:
+				default:
+				}
+				return nil
+			})
+		}()
+		select {
+		case v := <-got:
+			if !c.ok || len(v) != c.size-len(`{"type":"heartbeat","version":""}`) {
+				t.Errorf("a frame of %d bytes (bound %d) was read: version of %d bytes", c.size, limit, len(v))
+			}
+		case err := <-breaks:
+			if c.ok || !strings.Contains(err.Error(), "longer than "+strconv.Itoa(limit)+" bytes") {
+				t.Errorf("a frame of %d bytes (bound %d): %v", c.size, limit, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("a frame of %d bytes: nothing after a minute", c.size)
+		}
+		cancel()
+		srv.Close()
+	}
+}
