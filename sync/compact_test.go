@@ -64,7 +64,7 @@ func TestCompactIsSilent(t *testing.T) {
 	}
 	index.nextMu.Lock()
 	index.mu.Lock()
-	held := index.batch != nil || index.pendAt != nil
+	held := index.batch != nil || index.pendAt != nil || index.base != nil
 	index.mu.Unlock()
 	index.nextMu.Unlock()
 	if held {

@@ -39,6 +39,12 @@ type indexSubs struct {
 	keys    map[string]map[*Subscription]struct{} // key and chain subscriptions, by key
 	all     map[*Subscription]struct{}            // index subscriptions
 	journal *journal                              // from the first index subscription on
+	// at, while the index has index subscriptions: a snapshot that holds
+	// the index's current values (that of its last change, or of the
+	// first subscription, or of a Compact since). One for all of them: a
+	// subscription that is caught up holds none of its own, and when a
+	// reload rebinds it, its base is this.
+	at *indexer.Snapshot
 }
 
 // journal remembers, for the last journalSize changed keys of an index,
@@ -77,6 +83,17 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.latest = next
+	if len(changes) == 0 {
+		// Compact: the same values in fresh memory. A snapshot from
+		// before it would keep the old tables.
+		for ix, is := range h.indexes {
+			// (Unless a reload retired the index meanwhile: next holds
+			// it empty. Equal counts are the same values or none.)
+			if is.at != nil && next.KeyCount(ix) == is.at.KeyCount(ix) {
+				is.at = next
+			}
+		}
+	}
 	for _, c := range changes {
 		is := h.indexes[c.Index]
 		if is == nil {
@@ -87,8 +104,11 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 				j.add(journalEntry{seq: next.Seq(), key: k, prev: prev.Lookup(c.Index, k)})
 			}
 		}
+		if len(is.all) > 0 {
+			is.at = next
+		}
 		for s := range is.all {
-			s.markKeys(c.Keys, next)
+			s.markKeys(c.Keys, c.Index, prev, next)
 		}
 		if len(is.keys) == 0 {
 			continue
@@ -206,6 +226,15 @@ func (h *hub) registerIndex(s *Subscription, resume string) (snap *indexer.Snaps
 		is.journal = &journal{entries: make([]journalEntry, journalSize), floor: snap.Seq()}
 	}
 	is.all[s] = struct{}{}
+	if is.at == nil {
+		is.at = snap
+	}
+	// The initial state is snap's: what was marked before is in it, and
+	// what the hub marks from now on is a change from it.
+	s.mu.Lock()
+	s.pending, s.overflow, s.pendAt = nil, false, nil
+	s.base, s.baseIx = snap, s.ix
+	s.mu.Unlock()
 	if resume == "" {
 		return snap, nil, false
 	}
@@ -266,9 +295,6 @@ func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 	if snap.Seq() > h.latest.Seq() {
 		h.latest = snap
 	}
-	for _, ix := range retired {
-		delete(h.indexes, ix)
-	}
 	for s := range h.subs {
 		ix, steps, err := bindingOf(v, snap, s.target)
 		s.mu.Lock()
@@ -277,9 +303,28 @@ func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 			s.gone = true
 		case ix != s.ix || !slices.Equal(steps, s.steps):
 			s.rebind = true
+			h.holdBase(s)
 		}
 		s.mu.Unlock()
 		s.wake()
+	}
+	for _, ix := range retired {
+		delete(h.indexes, ix)
+	}
+}
+
+// holdBase gives a caught-up index subscription that a reload moves to
+// another index the snapshot of what it holds, read from its index's
+// shared one before the index is retired: the rebound subscription then
+// sends only what differs. Under mu and s.mu.
+func (h *hub) holdBase(s *Subscription) {
+	if !s.target.All || s.base != nil {
+		return
+	}
+	if is := h.indexes[s.ix]; is != nil && is.at != nil {
+		if _, in := is.all[s]; in {
+			s.base, s.baseIx = is.at, s.ix
+		}
 	}
 }
 
@@ -293,6 +338,11 @@ func (h *hub) rebind(s *Subscription, registered bool) (ok bool) {
 	ix, steps, err := bindingOf(v, snap, s.target)
 	if err != nil {
 		return false
+	}
+	if registered {
+		s.mu.Lock()
+		h.holdBase(s)
+		s.mu.Unlock()
 	}
 	h.drop(s)
 	s.ix, s.steps = ix, steps
@@ -348,6 +398,9 @@ func (h *hub) drop(s *Subscription) {
 	s.path = nil
 	if is := h.indexes[s.ix]; is != nil {
 		delete(is.all, s)
+		if len(is.all) == 0 {
+			is.at = nil
+		}
 	}
 }
 

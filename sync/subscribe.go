@@ -123,28 +123,33 @@ type Subscription struct {
 	pendAt   *indexer.Snapshot // index: the snapshot of the last hook that added to pending
 	gone     bool              // a reload removed the target
 	rebind   bool              // a reload changed what the target reads
+	// base and baseIx, of an index subscription: what the subscriber
+	// holds once the queue is delivered is the values of baseIx in base.
+	// nil when the subscriber holds the current values of its index, none
+	// changed since (it is caught up): the hub then sets base at the next
+	// change, to the snapshot that the change replaced. An idle
+	// subscription so holds no snapshot, nor any copy of the index: what
+	// it sent is read back from the immutable snapshots the store shares.
+	base   *indexer.Snapshot
+	baseIx indexer.Index
 
 	// Next's own state, under nextMu.
-	nextMu   gosync.Mutex
-	force    bool // key and chain: send the next answer even if equal to last
-	phase    int
-	resumed  bool
-	last     []string            // key and chain: the last answer sent
-	lastSet  map[string][]string // index: the last answer sent, per key
-	queue    []keyValues
-	batch    *indexer.Snapshot // index: the snapshot that the queue was read from
-	complete uint64            // index: every change up to this seq is delivered
+	nextMu  gosync.Mutex
+	force   bool // key and chain: send the next answer even if equal to last
+	phase   int
+	resumed bool
+	last    []string // key and chain: the last answer sent
+	// index: the keys to send, sorted, each with its values in batchIx of
+	// batch. For an initial snapshot, the batch's own sorted keys
+	// (Snapshot.Keys, shared by every reader): nothing is copied.
+	queue    []string
+	batch    *indexer.Snapshot
+	batchIx  indexer.Index
+	complete uint64 // index: every change up to this seq is delivered
 
 	// path is what the hub holds of a key or chain subscription: the keys
 	// it is registered on, per index (under hub.mu).
 	path map[indexer.Index]map[string]struct{}
-}
-
-// keyValues is one key of an index with its values, queued for delivery
-// by an index subscription.
-type keyValues struct {
-	Key    string
-	Values []string
 }
 
 // pendingFloor is the size of the pending set of an index subscription
@@ -468,10 +473,15 @@ func (s *Subscription) wake() {
 	}
 }
 
-// markKeys adds changed keys of the index, as of snap, and wakes Next.
-func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
+// markKeys adds keys of the index ix that a commit changed, from prev to
+// next, and wakes Next. A subscriber that was caught up held the values of
+// prev: that becomes its base.
+func (s *Subscription) markKeys(keys []string, ix indexer.Index, prev, next *indexer.Snapshot) {
 	s.mu.Lock()
 	n := 0
+	if s.base == nil {
+		s.base, s.baseIx = prev, ix
+	}
 	if !s.overflow {
 		if s.pending == nil {
 			s.pending = make(map[string]struct{}, len(keys))
@@ -485,13 +495,13 @@ func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
 		// Keys that come and go would grow the pending set past the
 		// index: past twice its size, give the set up and compare the
 		// whole index with what was sent instead, when Next comes.
-		if len(s.pending) > max(pendingFloor, 2*snap.KeyCount(s.ix)) {
+		if len(s.pending) > max(pendingFloor, 2*next.KeyCount(s.ix)) {
 			s.pending, s.overflow = nil, true
 		}
 	} else {
 		n = len(keys)
 	}
-	s.pendAt = snap
+	s.pendAt = next
 	s.mu.Unlock()
 	if n > 0 {
 		s.e.hub.coalesced.Add(int64(n))
@@ -500,6 +510,19 @@ func (s *Subscription) markKeys(keys []string, snap *indexer.Snapshot) {
 	case s.signal <- struct{}{}:
 	default:
 	}
+}
+
+// caughtUp is called when a batch is delivered: the subscriber holds the
+// values of its batch's snapshot. With nothing marked since, those are the
+// current values of its index, and it lets go of every snapshot (the hub
+// gives it a base again at the next change); else the batch is its base.
+func (s *Subscription) caughtUp() {
+	s.mu.Lock()
+	if len(s.pending) == 0 && !s.overflow {
+		s.base = nil
+	}
+	s.mu.Unlock()
+	s.batch = nil
 }
 
 func (s *Subscription) stepIndex() (Event, bool) {
@@ -516,30 +539,29 @@ func (s *Subscription) stepIndex() (Event, bool) {
 			}
 		}
 		if len(s.queue) > 0 {
-			// Every queued entry differs from what the subscriber holds.
-			kv := s.queue[0]
+			// Every queued key's values differ from what the subscriber holds.
+			key := s.queue[0]
 			s.queue = s.queue[1:]
+			values := s.batch.Lookup(s.batchIx, key)
 			t := EventUpdate
 			if s.phase == phaseInitial && !s.resumed {
 				t = EventSnapshot
 			}
-			if len(kv.Values) == 0 {
-				delete(s.lastSet, kv.Key)
-			} else {
-				s.lastSet[kv.Key] = kv.Values
-			}
 			// Until a batch is whole, the subscriber holds no state that a
 			// resume could start from: a partial version resumes nothing.
 			version := s.versionOf(s.complete, nil) + ":partial"
-			if len(s.queue) == 0 && t == EventUpdate {
-				s.complete = s.batch.Seq()
-				version = s.versionOf(s.complete, nil)
-				s.settle(version)
-				if s.phase == phaseLive {
-					s.batch = nil // see below
+			if len(s.queue) == 0 {
+				s.queue = nil // the initial snapshot's was the batch's sorted keys
+				if t == EventUpdate {
+					s.complete = s.batch.Seq()
+					version = s.versionOf(s.complete, nil)
+					s.settle(version)
+					if s.phase == phaseLive {
+						s.caughtUp()
+					}
 				}
 			}
-			return Event{Type: t, Key: kv.Key, Values: kv.Values, Version: version}, true
+			return Event{Type: t, Key: key, Values: values, Version: version}, true
 		}
 		if s.phase == phaseInitial {
 			s.phase = phaseLive
@@ -547,14 +569,15 @@ func (s *Subscription) stepIndex() (Event, bool) {
 			// A subscription does not hold on to a snapshot it has
 			// delivered: an idle one would keep every page that later
 			// writes (or a Compact) replaced.
-			s.batch = nil
+			s.caughtUp()
 			v := s.versionOf(s.complete, nil)
 			s.settle(v)
 			s.synced.Store(true)
 			return Event{Type: EventSynced, Version: v}, true
 		}
 		// Take what the hub marked: every key changed up to pendAt, whose
-		// values pendAt holds; queue those that differ from what was sent.
+		// values pendAt holds; queue those whose values differ from what
+		// the subscriber holds, the values of base.
 		s.mu.Lock()
 		pending, at, overflow := s.pending, s.pendAt, s.overflow
 		s.pending, s.overflow, s.pendAt = nil, false, nil
@@ -565,28 +588,55 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		if !s.boundIn(at) {
 			return Event{}, false // rebinding compares the whole index
 		}
-		s.batch = at
-		if overflow {
-			// Every key that was sent or is there now.
-			pending = make(map[string]struct{}, len(s.lastSet)+at.KeyCount(s.ix))
-			for k := range s.lastSet {
-				pending[k] = struct{}{}
+		// Once this batch is delivered the subscriber holds at: what the
+		// hub marks from now on is a change from at.
+		s.mu.Lock()
+		base, baseIx := s.base, s.baseIx
+		s.base, s.baseIx = at, s.ix
+		s.mu.Unlock()
+		held := func(k string) []string {
+			if base == nil {
+				return nil
 			}
-			for _, k := range at.Keys(s.ix) {
-				pending[k] = struct{}{}
-			}
+			return base.Lookup(baseIx, k)
 		}
-		for k := range pending {
-			if vs := at.Lookup(s.ix, k); !slices.Equal(vs, s.lastSet[k]) {
-				s.queue = append(s.queue, keyValues{Key: k, Values: vs})
+		s.batch, s.batchIx = at, s.ix
+		if overflow {
+			// Every key that the subscriber holds or that is there now:
+			// the two sorted key lists, merged.
+			var had []string
+			if base != nil {
+				had = base.Keys(baseIx)
 			}
+			now := at.Keys(s.ix)
+			for len(had) > 0 || len(now) > 0 {
+				var k string
+				switch {
+				case len(now) == 0 || len(had) > 0 && had[0] < now[0]:
+					k, had = had[0], had[1:]
+				case len(had) == 0 || now[0] < had[0]:
+					k, now = now[0], now[1:]
+				default:
+					k, had, now = now[0], had[1:], now[1:]
+				}
+				if !slices.Equal(at.Lookup(s.ix, k), held(k)) {
+					s.queue = append(s.queue, k)
+				}
+			}
+		} else {
+			for k := range pending {
+				if !slices.Equal(at.Lookup(s.ix, k), held(k)) {
+					s.queue = append(s.queue, k)
+				}
+			}
+			slices.Sort(s.queue)
 		}
 		if len(s.queue) == 0 {
+			s.queue = nil
 			s.complete = at.Seq()
 			s.settle(s.versionOf(s.complete, nil))
-			s.batch = nil
+			s.caughtUp()
 		}
-		slices.SortFunc(s.queue, func(a, b keyValues) int { return strings.Compare(a.Key, b.Key) })
 	}
 }
 
@@ -596,24 +646,17 @@ func (s *Subscription) stepIndex() (Event, bool) {
 // cannot be resumed from.
 func (s *Subscription) beginIndex() (reset bool) {
 	snap, catchUp, ok := s.e.hub.registerIndex(s, s.target.Resume)
-	s.batch = snap
-	s.lastSet = make(map[string][]string, snap.KeyCount(s.ix))
+	s.batch, s.batchIx = snap, s.ix
 	s.phase = phaseInitial
-	keys := snap.Keys(s.ix)
-	for _, k := range keys {
-		s.lastSet[k] = snap.Lookup(s.ix, k)
-	}
 	if s.target.Resume != "" && ok {
 		// The subscriber holds the state of Resume: send what differs.
 		s.resumed = true
-		for _, k := range catchUp {
-			s.queue = append(s.queue, keyValues{Key: k, Values: s.lastSet[k]})
-		}
+		s.queue = catchUp
 		return false
 	}
-	for _, k := range keys {
-		s.queue = append(s.queue, keyValues{Key: k, Values: s.lastSet[k]})
-	}
+	// The index's sorted keys, made once per state and shared: a stream
+	// of the whole index costs no copy of it.
+	s.queue = snap.Keys(s.ix)
 	if s.target.Resume != "" {
 		s.e.hub.resets.Add(1)
 		return true
