@@ -49,6 +49,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	tlsCert := fs.String("tls-cert-file", "", "serve HTTPS with the PEM certificate (chain) in this file, read again when it changes (with --tls-private-key-file)")
 	tlsKey := fs.String("tls-private-key-file", "", "the PEM private key of --tls-cert-file, read again when it changes")
+	limitsOf := addLimitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -72,6 +73,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(log.With("source", "client-go"))
+	limits, err := limitsOf.limits(fdLimit(), log)
+	if err != nil {
+		fmt.Fprintln(stderr, "metasync serve:", err)
+		return exitError{2}
+	}
 	if err := setMemoryLimit(*memoryLimit, "/sys/fs/cgroup", log); err != nil {
 		fmt.Fprintln(stderr, "metasync serve:", err)
 		return exitError{2}
@@ -160,6 +166,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 	handler := api.New(engine, log)
 	handler.SetHeartbeat(*heartbeat)
+	handler.SetLimits(limits)
 	reload := newReloader(*config, loaded, loadOpts, plan, engine, restCfg, log)
 	handler.MustRegister(reload.collectors()...)
 	handler.MustRegister(clientMetrics...)
@@ -176,6 +183,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		defer close(engineDone)
 		_ = engine.Start(engineCtx)
 	}()
+	ln = handler.Listener(ln) // at most limits.Connections
 	serveErr := make(chan error, 1)
 	if cert != nil {
 		srv.TLSConfig = cert.ServerConfig()
@@ -187,6 +195,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	go reportProgress(engineCtx, engine, log)
 	go returnFreeMemory(engineCtx, log, engine)
+	go trimAfterStreams(engineCtx, log, handler)
 	if crdsLater != nil {
 		go installLater(engineCtx, crdsLater, restCfg, log)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	msync "github.com/iidp/metasync/sync"
 )
@@ -42,17 +43,28 @@ type Server struct {
 	endStreams    context.CancelFunc
 	streamMetrics *streamMetrics
 	openStreams   gosync.Map // *http.ResponseController of each open stream
+
+	// Limits on streams and connections (see limits.go).
+	limitsMu     gosync.Mutex
+	limits       Limits
+	conns        *connLimiter // nil without a connection limit
+	streamGate   streamGate
+	limitMetrics *limitMetrics
+	refusedLog   rate.Sometimes
 }
 
 // New builds the API over an engine.
 func New(e *msync.Engine, log *slog.Logger) *Server {
 	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry(),
-		heartbeat: DefaultHeartbeat, streamMetrics: newStreamMetrics()}
+		heartbeat: DefaultHeartbeat, streamMetrics: newStreamMetrics(),
+		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second}}
+	s.limitMetrics = newLimitMetrics(s)
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metasync_lookups_total",
 		Help: "Lookups served over HTTP, by kind (index, chain, keys), name and result (hit, miss).",
 	}, []string{"kind", "name", "result"})
+	s.registry.MustRegister(s.limitMetrics.collectors()...)
 	s.registry.MustRegister(
 		s.lookups,
 		s.streamMetrics.open,
@@ -398,5 +410,10 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 	// A change stream outlives WriteTimeout (it sets its own deadline per
 	// frame) and ends when Shutdown begins.
 	srv.RegisterOnShutdown(s.CloseStreams)
+	// The limited listener (see Listener) closes idle connections to make
+	// room: the server says which are.
+	if l := s.connLimiter(); l != nil {
+		srv.ConnState = l.connState
+	}
 	return srv
 }

@@ -225,7 +225,9 @@ func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 		// A change stream lasts: it asks again, from the same caches as
 		// the lookups, as it goes (see Server.stream).
 		recheck := func() int { return a.checkRequest(r, thing).code }
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), recheckKey{}, recheck)))
+		ctx := context.WithValue(r.Context(), recheckKey{}, recheck)
+		ctx = context.WithValue(ctx, callerKey{}, callerName(v.user))
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -292,9 +294,11 @@ func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
 	}
 	user := who.user
 	id := identityKey(user)
-	return a.decide(ctx, accessKey(id, thing), a.accessGate, id, a.allowed, a.forbidden, func(ctx context.Context) (verdict, error) {
+	v := a.decide(ctx, accessKey(id, thing), a.accessGate, id, a.allowed, a.forbidden, func(ctx context.Context) (verdict, error) {
 		return a.authorize(ctx, user, thing)
 	})
+	v.user = user // who the caller is, for the per-caller limits
+	return v
 }
 
 // identityKey hashes the whole identity (name, UID, groups, extra).

@@ -83,6 +83,12 @@ func watching(r *http.Request) bool {
 // stream answers a ?watch=true request for target t: NDJSON frames, each
 // flushed, until the client goes or the server drains.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) {
+	// Within the limits, or refused with 429 or 503 (see Limits).
+	release, ok := s.admitStream(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	t.Resume = r.URL.Query().Get("version")
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

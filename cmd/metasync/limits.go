@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/iidp/metasync/internal/api"
+)
+
+// The defaults of the limits on streams and connections (see limitFlags).
+const (
+	// maxAutoConnections bounds the connections that the descriptor limit
+	// would allow: beyond, memory is the limit (a connection costs about
+	// 10 KB idle, a stream about 30 KB).
+	maxAutoConnections = 16384
+	defaultStreams     = 4096
+	defaultPerCaller   = 256
+)
+
+// fdReserve is how many of the process's file descriptors the connection
+// limit leaves to the rest of it (the watches' connections to the
+// apiserver, the config and snapshot files, the refusals being answered):
+// an eighth of the limit, at least 64.
+func fdReserve(fds int) int { return max(64, fds/8) }
+
+// lookupRoom is how many of the connections are never streams: room for
+// lookups and probes while streams are refused. An eighth, at least 16.
+func lookupRoom(conns int) int { return max(16, conns/8) }
+
+// limitFlags are serve's flags of the limits on streams and connections.
+type limitFlags struct {
+	connections, streams, perCaller *int
+}
+
+func addLimitFlags(fs *flag.FlagSet) limitFlags {
+	return limitFlags{
+		connections: fs.Int("max-connections", 0, fmt.Sprintf("most HTTP connections open at once; beyond, the connection idle longest is closed, or with none idle the new one gets 503 (0: the file descriptor limit less an eighth of it, at least 64 kept for the rest of the process, at most %d)", maxAutoConnections)),
+		streams:     fs.Int("max-streams", 0, fmt.Sprintf("most change streams (?watch=true) open at once, of all callers; beyond, 503 (0: %d, within --max-connections less an eighth of it, at least 16, kept for lookups and probes)", defaultStreams)),
+		perCaller:   fs.Int("max-streams-per-caller", 0, fmt.Sprintf("most change streams that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: %d, at most a quarter of --max-streams)", defaultPerCaller)),
+	}
+}
+
+// limits derives the limits from the flags and the process's descriptor
+// limit fds (0: unknown). A limit set above what fds or the other limits
+// allow is lowered to it, with a warning: never so high that accepting a
+// connection could fail for want of a descriptor, nor that streams could
+// take the room of lookups and probes.
+func (f limitFlags) limits(fds int, log *slog.Logger) (api.Limits, error) {
+	for name, v := range map[string]int{"max-connections": *f.connections, "max-streams": *f.streams, "max-streams-per-caller": *f.perCaller} {
+		if v < 0 {
+			return api.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+		}
+	}
+	connCap := maxAutoConnections
+	if fds > 0 {
+		connCap = fds - fdReserve(fds)
+		if connCap < 32 {
+			return api.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
+		}
+	}
+	conns := *f.connections
+	switch {
+	case conns == 0:
+		conns = min(connCap, maxAutoConnections)
+	case fds > 0 && conns > connCap:
+		log.Warn("--max-connections lowered: the file descriptor limit leaves no more", "asked", conns, "connections", connCap, "fdLimit", fds)
+		conns = connCap
+	}
+	streamCap := conns - lookupRoom(conns)
+	if streamCap < 1 {
+		return api.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
+	}
+	streams := *f.streams
+	switch {
+	case streams == 0:
+		streams = min(defaultStreams, streamCap)
+	case streams > streamCap:
+		log.Warn("--max-streams lowered: streams would take the room of lookups and probes", "asked", streams, "streams", streamCap, "connections", conns)
+		streams = streamCap
+	}
+	perCaller := *f.perCaller
+	switch {
+	case perCaller == 0:
+		perCaller = min(defaultPerCaller, max(1, streams/4))
+	case perCaller > streams:
+		perCaller = streams
+	}
+	l := api.Limits{Streams: streams, StreamsPerCaller: perCaller, Connections: conns}
+	log.Info("limits", "connections", l.Connections, "streams", l.Streams, "streamsPerCaller", l.StreamsPerCaller, "fdLimit", fds)
+	return l, nil
+}
+
+// streamBurstDrop is the drop in open streams, from the peak since the
+// last look, after which trimAfterStreams returns memory: at least this
+// many, and at least half of the peak.
+const (
+	streamBurstDrop  = 64
+	streamTrimPeriod = time.Second
+)
+
+// trimAfterStreams returns the memory a burst of change streams leaves
+// behind once it has ended. Each stream holds buffers and a goroutine's
+// stack; when many end, that memory is garbage that an idle process does
+// not collect before the runtime's forced collection, two minutes on, and
+// that returnFreeMemory does not see either (its count of dead objects
+// is from the last collection). Every streamTrimPeriod it looks at the
+// peak of open streams since its last look: when the streams open now
+// are fewer by streamBurstDrop and by half, it collects and returns the
+// free memory to the kernel (debug.FreeOSMemory). It returns when ctx ends.
+func trimAfterStreams(ctx context.Context, log *slog.Logger, s *api.Server) {
+	t := time.NewTicker(streamTrimPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		peak, now := s.StreamPeak()
+		if peak-now >= streamBurstDrop && now <= peak/2 {
+			start := time.Now()
+			debug.FreeOSMemory()
+			log.Debug("memory of ended streams returned to the kernel", "peak", peak, "open", now, "took", time.Since(start).String())
+		}
+	}
+}
