@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -388,5 +389,56 @@ func TestSnapshotPathThatIsNoFile(t *testing.T) {
 	warm(t, &rest.Config{Host: "https://127.0.0.1:1"}, plan, dir)
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Errorf("the temporary file of a killed write is still there: %v", err)
+	}
+}
+
+// TestSnapshotWhoseClusterCannotBeRead: with RBAC that does not let the
+// engine read the kube-system namespace, the snapshot is not resumed:
+// it answers, stale, until the resource's list, which brings the
+// cluster's truth; with the one Role the manifests grant, it resumes.
+func TestSnapshotWhoseClusterCannotBeRead(t *testing.T) {
+	testenv.Need(t, env)
+	ns := "trust-rbac"
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	env.Namespace(t, ns)
+	applyApp(t, env, ns, "app", "10.0.0.1", 10, "model-x")
+	plan, err := mschema.Compile(trustConfig(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first, _ := warm(t, env.Config, plan, dir)
+	stop := run(t, first)
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := first.WaitForSync(wctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	applyApp(t, env, ns, "app", "10.0.0.2", 10, "model-y")
+
+	ctx := context.Background()
+	_, user := env.UserKubeconfig(t, "trust-reader")
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "trust-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"iidp.com"}, Resources: []string{"appmodels"}, Verbs: []string{"get", "list", "watch"}}}}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "trust-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trust-reader"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "trust-reader"}}}
+	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e, logs := warm(t, user, plan, dir)
+	run(t, e)
+	testenv.Eventually(t, "the cluster's truth after a list", func() string {
+		if got := e.Lookup("model-to-app", "model-y"); !slices.Equal(got, []string{"app"}) || e.Stale() || !e.Ready() {
+			return fmt.Sprintf("model-y → %v, stale %v, ready %v", got, e.Stale(), e.Ready())
+		}
+		return ""
+	})
+	if !strings.Contains(logs.String(), "cannot read the cluster's identity") || !strings.Contains(logs.String(), "resource caught up by a list") {
+		t.Errorf("no log of the unreadable identity and the list:\n%s", logs)
 	}
 }
