@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -148,16 +149,44 @@ func Follow(ctx context.Context, target string, o Options, onFrame func(Frame) e
 		if time.Since(start) > 10*time.Second {
 			backoff = 500 * time.Millisecond
 		}
+		wait := backoff
+		var busy *busyError
+		if errors.As(err, &busy) {
+			wait = max(wait, busy.after)
+		}
 		if o.OnBreak != nil {
-			o.OnBreak(err, backoff)
+			o.OnBreak(err, wait)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, 8*time.Second)
 	}
+}
+
+// busyError is an answer with Retry-After (the daemon's limits answer
+// 429 or 503 with it): Follow asks again no sooner than after.
+type busyError struct {
+	err   error
+	after time.Duration
+}
+
+func (b *busyError) Error() string { return b.err.Error() }
+func (b *busyError) Unwrap() error { return b.err }
+
+// maxRetryAfter bounds how long a Retry-After keeps Follow away.
+const maxRetryAfter = time.Minute
+
+// retryAfter reads a Retry-After of whole seconds (the only form the
+// daemon sends); 0 when absent or of another form.
+func retryAfter(v string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return min(time.Duration(n)*time.Second, maxRetryAfter)
 }
 
 // stopError carries an error of onFrame out of Follow.
@@ -200,6 +229,9 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 		}
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 			return &Refused{err}
+		}
+		if after := retryAfter(resp.Header.Get("Retry-After")); after > 0 {
+			return &busyError{err: err, after: after}
 		}
 		return err
 	}

@@ -146,3 +146,42 @@ func TestMaxFrame(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestRetryAfterIsHonoured: a refusal at the daemon's limits (429 or 503
+// with Retry-After) is asked again no sooner than it says, and no later
+// than the backoff would; an answer without Retry-After gets the backoff.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	answers := []func(w http.ResponseWriter){
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, `{"error":"too many change streams open by this caller (at most 2); retry later"}`, http.StatusTooManyRequests)
+		},
+		func(w http.ResponseWriter) {
+			http.Error(w, `{"error":"down"}`, http.StatusServiceUnavailable)
+		},
+	}
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answers[min(n, len(answers)-1)](w)
+		n++
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var retries []time.Duration
+	done := make(chan error, 1)
+	go func() {
+		done <- Follow(ctx, srv.URL+"/v1/indexes/i/keys/k", Options{OnBreak: func(err error, retry time.Duration) {
+			retries = append(retries, retry)
+			if len(retries) == 2 {
+				cancel()
+			}
+		}}, func(Frame) error { return errors.New("no frame was sent") })
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(retries) != 2 || retries[0] != 2*time.Second || retries[1] != time.Second {
+		t.Fatalf("retries %v, want [2s 1s]: Retry-After, then the backoff", retries)
+	}
+}
