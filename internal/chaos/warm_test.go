@@ -197,12 +197,17 @@ func TestWarmStart(t *testing.T) {
 		}
 	}
 
-	t.Run("resume without a list", func(t *testing.T) {
+	t.Run("resume", func(t *testing.T) {
 		w.churn(ctx, 30) // while no engine runs: creates, updates, relabels, deletes
 		e := restart(t)
 		waitSynced(t, e)
-		if n := e.lists.lists.Load(); n != 0 {
-			t.Errorf("%d LIST requests; a resume within etcd's history needs none\n%s", n, e.log)
+		// This apiserver runs without its watch cache, which is what sends
+		// bookmarks: a resumed watch whose last event is older than etcd's
+		// revision cannot show that it caught up, and lists (once). With
+		// the watch cache, a resume needs no list (internal/integration's
+		// TestWarmStartIsStaleUntilCaughtUp).
+		if n := e.lists.lists.Load(); n > 3 {
+			t.Errorf("%d LIST requests; at most one per resource\n%s", n, e.log)
 		}
 		w.churn(ctx, 10)
 		converged(t, e.Engine, "events after the resume")

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +51,30 @@ func applyApp(t *testing.T, e *testenv.Env, ns, name, address string, padding in
 		metav1.ApplyOptions{FieldManager: "trust", Force: true}); err != nil {
 		t.Fatalf("apply %s/%s: %v", ns, name, err)
 	}
+}
+
+// listCounter counts the LIST requests that pass it.
+type listCounter struct {
+	next  http.RoundTripper
+	lists atomic.Int64
+}
+
+func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && r.URL.Query().Get("watch") != "true" && strings.HasSuffix(r.URL.Path, "/appmodels") {
+		c.lists.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// counting returns a copy of cfg whose LIST requests of AppModels c
+// counts.
+func counting(cfg *rest.Config, c *listCounter) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		c.next = next
+		return c
+	}
+	return cfg
 }
 
 // warm builds an engine with a snapshot folder on cfg.
@@ -149,7 +175,8 @@ func TestWarmStartIsStaleUntilCaughtUp(t *testing.T) {
 	// About apps × rounds × (padding + the object) bytes to replay: some
 	// seconds at this rate.
 	proxy.Throttle(200 << 10)
-	e, logs := warm(t, throughProxy(env, proxy), plan, dir)
+	lists := &listCounter{}
+	e, logs := warm(t, counting(throughProxy(env, proxy), lists), plan, dir)
 	if st := e.SnapshotStatus(); st.Load != "warm" {
 		t.Fatalf("not a warm start: %+v\n%s", st, logs)
 	}
@@ -196,8 +223,8 @@ func TestWarmStartIsStaleUntilCaughtUp(t *testing.T) {
 		t.Errorf("WaitForSync did not return once caught up")
 	}
 	t.Logf("caught up after %v through a %d KiB/s link; %d looks, %d fresh but wrong", caughtUp.Round(time.Millisecond), 200, looks, freshButWrong)
-	if !strings.Contains(logs.String(), "reached the apiserver's") {
-		t.Errorf("no log of the catch-up:\n%s", logs)
+	if !strings.Contains(logs.String(), "reached the apiserver's") || lists.lists.Load() != 0 {
+		t.Errorf("no log of the catch-up, or %d LISTs (a resume needs none):\n%s", lists.lists.Load(), logs)
 	}
 }
 
