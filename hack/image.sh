@@ -33,7 +33,7 @@ if [ -z "$engine" ]; then
   elif command -v buildah >/dev/null; then
     engine=buildah
   else
-    echo "hack/image.sh: no container engine: install docker, podman or buildah (Debian: apt-get install podman buildah runc)" >&2
+    echo "hack/image.sh: no container engine: install docker, podman or buildah (Debian: apt-get install podman)" >&2
     exit 1
   fi
 fi
