@@ -94,12 +94,16 @@ func (f limitFlags) limits(fds int, log *slog.Logger) (api.Limits, error) {
 	return l, nil
 }
 
-// streamBurstDrop is the drop in open streams, from the peak since the
-// last look, after which trimAfterStreams returns memory: at least this
-// many, and at least half of the peak.
+// streamBurstDrop is the drop in open streams, from their peak since the
+// last trim, after which trimAfterStreams returns memory: at least this
+// many, and at least half of the peak. It looks every streamTrimPeriod,
+// and trims at most every streamTrimSpacing: a caller that opens and
+// closes streams in a loop cannot make the daemon collect its whole heap
+// every second.
 const (
-	streamBurstDrop  = 64
-	streamTrimPeriod = time.Second
+	streamBurstDrop   = 64
+	streamTrimPeriod  = time.Second
+	streamTrimSpacing = 10 * time.Second
 )
 
 // trimAfterStreams returns the memory a burst of change streams leaves
@@ -108,23 +112,28 @@ const (
 // not collect before the runtime's forced collection, two minutes on, and
 // that returnFreeMemory does not see either (its count of dead objects
 // is from the last collection). Every streamTrimPeriod it looks at the
-// peak of open streams since its last look: when the streams open now
-// are fewer by streamBurstDrop and by half, it collects and returns the
-// free memory to the kernel (debug.FreeOSMemory). It returns when ctx ends.
+// peak of open streams since its last trim: when the streams open now are
+// fewer by streamBurstDrop and by half, it collects and returns the free
+// memory to the kernel (debug.FreeOSMemory). It returns when ctx ends.
 func trimAfterStreams(ctx context.Context, log *slog.Logger, s *api.Server) {
 	t := time.NewTicker(streamTrimPeriod)
 	defer t.Stop()
+	peak := 0
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		peak, now := s.StreamPeak()
-		if peak-now >= streamBurstDrop && now <= peak/2 {
+		p, now := s.StreamPeak()
+		peak = max(peak, p)
+		if peak-now >= streamBurstDrop && now <= peak/2 && time.Since(last) >= streamTrimSpacing {
 			start := time.Now()
 			debug.FreeOSMemory()
-			log.Debug("memory of ended streams returned to the kernel", "peak", peak, "open", now, "took", time.Since(start).String())
+			last = time.Now()
+			log.Debug("memory of ended streams returned to the kernel", "peak", peak, "open", now, "took", last.Sub(start).String())
+			peak = now
 		}
 	}
 }

@@ -137,7 +137,8 @@ resources:
 	}
 	fmt.Printf("binary: %s\nindex: %d keys; daemon's descriptor limit: %s\n", bin, keys, limitOf(fds))
 	time.Sleep(2 * time.Second) // the daemon returns the initial lists' garbage
-	fmt.Printf("resident before: %s\n", mib(rss(pid)))
+	before := rss(pid)
+	fmt.Printf("resident before: %s\n", mib(before))
 
 	// Burst.
 	start := time.Now()
@@ -145,7 +146,7 @@ resources:
 	fmt.Printf("burst: %d whole-index streams asked in %s: %s\n", streams, time.Since(start).Round(time.Millisecond), describe(codes))
 	time.Sleep(time.Second)
 	peak := rss(pid)
-	fmt.Printf("resident with them open: %s (%s per stream)\n", mib(peak), kib(peak/max(1, uint64(len(conns)))))
+	fmt.Printf("resident with them open: %s (%s more per stream)\n", mib(peak), kib((peak-min(peak, before))/max(1, uint64(len(conns)))))
 	closed := time.Now()
 	for _, c := range conns {
 		c.Close()

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/iidp/metasync/internal/api"
+)
+
+// TestLimitsFromFlags: the defaults follow the descriptor limit, and a
+// flag beyond what it or the other limits allow is lowered.
+func TestLimitsFromFlags(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		fds  int
+		args string
+		want api.Limits
+		err  string
+	}{
+		{fds: 1024, want: api.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 196}},
+		{fds: 256, want: api.Limits{Connections: 192, Streams: 168, StreamsPerCaller: 42}},
+		{fds: 1 << 20, want: api.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
+		{fds: 0, want: api.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
+		{fds: 1024, args: "--max-connections 5000 --max-streams 5000 --max-streams-per-caller 5000", want: api.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 784}},
+		{fds: 1024, args: "--max-connections 100", want: api.Limits{Connections: 100, Streams: 84, StreamsPerCaller: 21}},
+		{fds: 1024, args: "--max-streams 10 --max-streams-per-caller 3", want: api.Limits{Connections: 896, Streams: 10, StreamsPerCaller: 3}},
+		{fds: 1024, args: "--max-connections 16", err: "leaves no room for streams"},
+		{fds: 40, err: "file descriptor limit (40)"},
+		{fds: 1024, args: "--max-streams -1", err: "want a positive number"},
+	} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		lf := addLimitFlags(fs)
+		if err := fs.Parse(strings.Fields(c.args)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := lf.limits(c.fds, quiet)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("fds %d, %q: %+v, %v; want an error with %q", c.fds, c.args, got, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("fds %d, %q: %+v, %v; want %+v", c.fds, c.args, got, err, c.want)
+		}
+	}
+}
