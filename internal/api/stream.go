@@ -122,10 +122,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	// 10 s or so): a token that lost its access, or expired, ends its
 	// streams; the client's reconnect then gets the 401 or 403. When the
 	// review cannot be made (the apiserver unreachable, metasync's own
-	// review rights gone: 503), the cached verdict keeps the stream for
-	// its grace (see TokenAuth), and the stream ends once re-authorization
-	// has failed for a heartbeat period more: a stream never outlives
-	// what a lookup with its token would get by much.
+	// review rights gone), a re-check answers what a lookup with the token
+	// would: the cached verdict while it lasts (at most 60 s after the
+	// review that granted it, see TokenAuth), then 503. A stream re-checked
+	// 503 at two checks in a row, a heartbeat period apart, ends: a
+	// caller's streams outlive the last review that worked by at most that
+	// verdict's life and two heartbeat periods (and the reviews' timeouts).
 	recheck, _ := r.Context().Value(recheckKey{}).(func() int)
 	checked := time.Now()
 	var failingSince time.Time
