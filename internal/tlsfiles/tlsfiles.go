@@ -225,10 +225,16 @@ func ClientConfig(caFile, serverName string) (*tls.Config, error) {
 }
 
 // Transport is an http.Transport whose https:// connections are made by
-// DialTLS(caFile, serverName); http:// ones are plain, as ever.
+// DialTLS(caFile, serverName); http:// ones are plain, as ever. Through
+// an HTTPS proxy (HTTPS_PROXY), where DialTLS is not used, the daemon is
+// verified against the CA certificates as they were read here (the
+// system's roots, and so a refusal, if they could not be).
 func Transport(caFile, serverName string) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialTLSContext = DialTLS(caFile, serverName)
 	t.ForceAttemptHTTP2 = false
+	if cfg, err := ClientConfig(caFile, serverName); err == nil {
+		t.TLSClientConfig = cfg
+	}
 	return t
 }
