@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -113,12 +114,15 @@ const (
 // that returnFreeMemory does not see either (its count of dead objects
 // is from the last collection). Every streamTrimPeriod it looks at the
 // peak of open streams since its last trim: when the streams open now are
-// fewer by streamBurstDrop and by half, it collects and returns the free
-// memory to the kernel (debug.FreeOSMemory). It returns when ctx ends.
+// fewer by streamBurstDrop and by half, and have stopped falling (the
+// handlers of a burst that ended take a moment to return), it collects
+// twice and returns the free memory to the kernel (debug.FreeOSMemory):
+// net/http keeps a connection's buffers in pools that the first
+// collection only moves aside. It returns when ctx ends.
 func trimAfterStreams(ctx context.Context, log *slog.Logger, s *api.Server) {
 	t := time.NewTicker(streamTrimPeriod)
 	defer t.Stop()
-	peak := 0
+	peak, prev := 0, 0
 	var last time.Time
 	for {
 		select {
@@ -128,8 +132,11 @@ func trimAfterStreams(ctx context.Context, log *slog.Logger, s *api.Server) {
 		}
 		p, now := s.StreamPeak()
 		peak = max(peak, p)
-		if peak-now >= streamBurstDrop && now <= peak/2 && time.Since(last) >= streamTrimSpacing {
+		falling := now < prev
+		prev = now
+		if peak-now >= streamBurstDrop && now <= peak/2 && !falling && time.Since(last) >= streamTrimSpacing {
 			start := time.Now()
+			runtime.GC()
 			debug.FreeOSMemory()
 			last = time.Now()
 			log.Debug("memory of ended streams returned to the kernel", "peak", peak, "open", now, "took", last.Sub(start).String())

@@ -4,7 +4,7 @@
 // and the given metasync binary, under a file descriptor limit of -fds
 // when set (ulimit -n). Then:
 //
-//   - burst: -streams streams of the whole index (each on a connection of
+//   - burst: -burst streams of the whole index (each on a connection of
 //     its own, from 127.0.0.1, .2, ... 200 to an address), each read up to
 //     its "synced" frame and then left idle; the daemon's resident memory
 //     before, with every stream open, and at moments after they all close.
@@ -17,7 +17,7 @@
 //
 //	go build -o /tmp/metasync ./cmd/metasync
 //	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/streamload -bin /tmp/metasync
-//	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/streamload -bin /tmp/metasync -fds 1024 -streams 1011 -flood 300
+//	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/streamload -bin /tmp/metasync -burst 0 -fds 1024 -streams 1011 -flood 300
 package main
 
 import (
@@ -46,7 +46,8 @@ import (
 func main() {
 	bin := flag.String("bin", "", "the metasync binary to measure (required)")
 	keys := flag.Int("keys", 2000, "ConfigMaps, one index key each")
-	streams := flag.Int("streams", 1000, "streams to open")
+	burst := flag.Int("burst", 1000, "whole-index streams of the burst (0: none)")
+	streams := flag.Int("streams", 1011, "with -flood: key streams that one caller asks for")
 	fds := flag.Int("fds", 0, "run the daemon under this file descriptor limit (0: as inherited)")
 	flood := flag.Int("flood", 0, "after the burst: one caller's streams, then this many connections that send nothing")
 	after := flag.Duration("after", 30*time.Second, "how long to follow resident memory after the streams close")
@@ -55,7 +56,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "streamload: -bin is required")
 		os.Exit(2)
 	}
-	if err := run(*bin, *keys, *streams, *fds, *flood, *after); err != nil {
+	if err := run(*bin, *keys, *burst, *streams, *fds, *flood, *after); err != nil {
 		fmt.Fprintln(os.Stderr, "streamload:", err)
 		os.Exit(1)
 	}
@@ -63,7 +64,7 @@ func main() {
 
 const ns = "streamload"
 
-func run(bin string, keys, streams, fds, flood int, after time.Duration) error {
+func run(bin string, keys, burst, streams, fds, flood int, after time.Duration) error {
 	env, err := testenv.Start()
 	if err != nil {
 		return err
@@ -140,10 +141,22 @@ resources:
 	before := rss(pid)
 	fmt.Printf("resident before: %s\n", mib(before))
 
-	// Burst.
+	if burst > 0 {
+		measureBurst(pid, addr, burst, before, after)
+	}
+	if flood == 0 {
+		return nil
+	}
+	measureFlood(pid, addr, streams, flood, logs)
+	return nil
+}
+
+// measureBurst opens n whole-index streams, then closes them, and
+// follows the daemon's resident memory.
+func measureBurst(pid int, addr string, n int, before uint64, after time.Duration) {
 	start := time.Now()
-	conns, codes := openAll(addr, streams, 200, "/v1/indexes/by-name/keys?watch=true", true)
-	fmt.Printf("burst: %d whole-index streams asked in %s: %s\n", streams, time.Since(start).Round(time.Millisecond), describe(codes))
+	conns, codes := openAll(addr, n, 200, "/v1/indexes/by-name/keys?watch=true", true)
+	fmt.Printf("burst: %d whole-index streams asked in %s: %s\n", n, time.Since(start).Round(time.Millisecond), describe(codes))
 	time.Sleep(time.Second)
 	peak := rss(pid)
 	fmt.Printf("resident with them open: %s (%s more per stream)\n", mib(peak), kib((peak-min(peak, before))/max(1, uint64(len(conns)))))
@@ -158,12 +171,12 @@ resources:
 		time.Sleep(time.Until(closed.Add(at)))
 		fmt.Printf("resident %s after they closed: %s\n", at, mib(rss(pid)))
 	}
-	if flood == 0 {
-		return nil
-	}
+}
 
-	// One caller's streams, then a flood of connections that send nothing.
-	time.Sleep(2 * time.Second)
+// measureFlood: one caller's streams, then a flood of connections that
+// send nothing, and probes after each.
+func measureFlood(pid int, addr string, streams, flood int, logs *testenv.Buffer) {
+	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
 	probes := func(when string) {
 		var parts []string
 		for _, path := range []string{"/livez", "/readyz", "/v1/indexes/by-name/keys/cm-00001"} {
@@ -202,7 +215,6 @@ resources:
 	for _, c := range append(held, idle...) {
 		c.Close()
 	}
-	return nil
 }
 
 // fill creates n ConfigMaps cm-00000... with data v.
