@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,7 +87,25 @@ func TestPreserveUnknownFieldsIsANote(t *testing.T) {
 func TestReadCRDsRejectsOtherKinds(t *testing.T) {
 	_, err := ReadCRDs([]string{"../examples/appmodel/samples.yaml", "testdata/none.yaml"})
 	if err == nil || !strings.Contains(err.Error(), "crds[0]: ../examples/appmodel/samples.yaml: document 0 is a Namespace, not a CustomResourceDefinition") ||
-		!strings.Contains(err.Error(), "crds[1]: open testdata/none.yaml") {
+		!strings.Contains(err.Error(), "crds[1]: stat testdata/none.yaml: no such file or directory") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestReadFileRefusesWhatIsNoRegularFile(t *testing.T) {
+	for _, path := range []string{"/dev/zero", t.TempDir()} {
+		if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("ReadFile(%s) = %v, want a refusal", path, err)
+		}
+		if _, err := Load(path, LoadOptions{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Load(%s) = %v, want a refusal", path, err)
+		}
+	}
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, make([]byte, MaxFileBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(big); err == nil || !strings.Contains(err.Error(), "larger than 16 MiB") {
+		t.Errorf("ReadFile of %d bytes = %v", MaxFileBytes+1, err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/iidp/metasync/indexer"
-	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/internal/snapshot"
 )
 
@@ -82,7 +81,6 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 	type resource struct {
 		w      *watcher
 		rv     string
-		def    *compiled.Resource // the objects' layout
 		relist bool
 	}
 	var rs []resource
@@ -94,11 +92,11 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 		switch c := w.carried; {
 		case rv == "":
 		case w.listed1():
-			rs = append(rs, resource{w, rv, w.plan, false})
+			rs = append(rs, resource{w, rv, false})
 		case w.warm():
-			rs = append(rs, resource{w, rv, w.plan, w.restoredRelist})
+			rs = append(rs, resource{w, rv, w.restoredRelist})
 		case c != nil:
-			rs = append(rs, resource{w, c.rv, c.def, c.relist})
+			rs = append(rs, resource{w, c.rv, c.relist})
 		}
 	}
 	if len(rs) == 0 {
@@ -115,25 +113,21 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 	enc := snapshot.NewEncoder(out, v.plan.DataHash(), cluster, at, len(rs))
 	total := 0
 	for _, r := range rs {
-		total += writeResource(enc, r.w, r.rv, r.def, r.relist)
+		total += writeResource(enc, r.w, r.rv, r.relist)
 	}
 	return total, enc.Close()
 }
 
 // writeResource writes one resource: its tables (keys with their values
 // and object keys as numbers in a table of strings, each once), then its
-// objects, whose entries are in the order of def's indexes (an earlier
-// definition's, for data carried over a reload: they are written in the
-// order of w's, by name). It returns the number of objects.
-func writeResource(enc *snapshot.Encoder, w *watcher, rv string, def *compiled.Resource, relist bool) int {
+// objects. Data carried over a reload is in the current definition's
+// layout too: the store's Reconfigure kept each index by name, and laid
+// out the objects' entries anew. It returns the number of objects.
+func writeResource(enc *snapshot.Encoder, w *watcher, rv string, relist bool) int {
 	img := w.src.Image()
 	names := make([]string, len(w.plan.Indexes))
-	// from[i]: the position in the objects' entries of index i, -1 for
-	// none.
-	from := make([]int, len(w.plan.Indexes))
 	for i, ix := range w.plan.Indexes {
 		names[i] = ix.Name
-		from[i] = slices.IndexFunc(def.Indexes, func(d compiled.Index) bool { return d.Name == ix.Name })
 	}
 	if img.Indexes() != len(names) {
 		names = names[:0] // removed by a reload meanwhile: nothing to write
@@ -171,16 +165,9 @@ func writeResource(enc *snapshot.Encoder, w *watcher, rv string, def *compiled.R
 			enc.Key(key, vids, oids)
 		})
 	}
-	laid := make([][]indexer.Entry, len(names))
 	return img.Objects(func(key string, entries [][]indexer.Entry, payload any) {
 		p, ok := payload.(string)
-		for i := range laid {
-			laid[i] = nil
-			if j := from[i]; j >= 0 && j < len(entries) {
-				laid[i] = entries[j]
-			}
-		}
-		enc.Object(key, p, ok, laid)
+		enc.Object(key, p, ok, entries[:min(len(entries), len(names))])
 	})
 }
 

@@ -211,6 +211,7 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := watchersOf(again)
+	<-ws[0].loaded // the objects written: the indexes are what they say
 	if ws[0].resumeRV != "" || !again.Stale() {
 		t.Errorf("resumeRV %q, stale %v: data of another definition must be listed, stale meanwhile", ws[0].resumeRV, again.Stale())
 	}

@@ -121,10 +121,11 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 
 // carried is the data a restarted resource holds from an earlier
 // definition of its entry until its first list: def is the definition its
-// objects were projected by (their entries are in the order of its
-// indexes), rv the resourceVersion they are as of, and relist whether a
-// snapshot of it must be listed rather than resumed (def's data is not the
-// current definition's, or it came so from a snapshot).
+// objects were projected by, rv the resourceVersion they are as of, and
+// relist whether a snapshot of it must be listed rather than resumed
+// (def's data is not the current definition's, or it came so from a
+// snapshot). The store keeps the indexes of the same name and lays the
+// objects' entries out for the current definition.
 type carried struct {
 	def    *compiled.Resource
 	rv     string
