@@ -565,6 +565,7 @@ func (s *Subscription) stepIndex() (Event, bool) {
 		}
 		if s.phase == phaseInitial {
 			s.phase = phaseLive
+			s.queue = nil // never appended to: it may be the snapshot's keys
 			s.complete = s.batch.Seq()
 			// A subscription does not hold on to a snapshot it has
 			// delivered: an idle one would keep every page that later

@@ -69,12 +69,16 @@ func openIndexStream(addr string, read bool) (net.Conn, error) {
 //
 //	go test -run IndexStreamMemory -v -count 1 ./internal/api/
 //
-// METASYNC_STREAM_MEMORY_KEYS=N measures at N keys only.
+// METASYNC_STREAM_MEMORY_KEYS=N measures at N keys only; under -race
+// (make test), 20,000 only.
 func TestIndexStreamMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills an index of 100,000 keys")
 	}
 	sizes := []int{20000, 100000}
+	if raceEnabled {
+		sizes = sizes[:1] // 100,000 objects take minutes under -race
+	}
 	if v := os.Getenv("METASYNC_STREAM_MEMORY_KEYS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
