@@ -149,7 +149,8 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 			"snapshotCluster", id.snapshot, "cluster", id.id)
 		v0, _ := e.view()
 		for _, w := range v0.watchers {
-			if w.restored && !w.dropped.Swap(true) {
+			// Restored, or carried over a reload from restored data.
+			if w.unverified() && !w.dropped.Swap(true) {
 				w.src.Replace(nil)
 				w.rv.Store(nil)
 			}
@@ -160,10 +161,21 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 	return v, nil
 }
 
+// verified reports whether the snapshot's cluster was found to be the
+// apiserver's: its data, still unlisted, may be resumed.
+func (e *Engine) verified() bool {
+	id := &e.ident
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.verdict != nil && *id.verdict == clusterSame
+}
+
 // clusterForSnapshot returns the identity to record in a snapshot written
 // now: the apiserver's, read if need be; "" when it cannot be read; the
 // restored snapshot's while the apiserver cannot be reached (its data is
 // that cluster's, or was listed from one that did not answer since).
+// Data of a snapshot not found to be this cluster's is written to be
+// listed (see WriteSnapshot), whatever the identity says.
 func (e *Engine) clusterForSnapshot() string {
 	id := &e.ident
 	id.mu.Lock()

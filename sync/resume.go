@@ -89,6 +89,12 @@ func (w *watcher) resume(ctx context.Context) bool {
 			switch {
 			case err == nil:
 				checked, target = true, current
+				if _, perr := strconv.ParseUint(current, 10, 64); perr != nil {
+					// Not an etcd revision: no way to tell when a watch
+					// has reached it.
+					w.log.Info("the apiserver's resourceVersion is not a number: listing", "apiserver", current)
+					return true
+				}
 				if newer(rv, current) {
 					w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
 						"resourceVersion", rv, "apiserver", current)
@@ -173,8 +179,8 @@ const probeName = "metasync.invalid..probe"
 // watch that sends the initial state and then a bookmark: a field selector
 // that matches no object makes the state empty, so it costs one small
 // WATCH request and no LIST.
-func (w *watcher) currentVersion(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+func (w *watcher) currentVersion(parent context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
 	yes := true
 	timeout := int64(30)
@@ -211,9 +217,11 @@ func (w *watcher) currentVersion(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	if ctx.Err() != nil {
-		return "", ctx.Err()
+	if parent.Err() != nil {
+		return "", parent.Err()
 	}
+	// Ended, or timed out, without the bookmark: an apiserver that does
+	// not send it.
 	return "", errNoProbe
 }
 

@@ -78,6 +78,7 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 	// The identity first: the data written after it is of that cluster
 	// (checkCluster drops another cluster's before it tells).
 	cluster := e.clusterForSnapshot()
+	verified := e.verified()
 	type resource struct {
 		w      *watcher
 		rv     string
@@ -94,9 +95,11 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 		case w.listed1():
 			rs = append(rs, resource{w, rv, false})
 		case w.warm():
-			rs = append(rs, resource{w, rv, w.restoredRelist})
-		case c != nil:
-			rs = append(rs, resource{w, c.rv, c.relist})
+			// Data of a snapshot whose cluster was not found to be this
+			// one: listed, never resumed, at the next start.
+			rs = append(rs, resource{w, rv, w.restoredRelist || !verified})
+		case c != nil && !w.dropped.Load():
+			rs = append(rs, resource{w, c.rv, c.relist || c.unverified && !verified})
 		}
 	}
 	if len(rs) == 0 {

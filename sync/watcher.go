@@ -126,10 +126,16 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 // (def's data is not the current definition's, or it came so from a
 // snapshot). The store keeps the indexes of the same name and lays the
 // objects' entries out for the current definition.
+//
+// unverified: the data descends from a snapshot that no list has
+// replaced since, and whose cluster may not have been checked: it is
+// dropped with the snapshot's when that turns out to be another
+// cluster's, and snapshotted to be listed, not resumed, unless the check
+// found this cluster.
 type carried struct {
-	def    *compiled.Resource
-	rv     string
-	relist bool
+	def                *compiled.Resource
+	rv                 string
+	relist, unverified bool
 }
 
 // inherit takes over the counts and the synced state of the halted
@@ -141,9 +147,9 @@ func (w *watcher) inherit(old *watcher) {
 	w.inherited = old.isSynced()
 	w.staleFrom, w.restoredAt = old.stale(), old.restoredAt
 	if rv := old.resourceVersion(); w.inherited && rv != "" {
-		c := &carried{def: old.plan, rv: rv, relist: old.restoredRelist && !old.listed1()}
+		c := &carried{def: old.plan, rv: rv, relist: old.restoredRelist && !old.listed1(), unverified: old.warm() && !old.listed1()}
 		if oc := old.carried; oc != nil && !old.listed1() {
-			c = &carried{def: oc.def, rv: oc.rv, relist: oc.relist}
+			c = &carried{def: oc.def, rv: oc.rv, relist: oc.relist, unverified: oc.unverified}
 		}
 		c.relist = c.relist || !compiled.SameData(c.def, w.plan)
 		w.carried = c
@@ -393,7 +399,7 @@ func (w *watcher) Resync() error { return nil }
 // first complete list is done, or, for a restarted resource, was done by
 // its previous definition's watcher, or it was restored from a snapshot.
 func (w *watcher) isSynced() bool {
-	if w.inherited || w.warm() {
+	if (w.inherited && !w.dropped.Load()) || w.warm() {
 		return true
 	}
 	return w.listed1()
@@ -405,14 +411,25 @@ func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
 
 // stale reports a resource that answers from a snapshot and has not caught
 // up with the apiserver yet.
-func (w *watcher) stale() bool { return (w.warm() || w.staleFrom) && !w.listed1() }
+func (w *watcher) stale() bool {
+	return (w.warm() || w.staleFrom && !w.dropped.Load()) && !w.listed1()
+}
+
+// unverified reports data from a snapshot that no list has replaced yet:
+// restored, or carried over a reload from such data.
+func (w *watcher) unverified() bool {
+	if w.listed1() || w.dropped.Load() {
+		return false
+	}
+	return w.restored || w.carried != nil && w.carried.unverified
+}
 
 // indexSynced reports whether one index of the resource answers from a
 // complete list: this watcher's, or, for an index that the previous
 // definition had too, that one's. An index that a restart added (or moved
 // here from another resource) is empty until this watcher's first list.
 func (w *watcher) indexSynced(index string) bool {
-	return w.listed1() || w.kept[index] || w.warm()
+	return w.listed1() || w.kept[index] && !w.dropped.Load() || w.warm()
 }
 
 // listed1 reports whether this watcher's first complete list is done, or,
@@ -702,6 +719,15 @@ func (w *watcher) run(ctx context.Context) {
 	})
 	if w.resumeRV != "" && !w.resume(ctx) {
 		return
+	}
+	if w.resumeRV == "" && w.unverified() && w.cluster != nil {
+		// Data of a snapshot that this watcher lists, not resumes (carried
+		// over a reload, or to be listed): the cluster check still decides
+		// whether it is dropped at once, and what later snapshots record.
+		// Best effort: the list replaces it anyway.
+		checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, _ = w.cluster(checkCtx)
+		cancel()
 	}
 	delay := newBackoff()
 	streak := 0 // failed runs since the backoff was reset
