@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -185,12 +186,12 @@ func (s *Server) admitStream(w http.ResponseWriter, r *http.Request) (release fu
 	switch {
 	case l.StreamsPerCaller > 0 && g.byCaller[caller] >= l.StreamsPerCaller:
 		g.mu.Unlock()
-		s.refuse(w, http.StatusTooManyRequests, refusedPerCaller, streamRetryAfter,
+		s.refuse(w, r, http.StatusTooManyRequests, refusedPerCaller, streamRetryAfter,
 			fmt.Sprintf("too many change streams open by this caller (at most %d); retry later", l.StreamsPerCaller))
 		return nil, false
 	case l.Streams > 0 && g.open >= l.Streams:
 		g.mu.Unlock()
-		s.refuse(w, http.StatusServiceUnavailable, refusedStreams, streamRetryAfter,
+		s.refuse(w, r, http.StatusServiceUnavailable, refusedStreams, streamRetryAfter,
 			fmt.Sprintf("too many change streams open (at most %d); retry later", l.Streams))
 		return nil, false
 	}
@@ -219,11 +220,13 @@ func (s *Server) admitStream(w http.ResponseWriter, r *http.Request) (release fu
 }
 
 // refuse answers a refusal at a limit: the API's JSON error, with
-// Retry-After, counted by reason.
-func (s *Server) refuse(w http.ResponseWriter, code int, reason string, retryAfter int, msg string) {
+// Retry-After, counted by reason, and logged (at most every 10 s) with
+// the caller, so that an operator finds who wants more than the limits.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, code int, reason string, retryAfter int, msg string) {
 	s.limitMetrics.refused.WithLabelValues(reason).Inc()
 	s.refusedLog.Do(func() {
-		s.log.Warn("refused at a limit (logged at most every 10 s)", "reason", reason, "status", code, "error", msg)
+		s.log.Warn("stream refused at a limit (logged at most every 10 s)", "reason", reason, "status", code,
+			"caller", strings.ReplaceAll(callerOf(r), "\x00", " "), "error", msg)
 	})
 	w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	writeError(w, code, msg)

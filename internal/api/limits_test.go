@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,19 +65,47 @@ func streamAccount(t *testing.T, sa string) {
 	}
 }
 
+// podToken returns a token of ServiceAccount sa bound to a pod of its
+// own, made for the purpose (no kubelet runs it), as a projected token
+// is: its TokenReview names the pod.
+func podToken(t *testing.T, sa, pod string) string {
+	t.Helper()
+	ctx := context.Background()
+	p, err := env.Kube.CoreV1().Pods(authNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: new(false),
+			Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		p, err = env.Kube.CoreV1().Pods(authNS).Get(ctx, pod, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := env.Kube.CoreV1().ServiceAccounts(authNS).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
 // TestStreamLimitsPerIdentity: behind TokenAuth the per-caller limit
 // counts the streams of one identity, whatever its tokens and address:
 // two tokens of one ServiceAccount share a limit of 2 (the third stream
-// gets 429), another account from the same address has its own, and the
-// global limit of 3 answers 503. Lookups answer meanwhile, and /metrics
-// counts each refusal by reason.
+// gets 429); tokens of that account bound to two pods, as projected
+// tokens are, are two callers more; another account from the same address
+// has its own limit; the global limit of 5 answers 503. Lookups answer
+// meanwhile, and /metrics counts each refusal by reason.
 func TestStreamLimitsPerIdentity(t *testing.T) {
 	testenv.Need(t, env)
 	streamAccount(t, "limited-a")
 	streamAccount(t, "limited-b")
 	a1, a2, b := saToken(t, "limited-a"), saToken(t, "limited-a"), saToken(t, "limited-b")
+	pod1, pod2 := podToken(t, "limited-a", "limited-a-1"), podToken(t, "limited-a", "limited-a-2")
 	s := fedServer(t, map[string][]string{"base": {"model1"}})
-	s.SetLimits(Limits{Streams: 3, StreamsPerCaller: 2})
+	s.SetLimits(Limits{Streams: 5, StreamsPerCaller: 2})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +144,8 @@ func TestStreamLimitsPerIdentity(t *testing.T) {
 	open("a's first stream", a1)
 	open("a's second stream, with another token", a2)
 	refusal(t, "a's third stream", get(target, a1), http.StatusTooManyRequests)
+	open("a stream of a's first pod", pod1)
+	open("a stream of a's second pod", pod2)
 	open("b's first stream, from the same address", b)
 	refusal(t, "b's second stream, beyond the global limit", get(target, b), http.StatusServiceUnavailable)
 
