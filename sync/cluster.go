@@ -162,12 +162,13 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 }
 
 // verified reports whether the snapshot's cluster was found to be the
-// apiserver's: its data, still unlisted, may be resumed.
+// apiserver's (or there is no cluster to compare with): its data, still
+// unlisted, may be resumed.
 func (e *Engine) verified() bool {
 	id := &e.ident
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	return id.verdict != nil && *id.verdict == clusterSame
+	return id.fetch == nil || id.verdict != nil && *id.verdict == clusterSame
 }
 
 // clusterForSnapshot returns the identity to record in a snapshot written
