@@ -107,6 +107,20 @@ func run(t *testing.T, e *msync.Engine) func() {
 	return stop
 }
 
+// snapshotOnce runs an engine on cfg until it has synced, then stops it:
+// dir holds its snapshot.
+func snapshotOnce(t *testing.T, cfg *rest.Config, plan *mschema.Plan, dir string) {
+	t.Helper()
+	e, logs := warm(t, cfg, plan, dir)
+	stop := run(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	stop()
+}
+
 // throughProxy returns a copy of env's config that reaches the apiserver
 // through p.
 func throughProxy(e *testenv.Env, p *testenv.Proxy) *rest.Config {
@@ -138,14 +152,7 @@ func TestWarmStartIsStaleUntilCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	first, _ := warm(t, env.Config, plan, dir)
-	stop := run(t, first)
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := first.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, env.Config, plan, dir)
 
 	// While no engine runs: rounds × apps updates of large objects; the
 	// last round names each app's final model and address.
@@ -244,14 +251,7 @@ func TestSnapshotOfAnotherClusterIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	a, _ := warm(t, env.Config, plan, dir)
-	stop := run(t, a)
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, env.Config, plan, dir)
 
 	b, err := testenv.Start()
 	if err != nil {
@@ -327,14 +327,7 @@ func TestReloadInAnOutageKeepsTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	first, _ := warm(t, env.Config, plan, dir)
-	stop := run(t, first)
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := first.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, env.Config, plan, dir)
 
 	outage := rest.CopyConfig(env.Config)
 	outage.Host = "https://" + testenv.FreeAddr(t) // nothing listens
@@ -434,14 +427,7 @@ func TestSnapshotWhoseClusterCannotBeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	first, _ := warm(t, env.Config, plan, dir)
-	stop := run(t, first)
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := first.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, env.Config, plan, dir)
 	applyApp(t, env, ns, "app", "10.0.0.2", 10, "model-y")
 
 	ctx := context.Background()

@@ -102,14 +102,7 @@ func TestUnknownClusterSnapshotIsNotResumedAsThisOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	a, _ := warm(t, user, plan, dir)
-	stop := run(t, a)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := a.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, user, plan, dir)
 	f := decodeSnapshot(t, dir)
 	t.Logf("A's snapshot: cluster %q, resourceVersion %s (A at %s)", f.Cluster, f.Resources[0].ResourceVersion, rvA)
 	if f.Cluster != "" {
@@ -225,14 +218,7 @@ func TestReloadCarriesNoDataOfAnotherCluster(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	a, _ := warm(t, env.Config, plan, dir)
-	stop := run(t, a)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := a.WaitForSync(wctx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	snapshotOnce(t, env.Config, plan, dir)
 	f := decodeSnapshot(t, dir)
 	t.Logf("A's snapshot: cluster %q", f.Cluster)
 	var aRV int
