@@ -121,6 +121,26 @@ func snapshotOnce(t *testing.T, cfg *rest.Config, plan *mschema.Plan, dir string
 	stop()
 }
 
+// appModelReader returns the config of a user who may read AppModels and
+// nothing else (not the kube-system namespace, the cluster's identity).
+func appModelReader(t *testing.T, name string) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	_, user := env.UserKubeconfig(t, name)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"iidp.com"}, Resources: []string{"appmodels"}, Verbs: []string{"get", "list", "watch"}}}}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}}
+	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return user
+}
+
 // throughProxy returns a copy of env's config that reaches the apiserver
 // through p.
 func throughProxy(e *testenv.Env, p *testenv.Proxy) *rest.Config {
@@ -430,19 +450,7 @@ func TestSnapshotWhoseClusterCannotBeRead(t *testing.T) {
 	snapshotOnce(t, env.Config, plan, dir)
 	applyApp(t, env, ns, "app", "10.0.0.2", 10, "model-y")
 
-	ctx := context.Background()
-	_, user := env.UserKubeconfig(t, "trust-reader")
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "trust-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"iidp.com"}, Resources: []string{"appmodels"}, Verbs: []string{"get", "list", "watch"}}}}
-	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "trust-reader"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trust-reader"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "trust-reader"}}}
-	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	user := appModelReader(t, "trust-reader")
 	e, logs := warm(t, user, plan, dir)
 	run(t, e)
 	testenv.Eventually(t, "the cluster's truth after a list", func() string {

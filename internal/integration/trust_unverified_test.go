@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -68,12 +67,11 @@ func bump(t *testing.T, e *testenv.Env, ns string, n int) string {
 }
 
 // TestUnknownClusterSnapshotIsNotResumedAsThisOne: a snapshot that records no
-// cluster (written by an engine that may not read kube-system) is "not
-// trusted to resume": it must be listed. But a snapshot written before
-// that list completes records the current cluster's identity and the
-// unlisted data as resumable (relist false): the next start trusts it.
-// Loaded on another cluster, the first cluster's ghost is then resumed
-// and served as fresh.
+// cluster (written by an engine that may not read kube-system) is not
+// trusted to resume: it must be listed. A snapshot written on another
+// cluster before that list completes must mark the unlisted data to be
+// listed, whatever identity it records, so that the next start never
+// resumes the first cluster's ghost and serves it as fresh.
 func TestUnknownClusterSnapshotIsNotResumedAsThisOne(t *testing.T) {
 	testenv.Need(t, env)
 	ns := "trust-unknown"
@@ -89,18 +87,7 @@ func TestUnknownClusterSnapshotIsNotResumedAsThisOne(t *testing.T) {
 	ctx := context.Background()
 	// Cluster A, an engine with least privilege minus kube-system: its
 	// snapshot records no cluster.
-	_, user := env.UserKubeconfig(t, "unknown-reader")
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "unknown-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"iidp.com"}, Resources: []string{"appmodels"}, Verbs: []string{"get", "list", "watch"}}}}
-	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "unknown-reader"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "unknown-reader"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "unknown-reader"}}}
-	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	user := appModelReader(t, "unknown-reader")
 	dir := t.TempDir()
 	snapshotOnce(t, user, plan, dir)
 	f := decodeSnapshot(t, dir)
@@ -184,14 +171,13 @@ func decodeSnapshot(t *testing.T, dir string) *snapshot.File {
 	return f
 }
 
-// TestReloadCarriesNoDataOfAnotherCluster: cluster
-// A's snapshot is loaded on cluster B, and a reload restarts the AppModel
-// entry before its identity check (here before Start; during an outage
-// alike). The restarted watcher never checks the cluster; another
-// resource's check finds "another cluster" and drops only the watchers
-// that are restored, not the carried one. A snapshot written before the
-// AppModel list completes records B's identity with A's data, resumable:
-// the next start on B resumes A's ghost and serves it as fresh.
+// TestReloadCarriesNoDataOfAnotherCluster: cluster A's snapshot is loaded
+// on cluster B, and a reload restarts the AppModel entry before its
+// identity check (here before Start; during an outage alike). The check
+// that finds "another cluster" must drop the data carried over the
+// reload too, so that no snapshot written before the AppModel list
+// completes records A's data under B's identity, and the next start on B
+// never resumes A's ghost as fresh.
 func TestReloadCarriesNoDataOfAnotherCluster(t *testing.T) {
 	testenv.Need(t, env)
 	ns := "trust-carried"
