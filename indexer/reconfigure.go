@@ -43,6 +43,22 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			}
 			ixSeen[name] = true
 		}
+		backs := map[string]string{}
+		for primary, fb := range spec.Fallbacks {
+			switch {
+			case !slices.Contains(spec.Indexes, primary):
+				return nil, fmt.Errorf("source %q: index %q has a fallback but is not one of its indexes", spec.Name, primary)
+			case !slices.Contains(spec.Indexes, fb):
+				return nil, fmt.Errorf("source %q: fallback %q of index %q is not one of its indexes", spec.Name, fb, primary)
+			case primary == fb:
+				return nil, fmt.Errorf("source %q: index %q is its own fallback", spec.Name, fb)
+			case spec.Fallbacks[fb] != "":
+				return nil, fmt.Errorf("source %q: fallback %q of index %q has a fallback of its own", spec.Name, fb, primary)
+			case backs[fb] != "":
+				return nil, fmt.Errorf("source %q: %q is the fallback of both %q and %q", spec.Name, fb, backs[fb], primary)
+			}
+			backs[fb] = primary
+		}
 	}
 
 	s.mu.Lock()
@@ -108,6 +124,15 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 	s.srcName = srcNames
 	heads := slices.Clip(slices.Clone(s.heads))
 	next.conf = &config{names: names, heads: heads}
+	for _, spec := range specs {
+		for primary, fb := range spec.Fallbacks {
+			if next.conf.fallback == nil {
+				next.conf.fallback, next.conf.fallbackOf = map[int]int{}, map[int]int{}
+			}
+			next.conf.fallback[names[primary]] = names[fb]
+			next.conf.fallbackOf[names[fb]] = names[primary]
+		}
+	}
 	if meta != nil {
 		live := make(map[string]*Source, len(srcNames))
 		for name, id := range srcNames {

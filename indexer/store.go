@@ -62,6 +62,12 @@ type SourceSpec struct {
 	// behind it (Snapshot.Objects). It costs memory; leave it off unless
 	// the objects' payloads are read by index key.
 	Objects bool
+	// Fallbacks maps an index of the source to another of its indexes, its
+	// fallback: a lookup of a key that has no values in the first answers
+	// the key's values in its fallback (see Index.Lookup). Both are
+	// written as any index is; a fallback is the fallback of one index
+	// and has none of its own.
+	Fallbacks map[string]string
 }
 
 // Store holds the indexes of every source. Its zero value is not usable;
@@ -90,6 +96,9 @@ type Index struct {
 	id   int
 	head *atomic.Pointer[indexSnap]
 	seed hashSeed
+	// fb: the index has a fallback, of id fbID.
+	fb   bool
+	fbID int
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -202,7 +211,10 @@ type config struct {
 	// snapshot: one load less for a lookup by handle than going through
 	// the snapshot.
 	heads []*atomic.Pointer[indexSnap]
-	meta  any
+	// fallback maps a live index id to its fallback's id; fallbackOf is
+	// the reverse.
+	fallback, fallbackOf map[int]int
+	meta                 any
 }
 
 // derive starts the snapshot that follows snap: the same state, to be
@@ -241,12 +253,22 @@ func (snap *Snapshot) Index(name string) (Index, bool) {
 	if !ok {
 		return Index{}, false
 	}
-	return Index{s: snap.s, id: id, head: snap.conf.heads[id], seed: snap.s.seed}, true
+	return snap.conf.handle(snap.s, id), true
 }
 
 // handle returns the handle of index id; under s.mu.
 func (s *Store) handle(id int) Index {
-	return Index{s: s, id: id, head: s.heads[id], seed: s.seed}
+	return s.current.Load().conf.handle(s, id)
+}
+
+// handle returns the handle of index id in this configuration, with its
+// fallback.
+func (c *config) handle(s *Store, id int) Index {
+	ix := Index{s: s, id: id, head: s.heads[id], seed: s.seed}
+	if fb, ok := c.fallback[id]; ok {
+		ix.fb, ix.fbID = true, fb
+	}
+	return ix
 }
 
 // Change names the index keys whose values one commit changed in one index.
@@ -297,8 +319,39 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 		}
 	}
 	if s.onCommit != nil && len(changes) > 0 {
-		s.onCommit(prev, next, changes)
+		s.onCommit(prev, next, fallbackChanges(next.conf, changes))
 	}
+}
+
+// fallbackChanges reports the changes of a fallback as changes of the
+// index it backs: what a lookup answers is the index's.
+func fallbackChanges(c *config, changes []Change) []Change {
+	if len(c.fallbackOf) == 0 {
+		return changes
+	}
+	var out []Change
+	at := map[int]int{} // index id -> its position in out
+	for _, ch := range changes {
+		id := ch.Index.id
+		if primary, ok := c.fallbackOf[id]; ok {
+			id = primary
+		}
+		i, seen := at[id]
+		if !seen {
+			at[id] = len(out)
+			ch.Index = c.handle(ch.Index.s, id)
+			out = append(out, ch)
+			continue
+		}
+		keys := slices.Clone(out[i].Keys)
+		for _, k := range ch.Keys {
+			if !slices.Contains(out[i].Keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		out[i].Keys = keys
+	}
+	return out
 }
 
 // Seq numbers the snapshot: each commit publishes a snapshot one higher
@@ -324,12 +377,23 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok {
 		return nil
 	}
-	return snap.indexes[id].values.lookup(s.seed, key)
+	values := snap.indexes[id].values.lookup(s.seed, key)
+	if fb, ok := snap.conf.fallback[id]; ok && len(values) == 0 {
+		return snap.indexes[fb].values.lookup(s.seed, key)
+	}
+	return values
 }
 
-// Lookup returns the values of key in this index; see Store.Lookup. It
-// allocates nothing and takes no lock.
+// Lookup returns the values of key in this index; see Store.Lookup. A key
+// that has no values in an index with a fallback (SourceSpec.Fallbacks)
+// answers its values in the fallback, both read from one snapshot: a
+// commit that moves a key's values from one to the other (every endpoint
+// of a service terminating, or one ready again) never shows the key
+// empty. It allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
+	if ix.fb {
+		return ix.s.current.Load().Lookup(ix, key)
+	}
 	return ix.head.Load().values.lookup(ix.seed, key)
 }
 
@@ -347,19 +411,27 @@ func (s *Store) shardOf(key string) int {
 	return int(maphash.String(s.shardSeed, key) >> 56)
 }
 
-// Lookup returns the values of key in ix as of this snapshot.
+// Lookup returns the values of key in ix as of this snapshot, or of its
+// fallback when ix has none.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	return snap.index(ix).values.lookup(snap.s.seed, key)
+	values := snap.index(ix).values.lookup(snap.s.seed, key)
+	if len(values) == 0 && ix.fb {
+		return snap.indexAt(ix.fbID).values.lookup(snap.s.seed, key)
+	}
+	return values
+}
+
+// indexAt returns the state of index id in snap (see index).
+func (snap *Snapshot) indexAt(id int) *indexSnap {
+	if id >= len(snap.indexes) {
+		return emptyIndex
+	}
+	return snap.indexes[id]
 }
 
 // index returns the state of ix in snap: empty when ix was made by a
 // later Reconfigure than snap's.
-func (snap *Snapshot) index(ix Index) *indexSnap {
-	if ix.id >= len(snap.indexes) {
-		return emptyIndex
-	}
-	return snap.indexes[ix.id]
-}
+func (snap *Snapshot) index(ix Index) *indexSnap { return snap.indexAt(ix.id) }
 
 // source returns the state of src in snap: empty when src was made by a
 // later Reconfigure than snap's.
@@ -373,23 +445,70 @@ func (snap *Snapshot) source(src *Source) *sourceSnap {
 // Objects returns the object keys of the objects that contribute under key
 // in ix: distinct, sorted, shared (do not modify). It is nil unless the
 // source was declared with SourceSpec.Objects.
+//
+// With a fallback, they are the objects behind the values that Lookup
+// answers: those of ix, or of its fallback when ix has none.
 func (snap *Snapshot) Objects(ix Index, key string) []string {
 	is := snap.index(ix)
+	if ix.fb && len(is.values.lookup(snap.s.seed, key)) == 0 {
+		is = snap.indexAt(ix.fbID)
+	}
 	if is.objects == nil {
 		return nil
 	}
 	return is.objects.lookup(snap.s.seed, key)
 }
 
-// KeyCount returns the number of index keys in ix.
-func (snap *Snapshot) KeyCount(ix Index) int { return snap.index(ix).keys }
+// KeyCount returns the number of index keys in ix (with a fallback, the
+// keys of either).
+func (snap *Snapshot) KeyCount(ix Index) int {
+	is := snap.index(ix)
+	if !ix.fb {
+		return is.keys
+	}
+	n := is.keys
+	snap.indexAt(ix.fbID).values.all(func(key string, _ []string) {
+		if len(is.values.lookup(snap.s.seed, key)) == 0 {
+			n++
+		}
+	})
+	return n
+}
 
 // Keys returns every index key of ix, sorted. The keys are sorted once per
 // published state of the index, at the first call, and shared by every
 // later call until the index changes: callers must not modify the slice,
-// and a page of it costs its size, not a sort.
+// and a page of it costs its size, not a sort. With a fallback, they are
+// the keys of either, merged at each call.
 func (snap *Snapshot) Keys(ix Index) []string {
-	is := snap.index(ix)
+	keys := snap.sortedKeys(snap.index(ix))
+	if !ix.fb {
+		return keys
+	}
+	more := snap.sortedKeys(snap.indexAt(ix.fbID))
+	if len(more) == 0 {
+		return keys
+	}
+	out := make([]string, 0, len(keys)+len(more))
+	i, j := 0, 0
+	for i < len(keys) || j < len(more) {
+		switch {
+		case j == len(more) || i < len(keys) && keys[i] < more[j]:
+			out = append(out, keys[i])
+			i++
+		case i == len(keys) || more[j] < keys[i]:
+			out = append(out, more[j])
+			j++
+		default:
+			out = append(out, keys[i])
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// sortedKeys returns the keys of one state of an index, sorted once.
+func (snap *Snapshot) sortedKeys(is *indexSnap) []string {
 	is.sorted.once.Do(func() {
 		keys := make([]string, 0, is.keys)
 		is.values.all(func(key string, _ []string) { keys = append(keys, key) })

@@ -23,7 +23,7 @@ func TestApplyDeleteReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fake.Indexes(); len(got) != 2 || !got[0].Synced || got[0].Keys != 0 {
+	if got := fake.Indexes(); len(got) != 3 || !got[0].Synced || got[0].Keys != 0 {
 		t.Fatalf("a new fake: %+v, want every index synced and empty", got)
 	}
 	app := func(name, ns string, models ...string) string {

@@ -76,6 +76,14 @@ type Index struct {
 	// Value gives the index values, like Key. Empty means the object key
 	// (namespace/name, or name for cluster-scoped objects).
 	Value string `koanf:"value"`
+	// Fallback, when set, gives values like Value, which a key answers
+	// only when no object gives it a value by Value: a key's answer is its
+	// values, else its fallback values, else nothing. EndpointSlices use
+	// it for Kubernetes' rule that a service with no ready endpoint
+	// answers its serving terminating ones:
+	//   value: '@endpoints'
+	//   fallback: '@endpoints:{"terminating":true}'
+	Fallback string `koanf:"fallback"`
 	// MaxEntriesPerObject bounds the (key, value) entries that one object
 	// may contribute to this index: keys × values, and every combination
 	// of a template; and their size, at most BytesPerEntry per entry on

@@ -103,7 +103,15 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 		for _, f := range r.Fields {
 			checkRule(fmt.Sprintf("%s.fields.%s", at, f.Name), f.Rule)
 		}
-		for j, ix := range r.Indexes {
+		j := -1 // the position of the index in the config
+		for _, ix := range r.Indexes {
+			if ix.FallbackOf != "" {
+				if ix.Value != nil {
+					checkRule(fmt.Sprintf("%s.indexes[%d].fallback", at, j), ix.Value)
+				}
+				continue
+			}
+			j++
 			checkRule(fmt.Sprintf("%s.indexes[%d].key", at, j), ix.Key)
 			if ix.Value != nil {
 				checkRule(fmt.Sprintf("%s.indexes[%d].value", at, j), ix.Value)

@@ -183,7 +183,19 @@ func (r *Resource) compile(p *problems, at string, resources, indexes map[string
 			ir.MaxEntries = DefaultMaxEntriesPerObject
 		}
 		ir.MaxBytes = ir.MaxEntries * BytesPerEntry
+		var fb *plan.Index
+		if ix.Fallback != "" {
+			rule, err := plan.CompileRule(ix.Fallback)
+			if err != nil {
+				p.add(iat+".fallback", "%v", err)
+			}
+			ir.Fallback = plan.FallbackName(ix.Name)
+			fb = &plan.Index{Name: ir.Fallback, FallbackOf: ix.Name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
+		}
 		rp.Indexes = append(rp.Indexes, ir)
+		if fb != nil {
+			rp.Indexes = append(rp.Indexes, *fb)
+		}
 	}
 	return rp
 }

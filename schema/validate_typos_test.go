@@ -140,7 +140,7 @@ func TestBadGJSONPathsFile(t *testing.T) {
 		`resources[0].indexes[0].key: "spec.models.#(foo==": query "#(" is not closed`,
 		`resources[0].indexes[0].value: "spec.models.#(": query "#(" is not closed`,
 		`resources[0].indexes[1].key: "spec.models|": ends with "|"`,
-		`resources[0].indexes[1].value: "@nonexistentmodifier": unknown modifier "@nonexistentmodifier" (known: @dig, @flatten, @fromstr, @group, @join, @keys, @pretty, @reverse, @this, @tostr, @ugly, @valid, @values)`,
+		`resources[0].indexes[1].value: "@nonexistentmodifier": unknown modifier "@nonexistentmodifier" (known: @dig, @endpoints, @flatten, @fromstr, @group, @join, @keys, @pretty, @reverse, @this, @tostr, @ugly, @valid, @values)`,
 		`resources[0].indexes[2].key: "spec.models|@flaten": unknown modifier "@flaten" (did you mean @flatten?)`,
 		`resources[0].indexes[2].value: "{metadata.name,spec.type": multipath "{" is not closed`,
 	})

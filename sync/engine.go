@@ -375,6 +375,12 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		spec := indexer.SourceSpec{Name: r.Name, Objects: len(r.Fields) > 0}
 		for _, ix := range r.Indexes {
 			spec.Indexes = append(spec.Indexes, ix.Name)
+			if ix.Fallback != "" {
+				if spec.Fallbacks == nil {
+					spec.Fallbacks = map[string]string{}
+				}
+				spec.Fallbacks[ix.Name] = ix.Fallback
+			}
 		}
 		specs = append(specs, spec)
 	}
@@ -390,7 +396,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			next.watchers = append(next.watchers, w)
 			next.byName[r.Name] = w
 			for _, ix := range r.Indexes {
-				next.byIndex[ix.Name] = w
+				if ix.FallbackOf == "" { // a fallback is read through the index it backs
+					next.byIndex[ix.Name] = w
+				}
 			}
 		}
 		for _, ch := range plan.Chains {

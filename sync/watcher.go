@@ -299,7 +299,7 @@ func projectFields(raw string, fields []compiled.Field) (string, error) {
 func (w *watcher) ruleError(i int, key string, err error) {
 	w.ruleErrors[i].Add(1)
 	w.ruleLog.Do(func() {
-		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Name, "object", key, "error", err.Error())
+		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Public(), "object", key, "error", err.Error())
 	})
 }
 
@@ -837,7 +837,7 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	}
 	st.Stale = w.stale()
 	for i, ix := range w.plan.Indexes {
-		st.RuleErrors[ix.Name] = w.ruleErrors[i].Load()
+		st.RuleErrors[ix.Public()] += w.ruleErrors[i].Load()
 	}
 	w.mu.Lock()
 	if w.lastErr != nil {

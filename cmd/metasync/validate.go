@@ -93,7 +93,11 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	}
 	indexes := 0
 	for _, r := range compiled.Of(plan).Resources {
-		indexes += len(r.Indexes)
+		for _, ix := range r.Indexes {
+			if ix.FallbackOf == "" {
+				indexes++
+			}
+		}
 	}
 	where := ""
 	if *checkCluster {

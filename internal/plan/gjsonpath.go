@@ -21,7 +21,7 @@ import (
 // knownModifiers are gjson's built-in modifiers, for messages only: whether
 // a modifier exists is asked of gjson.ModifierExists, which also knows the
 // modifiers added with gjson.AddModifier.
-var knownModifiers = []string{"dig", "flatten", "fromstr", "group", "join", "keys", "pretty", "reverse", "this", "tostr", "ugly", "valid", "values"}
+var knownModifiers = []string{"dig", EndpointsModifier, "flatten", "fromstr", "group", "join", "keys", "pretty", "reverse", "this", "tostr", "ugly", "valid", "values"}
 
 var bracketIndexRE = regexp.MustCompile(`^\[(\d+|\*)\]`)
 
@@ -172,12 +172,16 @@ func checkModifier(p string) (string, error) {
 		return "", fmt.Errorf("unknown modifier %q%s", p[:i], hint)
 	}
 	rest := p[i:]
+	check := modifierArgs[name]
+	if check == nil {
+		check = func(string) error { return nil }
+	}
 	if rest == "" || rest[0] != ':' {
-		return rest, nil
+		return rest, check("")
 	}
 	arg := rest[1:]
 	if arg == "" {
-		return "", nil
+		return "", check("")
 	}
 	switch arg[0] {
 	case '{', '[', '"':
@@ -186,7 +190,10 @@ func checkModifier(p string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("argument of %s: %w", p[:i], err)
 		}
-		return arg[n:], nil
+		return arg[n:], check(arg[:n])
+	}
+	if modifierArgs[name] != nil {
+		return "", check(arg)
 	}
 	// A plain argument runs to the next "|".
 	for j := 0; j < len(arg); j++ {

@@ -56,6 +56,25 @@ type Index struct {
 	// MaxEntries and MaxBytes bound the entries one object contributes
 	// and their size; always positive.
 	MaxEntries, MaxBytes int
+	// Fallback names the index that holds this index's fallback values
+	// (the config's `fallback`): a key that no object gives a value
+	// answers its values there. FallbackOf, on that index, names the index
+	// it backs: such an index follows the one it backs in Resource.Indexes,
+	// is named FallbackName(it), and is no index of the config's: it is
+	// neither listed nor looked up by its name.
+	Fallback, FallbackOf string
+}
+
+// FallbackName is the name of the index that holds the fallback values of
+// the index named index: a name that no index of a config can have.
+func FallbackName(index string) string { return index + "/fallback" }
+
+// Public returns the name of the config's index that ix is, or backs.
+func (ix *Index) Public() string {
+	if ix.FallbackOf != "" {
+		return ix.FallbackOf
+	}
+	return ix.Name
 }
 
 // Limit returns the bound of one rule of the index on one object.

@@ -216,7 +216,7 @@ var badGJSONPaths = map[string]string{
 	".spec.models":                `starts with "."`,
 	"spec..models":                `empty key at ".."`,
 	"spec|.models":                `empty key at "|."`,
-	"@nonexistentmodifier":        `unknown modifier "@nonexistentmodifier" (known: @dig, @flatten,`,
+	"@nonexistentmodifier":        `unknown modifier "@nonexistentmodifier" (known: @dig, @endpoints, @flatten,`,
 	"spec|@nonexistentmodifier":   `unknown modifier "@nonexistentmodifier"`,
 	"spec.@reverse|@flaten":       `unknown modifier "@flaten" (did you mean @flatten?)`,
 	"@reverse.x|@":                `"@" without a modifier name`,

@@ -1,8 +1,10 @@
 // Command grpcclient calls a model's servers through metasync's gRPC
-// resolver: one target, metasync:///chains/model-to-addresses/MODEL, and
-// the channel follows the model's app and its ready pods as they change.
+// resolver: one target, metasync:///chains/model-to-endpoints/MODEL, and
+// the channel follows the model's app and its pods as they change: IP:PORT
+// of the port named http in each EndpointSlice, the ready endpoints (or,
+// when the app has none, the serving terminating ones).
 //
-//	go run ./examples/appmodel/grpcclient --kubeconfig ~/.kube/config --model model1 --port 9000
+//	go run ./examples/appmodel/grpcclient --kubeconfig ~/.kube/config --model model1
 //
 // Each second it calls the standard gRPC health service of whichever pod
 // round_robin picks and prints the pod's address, or the error (with no
@@ -52,7 +54,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	tokenFile := flags.String("token-file", "", "with --daemon: send the token in this file (a projected token for the daemon's --auth-audience), read again at each connection")
 	caFile := flags.String("ca-file", "", "with an https:// --daemon: verify it against the CA certificates in this file")
 	model := flags.String("model", "model1", "model to call")
-	port := flags.Int("port", 9000, "port of the pods' gRPC servers (the EndpointSlices hold bare IPs)")
+	port := flags.Int("port", 0, "resolve bare IPs (chain model-to-addresses) with this port instead of the slices' own IP:PORT (chain model-to-endpoints)")
 	calls := flags.Int("calls", 0, "stop after this many calls (0: until Ctrl-C)")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -75,7 +77,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer stop()
 		builder = grpcresolver.NewBuilder(engine)
 	}
-	target := fmt.Sprintf("metasync:///chains/model-to-addresses/%s?port=%d", url.PathEscape(*model), *port)
+	target := "metasync:///chains/model-to-endpoints/" + url.PathEscape(*model)
+	if *port != 0 {
+		target = fmt.Sprintf("metasync:///chains/model-to-addresses/%s?port=%d", url.PathEscape(*model), *port)
+	}
 	return callLoop(ctx, target, builder, *calls, time.Second, out)
 }
 

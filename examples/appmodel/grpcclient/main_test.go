@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +45,12 @@ func TestCallLoop(t *testing.T) {
 	}
 	app, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base", "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
 		"spec": map[string]any{"models": []string{"model1"}}})
-	// An EndpointSlice holds bare IPs; the target's ?port gives the port.
+	// The slice's port named http gives the port of chain
+	// model-to-endpoints; ready is unset, which reads as ready.
+	portNumber, _ := strconv.Atoi(port)
 	slice, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base-a", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "base"}},
-		"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{"ready": true}}}})
+		"ports":     []any{map[string]any{"name": "http", "port": portNumber}},
+		"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{}}}})
 	if err := f.Apply("appmodels", app); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +60,7 @@ func TestCallLoop(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = callLoop(ctx, "metasync:///chains/model-to-addresses/model1?port="+port, grpcresolver.NewBuilder(e.(*msync.Engine)), 2, 10*time.Millisecond, &out)
+	err = callLoop(ctx, "metasync:///chains/model-to-endpoints/model1", grpcresolver.NewBuilder(e.(*msync.Engine)), 2, 10*time.Millisecond, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,182 @@
+package indexer
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// newTiered builds a store whose source "slices" feeds "ready" with the
+// fallback "serving".
+func newTiered(t testing.TB) (*Store, *Source, Index) {
+	t.Helper()
+	s, err := New(SourceSpec{Name: "slices", Indexes: []string{"ready", "serving"}, Objects: true, Fallbacks: map[string]string{"ready": "serving"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := s.Index("ready")
+	return s, s.Source("slices"), ix
+}
+
+func putTiers(src *Source, key string, ready, serving []Entry) {
+	tx := src.Begin()
+	tx.Put(Object{Key: key, Entries: [][]Entry{ready, serving}})
+	tx.Commit()
+}
+
+// TestFallback: a key answers its values in the index, else in its
+// fallback, by name, by handle and on a snapshot; keys, key counts and
+// objects follow what is answered.
+func TestFallback(t *testing.T) {
+	s, src, ix := newTiered(t)
+	putTiers(src, "ns/a-1", []Entry{e("a", "10.0.0.1")}, []Entry{e("a", "10.0.0.9")})
+	putTiers(src, "ns/b-1", nil, []Entry{e("b", "10.0.1.9")})
+	putTiers(src, "ns/c-1", []Entry{e("c", "10.0.2.1")}, nil)
+
+	snap := s.Snapshot()
+	for key, want := range map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.1.9"}, "c": {"10.0.2.1"}, "d": nil} {
+		if got := s.Lookup("ready", key); !slices.Equal(got, want) {
+			t.Errorf("Store.Lookup(%s) = %v, want %v", key, got, want)
+		}
+		if got := ix.Lookup(key); !slices.Equal(got, want) {
+			t.Errorf("Index.Lookup(%s) = %v, want %v", key, got, want)
+		}
+		if got := snap.Lookup(ix, key); !slices.Equal(got, want) {
+			t.Errorf("Snapshot.Lookup(%s) = %v, want %v", key, got, want)
+		}
+	}
+	if got := snap.Keys(ix); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("Keys = %v", got)
+	}
+	if n := snap.KeyCount(ix); n != 3 {
+		t.Errorf("KeyCount = %d, want 3", n)
+	}
+	if got := snap.Objects(ix, "b"); !slices.Equal(got, []string{"ns/b-1"}) {
+		t.Errorf("Objects(b) = %v", got)
+	}
+	if got := snap.Objects(ix, "a"); !slices.Equal(got, []string{"ns/a-1"}) {
+		t.Errorf("Objects(a) = %v", got)
+	}
+	// The fallback itself answers by its own name, without a fallback.
+	if got := s.Lookup("serving", "a"); !slices.Equal(got, []string{"10.0.0.9"}) {
+		t.Errorf("serving a = %v", got)
+	}
+	// Chains follow the answer of each step.
+	if got := snap.Resolve([]Index{ix}, "b"); !slices.Equal(got, []string{"10.0.1.9"}) {
+		t.Errorf("Resolve(b) = %v", got)
+	}
+
+	// The last ready value goes: the key answers its fallback.
+	putTiers(src, "ns/a-1", nil, []Entry{e("a", "10.0.0.9"), e("a", "10.0.0.1")})
+	if got := ix.Lookup("a"); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.9"}) {
+		t.Errorf("a after terminating = %v", got)
+	}
+	src.Begin().Commit()
+}
+
+// TestFallbackChanges: a commit that changes only a fallback is reported
+// as a change of the index it backs, once per key.
+func TestFallbackChanges(t *testing.T) {
+	s, src, ix := newTiered(t)
+	var got [][]string
+	s.OnCommit(func(_, _ *Snapshot, changes []Change) {
+		for _, ch := range changes {
+			if ch.Index.id != ix.id {
+				t.Errorf("change of index %d, want only %d", ch.Index.id, ix.id)
+			}
+			keys := slices.Clone(ch.Keys)
+			slices.Sort(keys)
+			got = append(got, keys)
+		}
+	})
+	putTiers(src, "ns/a-1", []Entry{e("a", "1")}, []Entry{e("a", "2"), e("b", "3")})
+	putTiers(src, "ns/a-1", []Entry{e("a", "1")}, []Entry{e("b", "4")})
+	want := [][]string{{"a", "b"}, {"a", "b"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("changes %v, want %v", got, want)
+	}
+	if len(got) > 0 {
+		// The handle of a change reads through the fallback.
+		putTiers(src, "ns/a-1", nil, []Entry{e("a", "2")})
+	}
+}
+
+// TestFallbackSpecs: a fallback must be another index of the same source,
+// backing one index and backed by none.
+func TestFallbackSpecs(t *testing.T) {
+	for name, spec := range map[string]SourceSpec{
+		"unknown primary":  {Name: "s", Indexes: []string{"a", "b"}, Fallbacks: map[string]string{"x": "b"}},
+		"unknown fallback": {Name: "s", Indexes: []string{"a", "b"}, Fallbacks: map[string]string{"a": "x"}},
+		"itself":           {Name: "s", Indexes: []string{"a"}, Fallbacks: map[string]string{"a": "a"}},
+		"chained":          {Name: "s", Indexes: []string{"a", "b", "c"}, Fallbacks: map[string]string{"a": "b", "b": "c"}},
+		"shared":           {Name: "s", Indexes: []string{"a", "b", "c"}, Fallbacks: map[string]string{"a": "c", "b": "c"}},
+	} {
+		if _, err := New(spec); err == nil {
+			t.Errorf("%s: New accepted %+v", name, spec)
+		} else if !strings.Contains(err.Error(), "fallback") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// A reload can give an index a fallback, and take it away.
+	s, err := New(SourceSpec{Name: "s", Indexes: []string{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putTiers(s.Source("s"), "o", nil, []Entry{e("k", "v")})
+	if got := s.Lookup("a", "k"); got != nil {
+		t.Fatalf("a k = %v before the fallback", got)
+	}
+	if _, err := s.Reconfigure([]SourceSpec{{Name: "s", Indexes: []string{"a", "b"}, Fallbacks: map[string]string{"a": "b"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := s.Index("a")
+	if got := ix.Lookup("k"); !slices.Equal(got, []string{"v"}) {
+		t.Fatalf("a k = %v with the fallback", got)
+	}
+	if _, err := s.Reconfigure([]SourceSpec{{Name: "s", Indexes: []string{"a", "b"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Lookup("a", "k"); got != nil {
+		t.Fatalf("a k = %v after the fallback was taken away", got)
+	}
+}
+
+// TestFallbackNeverEmpty: while a writer moves a key's values between an
+// index and its fallback in single commits, readers by handle and by
+// snapshot never see the key empty.
+func TestFallbackNeverEmpty(t *testing.T) {
+	s, src, ix := newTiered(t)
+	putTiers(src, "ns/a-1", []Entry{e("a", "1")}, nil)
+	var stop atomic.Bool
+	var empty atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if len(ix.Lookup("a")) == 0 {
+					empty.Add(1)
+				}
+				if len(s.Snapshot().Lookup(ix, "a")) == 0 {
+					empty.Add(1)
+				}
+			}
+		}()
+	}
+	for i := range 20000 {
+		if i%2 == 0 {
+			putTiers(src, "ns/a-1", nil, []Entry{e("a", "1")})
+		} else {
+			putTiers(src, "ns/a-1", []Entry{e("a", "1")}, nil)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := empty.Load(); n > 0 {
+		t.Fatalf("%d lookups saw the key empty", n)
+	}
+}
