@@ -97,9 +97,10 @@ func Example_appModel() {
 			Name: "endpointslices", Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices",
 			Namespace: "meta-test", LabelSelector: "kubernetes.io/service-name",
 			Indexes: []schema.Index{{
-				Name:  "service-to-addresses",
-				Key:   `metadata.labels.kubernetes\.io/service-name`,
-				Value: `endpoints.#(conditions.ready==true)#.addresses|@flatten`,
+				Name:     "service-to-addresses",
+				Key:      `metadata.labels.kubernetes\.io/service-name`,
+				Value:    `@endpoints`,
+				Fallback: `@endpoints:{"terminating":true}`,
 			}},
 		}},
 	})
