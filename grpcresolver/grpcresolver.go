@@ -55,8 +55,17 @@ type options struct {
 	tokenFile  string
 	caFile     string
 	serverName string
+	at         msync.Locality
 	log        *slog.Logger
 }
+
+// WithLocality says where the client runs (its zone, and its node's name),
+// for topology-aware answers: through an index with hints (the reference
+// setup's service-to-endpoints), the channel gets the endpoints hinted for
+// its node or zone when every endpoint is hinted and some are for it, as
+// kube-proxy routes, and every endpoint otherwise. In process and remote
+// (sent as ?zone= and ?node=). Default: no locality, every endpoint.
+func WithLocality(l msync.Locality) Option { return func(o *options) { o.at = l } }
 
 // WithTokenFile makes a remote builder send the bearer token in path to a
 // daemon that runs with --auth=tokenreview; the file is read again for
@@ -370,7 +379,7 @@ func NewBuilder(engine *msync.Engine, opts ...Option) resolver.Builder {
 		return nil
 	}
 	return &builder{opts: o, hub: &hub{followers: map[string]*follower{}, check: check, start: func(ctx context.Context, t target, f *follower) {
-		followEngine(ctx, engine, t, f, o.log)
+		followEngine(ctx, engine, t, f, o.at, o.log)
 	}}}
 }
 
@@ -378,11 +387,12 @@ func NewBuilder(engine *msync.Engine, opts ...Option) resolver.Builder {
 // When a config reload removes the target, the last addresses stay and
 // the target is looked for again every goneRetry, so that a reload that
 // brings it back resumes the updates.
-func followEngine(ctx context.Context, engine *msync.Engine, t target, f *follower, log *slog.Logger) {
+func followEngine(ctx context.Context, engine *msync.Engine, t target, f *follower, at msync.Locality, log *slog.Logger) {
 	mt := msync.KeyOf(t.name, t.key)
 	if t.kind == "chains" {
 		mt = msync.ChainOf(t.name, t.key)
 	}
+	mt.At = at
 	sub, err := engine.Subscribe(ctx, mt)
 	if err != nil {
 		f.fail(fmt.Errorf("metasync: %w", err))

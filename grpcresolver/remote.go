@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -46,6 +47,15 @@ func followRemote(ctx context.Context, base string, t target, f *follower, o opt
 	}
 	if o.tokenFile != "" {
 		so.Token = streamclient.TokenFile(o.tokenFile) // read again each time: tokens rotate
+	}
+	if o.at.Zone != "" || o.at.Node != "" {
+		so.Query = url.Values{}
+		if o.at.Zone != "" {
+			so.Query.Set("zone", o.at.Zone)
+		}
+		if o.at.Node != "" {
+			so.Query.Set("node", o.at.Node)
+		}
 	}
 	path := base + "/v1/" + t.kind + "/" + streamclient.PathSegment(t.name) + "/keys/" + streamclient.PathSegment(t.key)
 	for ctx.Err() == nil {

@@ -1,8 +1,10 @@
 package indexer
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,4 +181,120 @@ func TestFallbackNeverEmpty(t *testing.T) {
 	if n := empty.Load(); n > 0 {
 		t.Fatalf("%d lookups saw the key empty", n)
 	}
+}
+
+// TestLookupPreferring: hints narrow an answer to the values tagged for
+// the caller only when every value is tagged and some carry its tag;
+// otherwise the answer is whole. Hints of a key are reported as changes
+// of the index.
+func TestLookupPreferring(t *testing.T) {
+	s, err := New(SourceSpec{Name: "slices", Indexes: []string{"eps", "eps/hints"}, Hints: map[string]string{"eps": "eps/hints"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Source("slices")
+	var changed []string
+	s.OnCommit(func(_, _ *Snapshot, changes []Change) {
+		for _, ch := range changes {
+			if ch.Index.id != 0 {
+				t.Errorf("a change of index %d", ch.Index.id)
+			}
+			changed = append(changed, ch.Keys...)
+		}
+	})
+	put := func(key string, values []Entry, hints []Entry) {
+		tx := src.Begin()
+		tx.Put(Object{Key: key, Entries: [][]Entry{values, hints}})
+		tx.Commit()
+	}
+	// Service a: every endpoint hinted; b: one endpoint without hints;
+	// c: hinted for zones and one node.
+	put("a-1", []Entry{e("a", "1"), e("a", "2"), e("a", "3")},
+		[]Entry{e("a", "1\tzone=x"), e("a", "2\tzone=y"), e("a", "3\tzone=x"), e("a", "3\tzone=y")})
+	put("b-1", []Entry{e("b", "1"), e("b", "2")}, []Entry{e("b", "1\tzone=x")})
+	put("c-1", []Entry{e("c", "1"), e("c", "2")}, []Entry{e("c", "1\tzone=x"), e("c", "2\tzone=x"), e("c", "1\tnode=n1"), e("c", "2\tnode=n2")})
+	ix, _ := s.Index("eps")
+	snap := s.Snapshot()
+	for _, c := range []struct {
+		key    string
+		prefer []string
+		want   []string
+	}{
+		{"a", nil, []string{"1", "2", "3"}},
+		{"a", []string{"zone=x"}, []string{"1", "3"}},
+		{"a", []string{"zone=y"}, []string{"2", "3"}},
+		{"a", []string{"zone=z"}, []string{"1", "2", "3"}}, // no endpoint for z: all
+		{"b", []string{"zone=x"}, []string{"1", "2"}},      // one without hints: all
+		{"c", []string{"node=n2", "zone=x"}, []string{"2"}},
+		{"c", []string{"node=n3", "zone=x"}, []string{"1", "2"}},
+		{"c", []string{"bad", "zone=x"}, []string{"1", "2"}},
+		{"d", []string{"zone=x"}, nil},
+	} {
+		if got := snap.LookupPreferring(ix, c.key, c.prefer...); !slices.Equal(got, c.want) {
+			t.Errorf("%s %v = %q, want %q", c.key, c.prefer, got, c.want)
+		}
+	}
+	if got := snap.ResolvePreferring([]Index{ix}, "a", "zone=y"); !slices.Equal(got, []string{"2", "3"}) {
+		t.Errorf("ResolvePreferring = %q", got)
+	}
+	if got := snap.Keys(ix); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("keys %q", got)
+	}
+	changed = nil
+	put("b-1", []Entry{e("b", "1"), e("b", "2")}, []Entry{e("b", "1\tzone=x"), e("b", "2\tzone=y")})
+	if !slices.Equal(changed, []string{"b"}) {
+		t.Errorf("changes %q, want [b]", changed)
+	}
+	if got := s.Snapshot().LookupPreferring(ix, "b", "zone=y"); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("b zone=y after hints = %q", got)
+	}
+}
+
+// BenchmarkLookupPreferring: a lookup of a service of 20 endpoints with a
+// fallback and hints, without a locality, with a zone whose endpoints are
+// hinted (the answer narrowed), and with a zone that has none (the answer
+// whole), on 1,000 services.
+func BenchmarkLookupPreferring(b *testing.B) {
+	s, err := New(SourceSpec{Name: "slices", Indexes: []string{"eps", "eps/fallback", "eps/hints"},
+		Fallbacks: map[string]string{"eps": "eps/fallback"}, Hints: map[string]string{"eps": "eps/hints"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := s.Source("slices")
+	const services = 1000
+	keys := make([]string, services)
+	for i := range services {
+		keys[i] = fmt.Sprintf("svc-%d", i)
+		var values, hints []Entry
+		for j := range 20 {
+			v := fmt.Sprintf("10.%d.%d.%d:8080", i/256, i%256, j)
+			values = append(values, e(keys[i], v))
+			hints = append(hints, e(keys[i], v+"\tzone=zone-"+strconv.Itoa(j%3)))
+		}
+		tx := src.Begin()
+		tx.Put(Object{Key: keys[i], Entries: [][]Entry{values, nil, hints}})
+		tx.Commit()
+	}
+	ix, _ := s.Index("eps")
+	for _, c := range []struct {
+		name   string
+		prefer []string
+	}{{"no-locality", nil}, {"zone-hinted", []string{"zone=zone-1"}}, {"zone-without-endpoints", []string{"zone=zone-9"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sink = s.Snapshot().LookupPreferring(ix, keys[i%services], c.prefer...)
+				i++
+			}
+		})
+	}
+	b.Run("handle", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			sink = ix.Lookup(keys[i%services])
+			i++
+		}
+	})
 }

@@ -59,6 +59,17 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			}
 			backs[fb] = primary
 		}
+		for primary, h := range spec.Hints {
+			switch {
+			case !slices.Contains(spec.Indexes, primary):
+				return nil, fmt.Errorf("source %q: index %q has hints but is not one of its indexes", spec.Name, primary)
+			case !slices.Contains(spec.Indexes, h):
+				return nil, fmt.Errorf("source %q: hints %q of index %q is not one of its indexes", spec.Name, h, primary)
+			case primary == h || backs[h] != "" || spec.Fallbacks[h] != "" || spec.Hints[h] != "":
+				return nil, fmt.Errorf("source %q: hints %q of index %q serve another index or have companions of their own", spec.Name, h, primary)
+			}
+			backs[h] = primary
+		}
 	}
 
 	s.mu.Lock()
@@ -125,12 +136,16 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 	heads := slices.Clip(slices.Clone(s.heads))
 	next.conf = &config{names: names, heads: heads}
 	for _, spec := range specs {
+		if len(spec.Fallbacks)+len(spec.Hints) > 0 && next.conf.companionOf == nil {
+			next.conf.fallback, next.conf.hints, next.conf.companionOf = map[int]int{}, map[int]int{}, map[int]int{}
+		}
 		for primary, fb := range spec.Fallbacks {
-			if next.conf.fallback == nil {
-				next.conf.fallback, next.conf.fallbackOf = map[int]int{}, map[int]int{}
-			}
 			next.conf.fallback[names[primary]] = names[fb]
-			next.conf.fallbackOf[names[fb]] = names[primary]
+			next.conf.companionOf[names[fb]] = names[primary]
+		}
+		for primary, h := range spec.Hints {
+			next.conf.hints[names[primary]] = names[h]
+			next.conf.companionOf[names[h]] = names[primary]
 		}
 	}
 	if meta != nil {

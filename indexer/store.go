@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -68,6 +69,11 @@ type SourceSpec struct {
 	// written as any index is; a fallback is the fallback of one index
 	// and has none of its own.
 	Fallbacks map[string]string
+	// Hints maps an index of the source to another of its indexes, its
+	// hints: under each index key, strings "VALUE\tKIND=NAME" that tag
+	// the key's values (for instance "10.0.0.5:8080\tzone=a"), which
+	// LookupPreferring reads. A hints index is the hints of one index.
+	Hints map[string]string
 }
 
 // Store holds the indexes of every source. Its zero value is not usable;
@@ -96,9 +102,10 @@ type Index struct {
 	id   int
 	head *atomic.Pointer[indexSnap]
 	seed hashSeed
-	// fb: the index has a fallback, of id fbID.
-	fb   bool
-	fbID int
+	// fb: the index has a fallback, of id fbID; hints: it has hints, of
+	// id hintsID.
+	fb, hints     bool
+	fbID, hintsID int
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -211,10 +218,11 @@ type config struct {
 	// snapshot: one load less for a lookup by handle than going through
 	// the snapshot.
 	heads []*atomic.Pointer[indexSnap]
-	// fallback maps a live index id to its fallback's id; fallbackOf is
-	// the reverse.
-	fallback, fallbackOf map[int]int
-	meta                 any
+	// fallback maps a live index id to its fallback's id, hints to its
+	// hints' id; companionOf maps the id of a fallback or hints index to
+	// the index it serves.
+	fallback, hints, companionOf map[int]int
+	meta                         any
 }
 
 // derive starts the snapshot that follows snap: the same state, to be
@@ -267,6 +275,9 @@ func (c *config) handle(s *Store, id int) Index {
 	ix := Index{s: s, id: id, head: s.heads[id], seed: s.seed}
 	if fb, ok := c.fallback[id]; ok {
 		ix.fb, ix.fbID = true, fb
+	}
+	if h, ok := c.hints[id]; ok {
+		ix.hints, ix.hintsID = true, h
 	}
 	return ix
 }
@@ -323,17 +334,17 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	}
 }
 
-// fallbackChanges reports the changes of a fallback as changes of the
-// index it backs: what a lookup answers is the index's.
+// fallbackChanges reports the changes of a fallback or hints index as
+// changes of the index it serves: what a lookup answers is the index's.
 func fallbackChanges(c *config, changes []Change) []Change {
-	if len(c.fallbackOf) == 0 {
+	if len(c.companionOf) == 0 {
 		return changes
 	}
 	var out []Change
 	at := map[int]int{} // index id -> its position in out
 	for _, ch := range changes {
 		id := ch.Index.id
-		if primary, ok := c.fallbackOf[id]; ok {
+		if primary, ok := c.companionOf[id]; ok {
 			id = primary
 		}
 		i, seen := at[id]
@@ -417,6 +428,71 @@ func (snap *Snapshot) Lookup(ix Index, key string) []string {
 	values := snap.index(ix).values.lookup(snap.s.seed, key)
 	if len(values) == 0 && ix.fb {
 		return snap.indexAt(ix.fbID).values.lookup(snap.s.seed, key)
+	}
+	return values
+}
+
+// LookupPreferring returns the values of key in ix as of this snapshot
+// (as Lookup does), narrowed by the index's hints (SourceSpec.Hints) to
+// the values tagged with the first tag of prefer that applies. Each tag is
+// "KIND=NAME" ("zone=a"); a tag applies when every value of the answer
+// carries some tag of its KIND and at least one carries this very tag.
+// When none applies, or the index has no hints, or prefer is empty, the
+// answer is Lookup's: hints that are missing, or that would leave nothing,
+// never narrow an answer. It allocates only when it narrows.
+func (snap *Snapshot) LookupPreferring(ix Index, key string, prefer ...string) []string {
+	values := snap.Lookup(ix, key)
+	if !ix.hints || len(prefer) == 0 || len(values) == 0 {
+		return values
+	}
+	return narrow(values, snap.indexAt(ix.hintsID).values.lookup(snap.s.seed, key), prefer)
+}
+
+// narrow applies prefer to values with the hints of their key: hints are
+// sorted "VALUE\tKIND=NAME" strings, so that the hints of the sorted
+// values come in their order, and one walk of both finds them. (Should a
+// value hold a byte below the tab, its hints may sort out of that order:
+// those the walk misses leave the value untagged, and the answer whole.)
+func narrow(values, hints []string, prefer []string) []string {
+	if len(hints) == 0 {
+		return values
+	}
+	for _, tag := range prefer {
+		kind, _, ok := strings.Cut(tag, "=")
+		if !ok {
+			continue
+		}
+		var picked []string
+		j, all := 0, true
+		for _, v := range values {
+			kindSeen, match := false, false
+			for ; j < len(hints); j++ {
+				h := hints[j]
+				cut := strings.LastIndexByte(h, '\t')
+				if cut < 0 {
+					continue
+				}
+				if c := strings.Compare(h[:cut], v); c < 0 {
+					continue
+				} else if c > 0 {
+					break
+				}
+				if t := h[cut+1:]; len(t) > len(kind) && t[len(kind)] == '=' && t[:len(kind)] == kind {
+					kindSeen = true
+					match = match || t == tag
+				}
+			}
+			if !kindSeen {
+				all = false
+				break
+			}
+			if match {
+				picked = append(picked, v)
+			}
+		}
+		if all && len(picked) > 0 {
+			return slices.Clip(picked)
+		}
 	}
 	return values
 }
@@ -541,15 +617,21 @@ func (snap *Snapshot) ObjectCount(src *Source) int { return snap.source(src).obj
 // of the next. It returns the distinct values of the last step, sorted, or
 // nil. It allocates.
 func (snap *Snapshot) Resolve(chain []Index, key string) []string {
+	return snap.ResolvePreferring(chain, key)
+}
+
+// ResolvePreferring is Resolve with each step's lookup narrowed by prefer
+// (see LookupPreferring).
+func (snap *Snapshot) ResolvePreferring(chain []Index, key string, prefer ...string) []string {
 	keys := []string{key}
 	for _, ix := range chain {
 		if len(keys) == 1 {
-			keys = snap.Lookup(ix, keys[0])
+			keys = snap.LookupPreferring(ix, keys[0], prefer...)
 			continue
 		}
 		var next []string
 		for _, k := range keys {
-			next = append(next, snap.Lookup(ix, k)...)
+			next = append(next, snap.LookupPreferring(ix, k, prefer...)...)
 		}
 		slices.Sort(next)
 		keys = slices.Compact(next)

@@ -84,6 +84,14 @@ type Index struct {
 	//   value: '@endpoints'
 	//   fallback: '@endpoints:{"terminating":true}'
 	Fallback string `koanf:"fallback"`
+	// Hints, when set, gives strings "VALUE\tzone=NAME" (or node=NAME)
+	// that tag the values of a key with where they serve: a caller that
+	// says where it runs (?zone=, ?node=) gets the values tagged for it,
+	// when every value of the answer is tagged and some are for it, and
+	// every value otherwise (kube-proxy's topology-aware routing).
+	// EndpointSlices give them with @endpoints:{"hints":true} (plus the
+	// value's own "port"), from the slices' hints.forZones and forNodes.
+	Hints string `koanf:"hints"`
 	// MaxEntriesPerObject bounds the (key, value) entries that one object
 	// may contribute to this index: keys × values, and every combination
 	// of a template; and their size, at most BytesPerEntry per entry on

@@ -105,9 +105,13 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 		}
 		j := -1 // the position of the index in the config
 		for _, ix := range r.Indexes {
-			if ix.FallbackOf != "" {
+			if ix.Hidden() {
+				field := "fallback"
+				if ix.HintsOf != "" {
+					field = "hints"
+				}
 				if ix.Value != nil {
-					checkRule(fmt.Sprintf("%s.indexes[%d].fallback", at, j), ix.Value)
+					checkRule(fmt.Sprintf("%s.indexes[%d].%s", at, j, field), ix.Value)
 				}
 				continue
 			}

@@ -192,9 +192,21 @@ func (r *Resource) compile(p *problems, at string, resources, indexes map[string
 			ir.Fallback = plan.FallbackName(ix.Name)
 			fb = &plan.Index{Name: ir.Fallback, FallbackOf: ix.Name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
 		}
+		var hints *plan.Index
+		if ix.Hints != "" {
+			rule, err := plan.CompileRule(ix.Hints)
+			if err != nil {
+				p.add(iat+".hints", "%v", err)
+			}
+			ir.Hints = plan.HintsName(ix.Name)
+			hints = &plan.Index{Name: ir.Hints, HintsOf: ix.Name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
+		}
 		rp.Indexes = append(rp.Indexes, ir)
 		if fb != nil {
 			rp.Indexes = append(rp.Indexes, *fb)
+		}
+		if hints != nil {
+			rp.Indexes = append(rp.Indexes, *hints)
 		}
 	}
 	return rp

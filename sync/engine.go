@@ -381,6 +381,12 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 				}
 				spec.Fallbacks[ix.Name] = ix.Fallback
 			}
+			if ix.Hints != "" {
+				if spec.Hints == nil {
+					spec.Hints = map[string]string{}
+				}
+				spec.Hints[ix.Name] = ix.Hints
+			}
 		}
 		specs = append(specs, spec)
 	}
@@ -396,7 +402,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			next.watchers = append(next.watchers, w)
 			next.byName[r.Name] = w
 			for _, ix := range r.Indexes {
-				if ix.FallbackOf == "" { // a fallback is read through the index it backs
+				if !ix.Hidden() { // read through the index it serves
 					next.byIndex[ix.Name] = w
 				}
 			}

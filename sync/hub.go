@@ -267,6 +267,8 @@ func (h *hub) add(s *Subscription) error {
 // chain's steps.
 func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []indexer.Index, error) {
 	switch {
+	case t.All && t.At != (Locality{}):
+		return indexer.Index{}, nil, errors.New("a locality narrows the answer of a key or a chain key, not a whole index")
 	case t.Chain != "" && t.Index == "" && !t.All:
 		ch, ok := v.chains[t.Chain]
 		if !ok {
@@ -275,7 +277,7 @@ func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []inde
 		return indexer.Index{}, ch.steps, nil
 	case t.Index != "" && t.Chain == "":
 		ix, ok := snap.Index(t.Index)
-		if !ok {
+		if _, listed := v.byIndex[t.Index]; !ok || !listed {
 			return indexer.Index{}, nil, fmt.Errorf("unknown index %q", t.Index)
 		}
 		return ix, nil, nil

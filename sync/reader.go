@@ -27,6 +27,10 @@ type Reader interface {
 	// indexes, and returns the values of its last index, distinct and
 	// sorted; nil when none or when the chain is unknown.
 	Resolve(chain, key string) []string
+	// LookupAt and ResolveAt are Lookup and Resolve for a caller that runs
+	// at a Locality: the values narrowed by the indexes' hints.
+	LookupAt(index, key string, at Locality) []string
+	ResolveAt(chain, key string, at Locality) []string
 	// Keys returns every key of the named index, sorted; nil when the
 	// index is unknown.
 	Keys(index string) []string
@@ -77,6 +81,55 @@ type ObjectFields struct {
 // nil when none. The slice is shared and must not be modified. An unknown
 // index yields nil; HasIndex tells the two apart. It allocates nothing.
 func (e *Engine) Lookup(index, key string) []string { return e.store.Lookup(index, key) }
+
+// Locality is where a caller runs, for topology-aware answers: its zone
+// (topology.kubernetes.io/zone of its node) and its node's name. The zero
+// Locality is nowhere in particular.
+type Locality struct {
+	Zone, Node string
+}
+
+// prefer returns the hint tags of l, the node's first (see
+// indexer.Snapshot.LookupPreferring).
+func (l Locality) prefer() []string {
+	var out []string
+	if l.Node != "" {
+		out = append(out, "node="+l.Node)
+	}
+	if l.Zone != "" {
+		out = append(out, "zone="+l.Zone)
+	}
+	return out
+}
+
+// LookupAt returns the values of key in the named index for a caller at
+// l, by kube-proxy's rules of topology-aware routing: when the index has
+// hints (the config's `hints`) and every value of the answer is hinted for
+// some node (or zone), the values hinted for l's node (or else its zone),
+// if there are any; otherwise every value, as Lookup. With the zero
+// Locality it is Lookup. The slice is shared: do not modify it.
+func (e *Engine) LookupAt(index, key string, l Locality) []string {
+	if l == (Locality{}) {
+		return e.Lookup(index, key)
+	}
+	snap := e.store.Snapshot()
+	ix, ok := snap.Index(index)
+	if !ok {
+		return nil
+	}
+	return snap.LookupPreferring(ix, key, l.prefer()...)
+}
+
+// ResolveAt is Resolve for a caller at l: each step narrowed as LookupAt
+// narrows it.
+func (e *Engine) ResolveAt(chain, key string, l Locality) []string {
+	v, snap := e.view()
+	ch, ok := v.chains[chain]
+	if !ok {
+		return nil
+	}
+	return snap.ResolvePreferring(ch.steps, key, l.prefer()...)
+}
 
 // Index returns a handle on the named index, for callers that look up one
 // index often: a handle's Lookup skips finding the index by name. The

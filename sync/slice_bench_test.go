@@ -38,6 +38,9 @@ var sliceRules = []struct {
 	{"endpoints", schema.Index{Value: `@endpoints`}},
 	{"endpoints+fallback", schema.Index{Value: `@endpoints`, Fallback: `@endpoints:{"terminating":true}`}},
 	{"endpoints+port+fallback", schema.Index{Value: `@endpoints:{"port":"http"}`, Fallback: `@endpoints:{"port":"http","terminating":true}`}},
+	// The reference setup's service-to-endpoints: hints too (these
+	// slices carry none, as most do).
+	{"endpoints+port+fallback+hints", schema.Index{Value: `@endpoints:{"port":"http"}`, Fallback: `@endpoints:{"port":"http","terminating":true}`, Hints: `@endpoints:{"port":"http","hints":true}`}},
 }
 
 func sliceWatcher(b *testing.B, ix schema.Index) *watcher {

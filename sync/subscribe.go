@@ -82,6 +82,9 @@ type Target struct {
 	// sends only what changed since (nothing when nothing did), or, when
 	// it cannot resume from there, an EventReset and a full snapshot.
 	Resume string
+	// At, for a key or a chain key, is where the subscriber runs: its
+	// answers are narrowed by the indexes' hints as LookupAt narrows them.
+	At Locality
 }
 
 // KeyOf targets one key of an index.
@@ -382,7 +385,7 @@ func (s *Subscription) stepKey() (Event, bool) {
 		if !s.boundIn(snap) {
 			return Event{}, false
 		}
-		return s.start(snap, snap.Lookup(s.ix, s.target.Key))
+		return s.start(snap, snap.LookupPreferring(s.ix, s.target.Key, s.target.At.prefer()...))
 	}
 	if !s.takeDirty() {
 		return Event{}, false
@@ -391,7 +394,7 @@ func (s *Subscription) stepKey() (Event, bool) {
 	if !s.boundIn(snap) {
 		return Event{}, false
 	}
-	return s.answer(EventUpdate, snap, snap.Lookup(s.ix, s.target.Key))
+	return s.answer(EventUpdate, snap, snap.LookupPreferring(s.ix, s.target.Key, s.target.At.prefer()...))
 }
 
 // boundIn reports whether the subscription reads, in snap's config, what
@@ -431,12 +434,13 @@ func (s *Subscription) stepChain() (Event, bool) {
 func (s *Subscription) resolve(snap *indexer.Snapshot) []string {
 	path := make(map[indexer.Index]map[string]struct{}, len(s.steps))
 	keys := []string{s.target.Key}
+	prefer := s.target.At.prefer()
 	for _, ix := range s.steps {
 		set := make(map[string]struct{}, len(keys))
 		var next []string
 		for _, k := range keys {
 			set[k] = struct{}{}
-			next = append(next, snap.Lookup(ix, k)...)
+			next = append(next, snap.LookupPreferring(ix, k, prefer...)...)
 		}
 		path[ix] = set
 		slices.Sort(next)

@@ -94,7 +94,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	indexes := 0
 	for _, r := range compiled.Of(plan).Resources {
 		for _, ix := range r.Indexes {
-			if ix.FallbackOf == "" {
+			if !ix.Hidden() {
 				indexes++
 			}
 		}

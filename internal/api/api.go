@@ -244,11 +244,17 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	if !validKey(w, key) {
 		return
 	}
-	if watching(r) {
-		s.stream(w, r, msync.KeyOf(index, key))
+	at, ok := locality(w, r)
+	if !ok {
 		return
 	}
-	values := s.engine.Lookup(index, key)
+	if watching(r) {
+		t := msync.KeyOf(index, key)
+		t.At = at
+		s.stream(w, r, t)
+		return
+	}
+	values := s.engine.LookupAt(index, key, at)
 	s.count("index", index, values)
 	writeJSON(w, http.StatusOK, struct {
 		Index  string   `json:"index"`
@@ -280,11 +286,17 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if !validKey(w, key) {
 		return
 	}
-	if watching(r) {
-		s.stream(w, r, msync.ChainOf(chain, key))
+	at, ok := locality(w, r)
+	if !ok {
 		return
 	}
-	values := s.engine.Resolve(chain, key)
+	if watching(r) {
+		t := msync.ChainOf(chain, key)
+		t.At = at
+		s.stream(w, r, t)
+		return
+	}
+	values := s.engine.ResolveAt(chain, key, at)
 	s.count("chain", chain, values)
 	writeJSON(w, http.StatusOK, struct {
 		Chain  string   `json:"chain"`

@@ -78,7 +78,7 @@ func TestOfflineAnswers(t *testing.T) {
 		{"GET", "/readyz", 503, ""},
 		{"GET", "/livez", 200, `{"status":"ok"}`},
 		{"DELETE", "/livez", 405, `{"error":"method DELETE not allowed; use GET"}`},
-		{"GET", "/v1/chains/x/keys/y", 404, `{"error":"unknown chain \"x\" (known: model-to-addresses)"}`},
+		{"GET", "/v1/chains/x/keys/y", 404, `{"error":"unknown chain \"x\" (known: model-to-addresses, model-to-endpoints)"}`},
 	} {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest(c.method, c.target, nil))

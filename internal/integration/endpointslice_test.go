@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iidp/metasync/grpcresolver"
+	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/internal/kubeapply"
 	"github.com/iidp/metasync/internal/testenv"
 	msync "github.com/iidp/metasync/sync"
@@ -309,5 +313,170 @@ func TestMakeBeforeBreak(t *testing.T) {
 			return ""
 		}
 		return fmt.Sprint(answers)
+	})
+}
+
+// applyHintedSlice writes a slice of service svc whose endpoints carry
+// hints: zones[i] lists the zones hinted for endpoint i (nil: no hints).
+func applyHintedSlice(t *testing.T, ns, name, svc string, port int, addrs []string, zones [][]string, nodes []string) {
+	t.Helper()
+	endpoints := []map[string]any{}
+	for i, a := range addrs {
+		m := map[string]any{"addresses": []string{a}, "conditions": map[string]any{"ready": true}}
+		hints := map[string]any{}
+		if zones[i] != nil {
+			var fz []map[string]string
+			for _, z := range zones[i] {
+				fz = append(fz, map[string]string{"name": z})
+			}
+			hints["forZones"] = fz
+		}
+		if nodes != nil && nodes[i] != "" {
+			hints["forNodes"] = []map[string]string{{"name": nodes[i]}}
+		}
+		if len(hints) > 0 {
+			m["hints"] = hints
+		}
+		endpoints = append(endpoints, m)
+	}
+	obj := map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata":    map[string]any{"name": name, "labels": map[string]any{"kubernetes.io/service-name": svc}},
+		"addressType": "IPv4", "endpoints": endpoints,
+		"ports": []map[string]any{{"name": "http", "port": port}},
+	}
+	body, _ := json.Marshal(obj)
+	force := true
+	if _, err := env.Dynamic.Resource(sliceGVR).Namespace(ns).Patch(context.Background(), name, "application/apply-patch+yaml", body,
+		metav1.PatchOptions{FieldManager: kubeapply.FieldManager, Force: &force}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTopologyAwareAnswers: a caller that says where it runs gets what
+// kube-proxy would route it to: the endpoints hinted for its zone (or
+// node) when every endpoint is hinted and some are for it, every endpoint
+// otherwise; a caller that says nothing gets every endpoint. In process,
+// over HTTP (lookups, chains, streams) and as hints change.
+func TestTopologyAwareAnswers(t *testing.T) {
+	testenv.Need(t, env)
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	const ns = "topology"
+	env.Namespace(t, ns)
+	apply(t, ns, "hinted", iidp, "m-hinted")
+	apply(t, ns, "partly", iidp, "m-partly")
+	// Every endpoint hinted: a and b each have one, c has one hinted for
+	// both c and a (as the controller spreads capacity), d has none.
+	applyHintedSlice(t, ns, "hinted-1", "hinted", 8080,
+		[]string{"10.5.0.1", "10.5.0.2", "10.5.0.3"}, [][]string{{"a"}, {"b"}, {"a", "c"}}, []string{"n1", "", ""})
+	// One endpoint without hints: hints are ignored.
+	applyHintedSlice(t, ns, "partly-1", "partly", 8080,
+		[]string{"10.6.0.1", "10.6.0.2"}, [][]string{{"a"}, nil}, nil)
+	e := startEngine(t, exampleConfig(t, ns))
+	expectChain(t, e, "model-to-endpoints", "m-hinted", "10.5.0.1:8080", "10.5.0.2:8080", "10.5.0.3:8080")
+
+	at := func(zone, node string) msync.Locality { return msync.Locality{Zone: zone, Node: node} }
+	for _, c := range []struct {
+		model string
+		at    msync.Locality
+		want  []string
+	}{
+		{"m-hinted", at("a", ""), []string{"10.5.0.1:8080", "10.5.0.3:8080"}},
+		{"m-hinted", at("b", ""), []string{"10.5.0.2:8080"}},
+		{"m-hinted", at("c", ""), []string{"10.5.0.3:8080"}},
+		{"m-hinted", at("d", ""), []string{"10.5.0.1:8080", "10.5.0.2:8080", "10.5.0.3:8080"}}, // none for d
+		{"m-hinted", at("", ""), []string{"10.5.0.1:8080", "10.5.0.2:8080", "10.5.0.3:8080"}},
+		// Node hints: only one endpoint carries one, so they do not
+		// apply; the zone's do.
+		{"m-hinted", at("b", "n1"), []string{"10.5.0.2:8080"}},
+		{"m-partly", at("a", ""), []string{"10.6.0.1:8080", "10.6.0.2:8080"}},
+	} {
+		if got := e.ResolveAt("model-to-endpoints", c.model, c.at); !slices.Equal(got, c.want) {
+			t.Errorf("%s at %+v = %q, want %q", c.model, c.at, got, c.want)
+		}
+	}
+	if got := e.LookupAt("service-to-addresses", "hinted", at("b", "")); !slices.Equal(got, []string{"10.5.0.2"}) {
+		t.Errorf("service-to-addresses hinted at b = %q", got)
+	}
+	// No hidden index is listed, nor looked up by its name over HTTP.
+	srv := httptest.NewServer(api.New(e, testLogger(t)))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	for path, want := range map[string]string{
+		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=a":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.3:8080"]}`,
+		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=d":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.2:8080","10.5.0.3:8080"]}`,
+		"/v1/indexes/service-to-addresses/keys/hinted?zone=c": `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.3"]}`,
+		"/v1/indexes/service-to-addresses/keys/hinted":        `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.1","10.5.0.2","10.5.0.3"]}`,
+	} {
+		if code, body := get(path); code != 200 || body != want {
+			t.Errorf("GET %s = %d %s, want %s", path, code, body, want)
+		}
+	}
+	for _, path := range []string{"/v1/indexes/service-to-addresses%2Fhints/keys/hinted", "/v1/indexes/service-to-addresses/hints/keys/hinted"} {
+		if code, _ := get(path); code != 404 {
+			t.Errorf("GET %s = %d, want 404", path, code)
+		}
+	}
+	if code, body := get("/v1/chains/model-to-endpoints/keys/m-hinted?zone=not%20a%20zone"); code != 400 || !strings.Contains(body, `zone \"not a zone\"`) {
+		t.Errorf("a bad zone: %d %s", code, body)
+	}
+
+	// A stream of a caller in zone b follows the hints as they change.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := e.Subscribe(ctx, msync.Target{Chain: "model-to-endpoints", Key: "m-hinted", At: at("b", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want ...string) {
+		t.Helper()
+		for {
+			nctx, ncancel := context.WithTimeout(ctx, 10*time.Second)
+			ev, err := sub.Next(nctx)
+			ncancel()
+			if err != nil {
+				t.Fatalf("waiting for %q: %v", want, err)
+			}
+			if ev.Type != msync.EventSnapshot && ev.Type != msync.EventUpdate {
+				continue
+			}
+			if slices.Equal(ev.Values, want) {
+				return
+			}
+			t.Logf("stream: %s %q", ev.Type, ev.Values)
+		}
+	}
+	next("10.5.0.2:8080")
+	// The controller drops the hints (too few endpoints per zone): all.
+	applyHintedSlice(t, ns, "hinted-1", "hinted", 8080,
+		[]string{"10.5.0.1", "10.5.0.2", "10.5.0.3"}, [][]string{nil, nil, nil}, nil)
+	next("10.5.0.1:8080", "10.5.0.2:8080", "10.5.0.3:8080")
+	// Hints again, zone b now served by .3.
+	applyHintedSlice(t, ns, "hinted-1", "hinted", 8080,
+		[]string{"10.5.0.1", "10.5.0.2", "10.5.0.3"}, [][]string{{"a"}, {"a"}, {"b"}}, nil)
+	next("10.5.0.3:8080")
+	// Every node hinted: a caller on n2 gets its node's endpoint.
+	applyHintedSlice(t, ns, "hinted-1", "hinted", 8080,
+		[]string{"10.5.0.1", "10.5.0.2", "10.5.0.3"}, [][]string{{"a"}, {"a"}, {"b"}}, []string{"n1", "n2", "n3"})
+	expectResolveAt(t, e, "m-hinted", at("b", "n2"), "10.5.0.2:8080")
+	expectResolveAt(t, e, "m-hinted", at("b", "n9"), "10.5.0.3:8080")
+}
+
+func expectResolveAt(t *testing.T, e *msync.Engine, key string, at msync.Locality, want ...string) {
+	t.Helper()
+	testenv.Eventually(t, fmt.Sprintf("ResolveAt(%q, %+v) = %q", key, at, want), func() string {
+		if got := e.ResolveAt("model-to-endpoints", key, at); !slices.Equal(got, want) {
+			return fmt.Sprintf("%q", got)
+		}
+		return ""
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tidwall/gjson"
@@ -31,7 +32,9 @@ import (
 // across its slices, not of one slice); and with "port":"NAME" each
 // address as HOST:PORT, with the port number that this slice gives the
 // port named NAME ("" for an unnamed port), nothing when the slice has no
-// such port. IPv6 hosts are written in brackets.
+// such port. IPv6 hosts are written in brackets. With "hints":true it
+// yields the hints of every endpoint instead, tagged "HOST\tzone=NAME"
+// and "HOST\tnode=NAME" (see an index's `hints`).
 
 // EndpointsModifier is the name of the modifier, as written after "@".
 const EndpointsModifier = "endpoints"
@@ -44,6 +47,11 @@ type endpointsOptions struct {
 	// Terminating selects the serving terminating endpoints instead of
 	// the ready ones.
 	Terminating bool `json:"terminating"`
+	// Hints yields, for every endpoint with an address, whatever its
+	// conditions, "HOST\tzone=NAME" for each of its hints.forZones and
+	// "HOST\tnode=NAME" for each of its hints.forNodes: an index's
+	// hints.
+	Hints bool `json:"hints"`
 }
 
 // modifierArgs checks the argument of a modifier that metasync adds, by
@@ -112,7 +120,7 @@ func endpointsOf(json, arg string) string {
 		ready := conds.Get("ready").Type != gjson.False
 		serving := conds.Get("serving").Type != gjson.False
 		terminating := conds.Get("terminating").Type == gjson.True
-		if o.Terminating && !(serving && terminating) || !o.Terminating && !ready {
+		if !o.Hints && (o.Terminating && !(serving && terminating) || !o.Terminating && !ready) {
 			return true
 		}
 		addr := ep.Get("addresses.0")
@@ -122,6 +130,21 @@ func endpointsOf(json, arg string) string {
 		host := addr.Str
 		if port != "" {
 			host = net.JoinHostPort(host, port)
+		}
+		if o.Hints {
+			for _, kind := range [...]string{"zone", "node"} {
+				ep.Get("hints.for" + strings.ToUpper(kind[:1]) + kind[1:] + "s").ForEach(func(_, h gjson.Result) bool {
+					if name := h.Get("name"); name.Type == gjson.String && name.Str != "" {
+						if n > 0 {
+							out = append(out, ',')
+						}
+						out = appendJSONString(out, host+"\t"+kind+"="+name.Str)
+						n++
+					}
+					return true
+				})
+			}
+			return true
 		}
 		if n > 0 {
 			out = append(out, ',')

@@ -109,3 +109,15 @@ func TestEndpointsModifierArguments(t *testing.T) {
 		t.Errorf("@endpoint: %v", err)
 	}
 }
+
+func TestEndpointsModifierHints(t *testing.T) {
+	doc := `{"ports":[{"name":"http","port":80}],"endpoints":[
+	  {"addresses":["10.0.0.1"],"zone":"a","hints":{"forZones":[{"name":"a"}],"forNodes":[{"name":"n1"}]}},
+	  {"addresses":["10.0.0.2"],"conditions":{"ready":false,"serving":true,"terminating":true},"hints":{"forZones":[{"name":"b"},{"name":"c"}]}},
+	  {"addresses":["10.0.0.3"],"zone":"c"},
+	  {"addresses":["10.0.0.4"],"hints":{"forZones":[{"name":""},{}]}}]}`
+	want := []string{"10.0.0.1:80\tzone=a", "10.0.0.1:80\tnode=n1", "10.0.0.2:80\tzone=b", "10.0.0.2:80\tzone=c"}
+	if got := evalEP(t, `@endpoints:{"port":"http","hints":true}`, doc); !slices.Equal(got, want) {
+		t.Errorf("hints = %q, want %q", got, want)
+	}
+}

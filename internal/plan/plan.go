@@ -63,7 +63,18 @@ type Index struct {
 	// is named FallbackName(it), and is no index of the config's: it is
 	// neither listed nor looked up by its name.
 	Fallback, FallbackOf string
+	// Hints names the index that holds this index's hints (the config's
+	// `hints`): under each key, "VALUE\tKIND=NAME" strings that tag its
+	// values with where they serve, for callers that say where they are.
+	// HintsOf, on that index, names the index it serves; it is hidden as a
+	// fallback is, follows the index (and its fallback) and is named
+	// HintsName(it).
+	Hints, HintsOf string
 }
+
+// HintsName is the name of the index that holds the hints of the index
+// named index.
+func HintsName(index string) string { return index + "/hints" }
 
 // FallbackName is the name of the index that holds the fallback values of
 // the index named index: a name that no index of a config can have.
@@ -71,11 +82,18 @@ func FallbackName(index string) string { return index + "/fallback" }
 
 // Public returns the name of the config's index that ix is, or backs.
 func (ix *Index) Public() string {
-	if ix.FallbackOf != "" {
+	switch {
+	case ix.FallbackOf != "":
 		return ix.FallbackOf
+	case ix.HintsOf != "":
+		return ix.HintsOf
 	}
 	return ix.Name
 }
+
+// Hidden reports whether ix is a fallback or hints index: no index of the
+// config's, read only through the index it serves.
+func (ix *Index) Hidden() bool { return ix.FallbackOf != "" || ix.HintsOf != "" }
 
 // Limit returns the bound of one rule of the index on one object.
 func (ix *Index) Limit() Limit { return Limit{Values: ix.MaxEntries, Bytes: ix.MaxBytes} }

@@ -51,6 +51,9 @@ type Options struct {
 	MaxFrame int
 	// OnBreak hears of each broken stream, with when it is retried.
 	OnBreak func(err error, retry time.Duration)
+	// Query holds parameters sent with each request beside watch and
+	// version (zone and node, for a topology-aware answer).
+	Query url.Values
 }
 
 // TokenFile returns a Token function that reads the bearer token in path
@@ -199,6 +202,9 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	q := url.Values{"watch": {"true"}}
+	for k, vs := range o.Query {
+		q[k] = vs
+	}
 	if *version != "" {
 		q.Set("version", *version)
 	}
