@@ -28,6 +28,8 @@ func get(args []string, stdout, stderr io.Writer) error {
 	chain := fs.String("chain", "", "resolve KEY through this chain instead of an index")
 	limit := fs.Int("limit", 0, "with INDEX alone: keys asked per request (default: the daemon's page, at most 10000); every page is printed")
 	watch := fs.Bool("watch", false, "print each answer as it changes, one JSON line each, until interrupted (with INDEX alone: every key's)")
+	zone := fs.String("zone", "", "with a KEY: ask as a caller in this zone (topology-aware answers, from an index's hints)")
+	node := fs.String("node", "", "with a KEY: ask as a caller on this node (topology-aware answers, from an index's hints)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -37,6 +39,14 @@ func get(args []string, stdout, stderr io.Writer) error {
 	c, err := newClient(*server, cf, "get", stderr)
 	if err != nil {
 		return err
+	}
+	for k, v := range map[string]string{"zone": *zone, "node": *node} {
+		if v != "" {
+			if c.query == nil {
+				c.query = url.Values{}
+			}
+			c.query.Set(k, v)
+		}
 	}
 	if *watch {
 		var path string
@@ -132,6 +142,8 @@ type client struct {
 	token func() (string, error) // nil: no token
 	// stream is the client of change streams: the same, without Timeout.
 	stream *http.Client
+	// query is sent with lookups of a key and their streams (zone, node).
+	query url.Values
 }
 
 // newClient returns a client of the daemon at server (a base URL), as the
@@ -220,6 +232,9 @@ func (c *client) getJSON(cmd, path string, v any, stderr io.Writer) error {
 func (c *client) printValues(path string, stdout, stderr io.Writer) error {
 	var ans struct {
 		Values *[]string `json:"values"`
+	}
+	if len(c.query) > 0 {
+		path += "?" + c.query.Encode()
 	}
 	if err := c.getJSON("get", path, &ans, stderr); err != nil {
 		return err

@@ -31,6 +31,7 @@ func (c *client) follow(ctx context.Context, path string, stdout, stderr io.Writ
 		Client:        c.stream, // no Timeout: a stream lasts
 		Token:         c.token,
 		StopOnRefusal: true,
+		Query:         c.query,
 		OnBreak: func(err error, retry time.Duration) {
 			fmt.Fprintf(stderr, "metasync get: stream from %s broke (%v); resuming in %v\n", c.base, err, retry)
 		},

@@ -198,6 +198,10 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "keys", index)
 		return
 	}
+	if q := r.URL.Query(); q.Has("zone") || q.Has("node") {
+		writeError(w, http.StatusBadRequest, "zone and node narrow the answer of a key (/v1/indexes/INDEX/keys/KEY or a chain's), not the keys of an index")
+		return
+	}
 	if watching(r) {
 		s.stream(w, r, msync.IndexOf(index))
 		return

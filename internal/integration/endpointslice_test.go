@@ -429,6 +429,9 @@ func TestTopologyAwareAnswers(t *testing.T) {
 	if code, body := get("/v1/chains/model-to-endpoints/keys/m-hinted?zone=not%20a%20zone"); code != 400 || !strings.Contains(body, `zone \"not a zone\"`) {
 		t.Errorf("a bad zone: %d %s", code, body)
 	}
+	if code, body := get("/v1/indexes/service-to-addresses/keys?zone=a&watch=true"); code != 400 || !strings.Contains(body, "zone and node narrow the answer of a key") {
+		t.Errorf("a zone on the keys of an index: %d %s", code, body)
+	}
 
 	// A stream of a caller in zone b follows the hints as they change.
 	ctx, cancel := context.WithCancel(context.Background())
