@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tidwall/gjson"
 )
@@ -88,6 +90,101 @@ func init() {
 	gjson.AddModifier(EndpointsModifier, endpointsOf)
 }
 
+// slice is what the modifier reads of an EndpointSlice, parsed once for
+// the several rules (value, fallback, hints) that an object's indexes
+// evaluate on the same document. Its strings are copies: the document may
+// be a view of a buffer that the decoder reuses for the next object.
+type slice struct {
+	size  int    // of the document
+	sum   uint64 // maphash of the document
+	ports []slicePort
+	eps   []sliceEndpoint
+}
+
+type slicePort struct {
+	name string
+	port string // its number, 1 to 65535
+}
+
+type sliceEndpoint struct {
+	addr                        string // the first address
+	ready, serving, terminating bool
+	zones, nodes                []string // hints.forZones, hints.forNodes
+}
+
+// lastSlice is the slice parsed last, known by its document's size and
+// seeded hash: a projection evaluates every rule of an object before the
+// next object, so the rules of one object after its first find it here.
+var (
+	lastSlice atomic.Pointer[slice]
+	sliceSeed = maphash.MakeSeed()
+)
+
+func parseSlice(doc string) *slice {
+	sum := maphash.String(sliceSeed, doc)
+	if p := lastSlice.Load(); p != nil && p.size == len(doc) && p.sum == sum {
+		return p
+	}
+	p := &slice{size: len(doc), sum: sum}
+	// One pass over the document's keys: ports come last in the
+	// apiserver's JSON, and a Get of each would scan it twice.
+	gjson.Parse(doc).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "ports":
+			v.ForEach(func(_, port gjson.Result) bool {
+				if n := port.Get("port"); n.Type == gjson.Number && n.Int() > 0 && n.Int() < 65536 {
+					p.ports = append(p.ports, slicePort{name: strings.Clone(port.Get("name").String()), port: strconv.FormatInt(n.Int(), 10)})
+				}
+				return true
+			})
+		case "endpoints":
+			v.ForEach(func(_, ep gjson.Result) bool {
+				// Three short scans of the endpoint: addresses and
+				// conditions come first in the apiserver's JSON; hints
+				// are looked for only in an endpoint that has them.
+				a := ep.Get("addresses.0")
+				if a.Type != gjson.String || a.Str == "" {
+					return true
+				}
+				e := sliceEndpoint{addr: strings.Clone(a.Str), ready: true, serving: true}
+				ep.Get("conditions").ForEach(func(k, v gjson.Result) bool {
+					switch k.Str {
+					case "ready":
+						e.ready = v.Type != gjson.False
+					case "serving":
+						e.serving = v.Type != gjson.False
+					case "terminating":
+						e.terminating = v.Type == gjson.True
+					}
+					return true
+				})
+				if strings.Contains(ep.Raw, `"hints"`) {
+					if hints := ep.Get("hints"); hints.IsObject() {
+						e.zones = hintNames(hints.Get("forZones"))
+						e.nodes = hintNames(hints.Get("forNodes"))
+					}
+				}
+				p.eps = append(p.eps, e)
+				return true
+			})
+		}
+		return true
+	})
+	lastSlice.Store(p)
+	return p
+}
+
+func hintNames(list gjson.Result) []string {
+	var out []string
+	list.ForEach(func(_, h gjson.Result) bool {
+		if name := h.Get("name"); name.Type == gjson.String && name.Str != "" {
+			out = append(out, strings.Clone(name.Str))
+		}
+		return true
+	})
+	return out
+}
+
 // endpointsOf is the modifier: json is an EndpointSlice; it returns a JSON
 // array of strings (empty when the slice has none, or when the argument
 // is invalid, which validation refuses before any evaluation).
@@ -96,63 +193,55 @@ func endpointsOf(json, arg string) string {
 	if err != nil {
 		return "[]"
 	}
+	sl := parseSlice(json)
 	port := ""
 	if o.Port != nil {
-		found := false
-		gjson.Get(json, "ports").ForEach(func(_, p gjson.Result) bool {
-			if p.Get("name").String() != *o.Port {
-				return true
+		for _, p := range sl.ports {
+			if p.name == *o.Port {
+				port = p.port
+				break
 			}
-			if n := p.Get("port"); n.Type == gjson.Number && n.Int() > 0 && n.Int() < 65536 {
-				port, found = strconv.FormatInt(n.Int(), 10), true
-			}
-			return false
-		})
-		if !found {
+		}
+		if port == "" {
 			return "[]"
 		}
 	}
 	out := make([]byte, 0, 64)
 	out = append(out, '[')
 	n := 0
-	gjson.Get(json, "endpoints").ForEach(func(_, ep gjson.Result) bool {
-		conds := ep.Get("conditions")
-		ready := conds.Get("ready").Type != gjson.False
-		serving := conds.Get("serving").Type != gjson.False
-		terminating := conds.Get("terminating").Type == gjson.True
-		if !o.Hints && (o.Terminating && !(serving && terminating) || !o.Terminating && !ready) {
-			return true
-		}
-		addr := ep.Get("addresses.0")
-		if addr.Type != gjson.String || addr.Str == "" {
-			return true
-		}
-		host := addr.Str
-		if port != "" {
-			host = net.JoinHostPort(host, port)
-		}
-		if o.Hints {
-			for _, kind := range [...]string{"zone", "node"} {
-				ep.Get("hints.for" + strings.ToUpper(kind[:1]) + kind[1:] + "s").ForEach(func(_, h gjson.Result) bool {
-					if name := h.Get("name"); name.Type == gjson.String && name.Str != "" {
-						if n > 0 {
-							out = append(out, ',')
-						}
-						out = appendJSONString(out, host+"\t"+kind+"="+name.Str)
-						n++
-					}
-					return true
-				})
-			}
-			return true
-		}
+	add := func(host, tag, name string) {
 		if n > 0 {
 			out = append(out, ',')
 		}
-		out = appendJSONString(out, host)
 		n++
-		return true
-	})
+		if tag == "" {
+			out = appendJSONString(out, host)
+			return
+		}
+		out = appendJSONString(out, host+"\t"+tag+name)
+	}
+	for _, e := range sl.eps {
+		if !o.Hints && (o.Terminating && !(e.serving && e.terminating) || !o.Terminating && !e.ready) {
+			continue
+		}
+		if o.Hints && len(e.zones)+len(e.nodes) == 0 {
+			continue
+		}
+		host := e.addr
+		if port != "" {
+			host = net.JoinHostPort(host, port)
+		}
+		if !o.Hints {
+			add(host, "", "")
+			continue
+		}
+		for _, z := range e.zones {
+			add(host, "zone=", z)
+		}
+		for _, nd := range e.nodes {
+			add(host, "node=", nd)
+		}
+	}
 	out = append(out, ']')
 	return string(out)
 }

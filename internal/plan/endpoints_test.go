@@ -4,9 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
-const slice = `{"metadata":{"name":"base-a","labels":{"kubernetes.io/service-name":"base"}},
+const sliceDoc = `{"metadata":{"name":"base-a","labels":{"kubernetes.io/service-name":"base"}},
  "addressType":"IPv4",
  "ports":[{"name":"http","port":8080,"protocol":"TCP"},{"name":"grpc","port":9090}],
  "endpoints":[
@@ -51,7 +52,7 @@ func TestEndpointsModifier(t *testing.T) {
 		`@endpoints:{"terminating":true}|@reverse|0`:       {"10.0.0.7"},
 		`endpoints.#(conditions.ready==true)#.addresses.0`: {"10.0.0.1"}, // the bare rule misses unset
 	} {
-		if got := evalEP(t, rule, slice); !slices.Equal(got, want) {
+		if got := evalEP(t, rule, sliceDoc); !slices.Equal(got, want) {
 			t.Errorf("%s = %q, want %q", rule, got, want)
 		}
 	}
@@ -119,5 +120,22 @@ func TestEndpointsModifierHints(t *testing.T) {
 	want := []string{"10.0.0.1:80\tzone=a", "10.0.0.1:80\tnode=n1", "10.0.0.2:80\tzone=b", "10.0.0.2:80\tzone=c"}
 	if got := evalEP(t, `@endpoints:{"port":"http","hints":true}`, doc); !slices.Equal(got, want) {
 		t.Errorf("hints = %q, want %q", got, want)
+	}
+}
+
+// TestEndpointsModifierReusedBuffer: a document that is a view of a buffer
+// reused for the next one (as the decoder reuses it) is never answered
+// from what was parsed of the previous content.
+func TestEndpointsModifierReusedBuffer(t *testing.T) {
+	a := `{"endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":true }}]}`
+	b := `{"endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":false}}]}`
+	buf := []byte(a)
+	view := unsafe.String(&buf[0], len(buf))
+	if got := evalEP(t, `@endpoints`, view); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("first: %q", got)
+	}
+	copy(buf, b)
+	if got := evalEP(t, `@endpoints`, view); got != nil {
+		t.Fatalf("the buffer reused, the endpoint not ready: %q", got)
 	}
 }
