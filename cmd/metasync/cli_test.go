@@ -172,7 +172,8 @@ func TestIndexes(t *testing.T) {
 	out, errOut, code := cli("indexes", "--server", srv.URL)
 	want := "NAME                  RESOURCE        KEYS  SYNCED\n" +
 		"model-to-app          appmodels       3     true\n" +
-		"service-to-addresses  endpointslices  0     true\n"
+		"service-to-addresses  endpointslices  0     true\n" +
+		"service-to-endpoints  endpointslices  0     true\n"
 	if code != 0 || out != want {
 		t.Errorf("indexes = exit %d\n%s%s\nwant\n%s", code, out, errOut, want)
 	}
@@ -229,7 +230,7 @@ func TestHelp(t *testing.T) {
 // with --config, flags before or after it, and counts in good grammar.
 func TestValidateArgument(t *testing.T) {
 	file := filepath.Join("..", "..", "examples", "appmodel", "config.yaml")
-	want := file + ": valid: 2 resources, 2 indexes, 1 chain\n"
+	want := file + ": valid: 2 resources, 3 indexes, 2 chains\n"
 	for _, args := range [][]string{
 		{"validate", file},
 		{"validate", "--config", file},
@@ -284,7 +285,7 @@ chains:`, 1)
 restart:        appmodels
 keep:           endpointslices
 needs restart:  server.listen (a reload keeps the running value)
-` + newPath + ": valid: 3 resources, 3 indexes, 1 chain\n"
+` + newPath + ": valid: 3 resources, 4 indexes, 2 chains\n"
 	if code != 0 || out != want {
 		t.Errorf("validate --diff = exit %d\n%s%s\nwant\n%s", code, out, errOut, want)
 	}

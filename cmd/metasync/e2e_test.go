@@ -389,7 +389,7 @@ spec: {type: model, version: "2", models: [model9]}
 func TestValidate(t *testing.T) {
 	good := filepath.Join(testenv.Root(), "examples", "appmodel", "config.yaml")
 	out, _, code := metasync(t, "validate", "--config", good)
-	if code != 0 || !strings.HasSuffix(out, "valid: 2 resources, 2 indexes, 1 chain\n") || strings.Count(out, "\n") != 1 {
+	if code != 0 || !strings.HasSuffix(out, "valid: 2 resources, 3 indexes, 2 chains\n") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("validate good = %q %d", out, code)
 	}
 	bad := filepath.Join(testenv.Root(), "schema", "testdata", "five-mistakes.bad.yaml")
