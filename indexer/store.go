@@ -272,7 +272,7 @@ func (s *Store) handle(id int) Index {
 // handle returns the handle of index id in this configuration, with its
 // fallback.
 func (c *config) handle(s *Store, id int) Index {
-	ix := Index{s: s, id: id, head: s.heads[id], seed: s.seed}
+	ix := Index{s: s, id: id, head: c.heads[id], seed: s.seed}
 	if fb, ok := c.fallback[id]; ok {
 		ix.fb, ix.fbID = true, fb
 	}

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"sort"
@@ -109,6 +111,52 @@ func (s *Server) MustRegister(cs ...prometheus.Collector) { s.registry.MustRegis
 
 // SetStopping makes /readyz fail from now on: the process is shutting down.
 func (s *Server) SetStopping() { s.stopping.Store(true) }
+
+// serverErrorLog is net/http's log of what it refuses before any handler
+// (a TLS handshake that fails, a request it cannot parse): anyone who can
+// connect writes to it, so it keeps the first 10 lines and then at most
+// one every 10 s.
+func serverErrorLog(l *slog.Logger) *log.Logger {
+	inner := slog.NewLogLogger(l.Handler(), slog.LevelWarn)
+	some := &rate.Sometimes{First: 10, Interval: 10 * time.Second}
+	return log.New(writerFunc(func(p []byte) (int, error) {
+		some.Do(func() { inner.Print(strings.TrimSuffix(string(p), "\n") + " (such lines: the first 10, then one every 10 s)") })
+		return len(p), nil
+	}), "", 0)
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// connKey keys the connection of a request in its context (see
+// HTTPServer's ConnContext).
+type connKey struct{}
+
+// noBody answers 400, and closes the connection, for a request that
+// announces a body: the API reads none. Answered at once, before any
+// review, such a request never holds a connection: net/http would
+// otherwise wait, after the answer, for the announced body (up to
+// ReadTimeout) to keep the connection alive, and a connection that waits
+// for its request's body is active, which the connection limit never
+// evicts. A client that needs no credential could hold every connection
+// so, and fail the probes. The connection is the limit's first to evict
+// until it closes.
+func (s *Server) noBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			if l := s.connLimiter(); l != nil {
+				if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+					l.spent(c)
+				}
+			}
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusBadRequest, "a request to metasync carries no body")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // get allows GET and HEAD only, answering 405 with a JSON error otherwise.
 func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
@@ -415,13 +463,13 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 	}
 	srv := &http.Server{
 		Addr:              addr,
-		Handler:           http.MaxBytesHandler(h, 1<<20),
+		Handler:           s.noBody(h),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(errorLog.Handler(), slog.LevelWarn),
+		ErrorLog:          serverErrorLog(errorLog),
 	}
 	// A change stream outlives WriteTimeout (it sets its own deadline per
 	// frame) and ends when Shutdown begins.
@@ -430,6 +478,7 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth)
 	// room: the server says which are.
 	if l := s.connLimiter(); l != nil {
 		srv.ConnState = l.connState
+		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
 	}
 	return srv
 }

@@ -277,11 +277,21 @@ func accessPath(u *url.URL) string {
 	return otherPaths
 }
 
+// bearer returns the token of an Authorization header of the Bearer
+// scheme, whose name is matched in any case (RFC 7235, as the apiserver
+// reads it).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
 // checkRequest authenticates r's bearer token and asks whether its user
 // may get thing.
 func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	token = strings.TrimSpace(token)
+	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok || token == "" {
 		return verdict{code: http.StatusUnauthorized, msg: msgNoToken}
 	}

@@ -374,6 +374,28 @@ func (c *limitedConn) Close() error {
 // connState is the HTTPServer's ConnState hook: a connection kept alive
 // between requests, or with no request read yet, may be closed to make
 // room; one serving a request (a stream) may not.
+// spent makes a connection whose request is answered and that closes after
+// the answer (net/http waits up to half a second before closing) the first
+// to be evicted: it serves no one any more.
+func (l *connLimiter) spent(c net.Conn) {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = t.NetConn() // under TLS
+	}
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lc.released {
+		return
+	}
+	if lc.elem != nil {
+		l.idle.Remove(lc.elem)
+	}
+	lc.elem = l.idle.PushFront(lc)
+}
+
 func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
 	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
 		c = t.NetConn() // under TLS

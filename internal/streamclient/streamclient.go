@@ -219,8 +219,16 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	// From the request on: a daemon (or a proxy without a backend) that
+	// accepts the connection and never answers breaks the stream after
+	// Idle, reported and retried, as one that goes silent later does.
+	idle := time.AfterFunc(o.Idle, cancel)
+	defer idle.Stop()
 	resp, err := o.Client.Do(req)
 	if err != nil {
+		if ctx.Err() != nil && !idle.Stop() {
+			return fmt.Errorf("no answer within %v", o.Idle)
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -241,8 +249,7 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 		}
 		return err
 	}
-	idle := time.AfterFunc(o.Idle, cancel)
-	defer idle.Stop()
+	idle.Reset(o.Idle)
 	sc := bufio.NewScanner(resp.Body)
 	// The buffer holds a frame and its newline, and grows (doubling) to
 	// that at most: the scanner then stops with ErrTooLong.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -183,5 +184,42 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	}
 	if len(retries) != 2 || retries[0] != 2*time.Second || retries[1] != time.Second {
 		t.Fatalf("retries %v, want [2s 1s]: Retry-After, then the backoff", retries)
+	}
+}
+
+// TestNoAnswerBreaksTheStream: a server that accepts the connection and
+// never answers (a hung daemon, a proxy without a backend) breaks the
+// stream after Idle, reported to OnBreak, and Follow tries again.
+func TestNoAnswerBreaksTheStream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // read nothing, answer nothing
+		}
+	}()
+	breaks := make(chan error, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		_ = Follow(ctx, "http://"+ln.Addr().String()+"/v1/indexes/i/keys/k", Options{
+			Idle:    200 * time.Millisecond,
+			OnBreak: func(err error, _ time.Duration) { breaks <- err },
+		}, func(Frame) error { return nil })
+	}()
+	select {
+	case err := <-breaks:
+		if !strings.Contains(err.Error(), "no answer within 200ms") {
+			t.Errorf("break: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no break reported in 5 s from a server that never answers")
 	}
 }

@@ -66,6 +66,13 @@ func (ca *CA) WriteCA(t testing.TB, dir, name string) string {
 // addresses) and returns it and its key in PEM, and its serial number.
 func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte, serialNumber *big.Int) {
 	t.Helper()
+	return ca.IssueValid(t, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), names...)
+}
+
+// IssueValid is Issue with a validity of its own, from notBefore to
+// notAfter.
+func (ca *CA) IssueValid(t testing.TB, notBefore, notAfter time.Time, names ...string) (certPEM, keyPEM []byte, serialNumber *big.Int) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +80,8 @@ func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte, seri
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)),
 		Subject:      pkix.Name{CommonName: names[0]},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

@@ -12,6 +12,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,6 +50,7 @@ type Certificate struct {
 	cert     *tls.Certificate
 	loaded   []byte // the files' content of cert: certificate, then key
 	refused  []byte // the content last refused, logged once
+	readErr  string // the last error reading the files, logged once
 	lastLook time.Time
 }
 
@@ -59,8 +62,43 @@ func NewCertificate(certFile, keyFile string, log *slog.Logger) (*Certificate, e
 	if err != nil {
 		return nil, err
 	}
+	if err := current(cert, time.Now()); err != nil {
+		log.Warn("TLS certificate served although it is not valid now: clients will refuse it", "cert", certFile, "error", err.Error())
+	}
 	c.cert, c.loaded, c.lastLook = cert, content, time.Now()
 	return c, nil
+}
+
+// current says why a pair's leaf certificate is not valid at now, or nil.
+func current(cert *tls.Certificate, now time.Time) error {
+	switch leaf := cert.Leaf; {
+	case leaf == nil:
+		return nil
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("it expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("it is valid from %s only", leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// complete checks that every PEM block of a file was read whole: a file
+// cut short (written in place, not renamed into place) may end with the
+// beginning of a block, which tls.X509KeyPair skips without a word,
+// serving a chain without its intermediate.
+func complete(path string, b []byte) error {
+	rest := b
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+	}
+	if bytes.Contains(rest, []byte("-----BEGIN")) {
+		return fmt.Errorf("%s ends with a PEM block cut short (a file half written?)", path)
+	}
+	return nil
 }
 
 // read reads both files and parses them as a pair.
@@ -74,6 +112,9 @@ func (c *Certificate) read() ([]byte, *tls.Certificate, error) {
 		return nil, nil, err
 	}
 	content := append(append(certPEM, 0), keyPEM...)
+	if err := errors.Join(complete(c.certFile, certPEM), complete(c.keyFile, keyPEM)); err != nil {
+		return content, nil, fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
+	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return content, nil, fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
@@ -95,18 +136,33 @@ func (c *Certificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 
 // reload reads the files and takes their pair when it changed and loads.
 // c.mu is held.
+//
+// A pair that is not valid now (expired, or not yet valid) does not
+// replace one that is: it is refused as a pair that does not load is.
+// Each refusal is logged once: a file that cannot be read once per error,
+// a pair that does not load once per content.
 func (c *Certificate) reload() {
 	content, cert, err := c.read()
+	if err == nil && current(c.cert, time.Now()) == nil {
+		if why := current(cert, time.Now()); why != nil {
+			err = fmt.Errorf("TLS certificate %s: %w", c.certFile, why)
+		}
+	}
 	switch {
 	case content != nil && bytes.Equal(content, c.loaded):
-		c.refused = nil
-	case err != nil:
-		if content == nil || !bytes.Equal(content, c.refused) {
+		c.refused, c.readErr = nil, ""
+	case err != nil && content == nil:
+		if err.Error() != c.readErr {
 			c.log.Warn("TLS certificate not reloaded: serving the last good one", "error", err.Error(), "not_after", leafNotAfter(c.cert))
 		}
-		c.refused = content
+		c.readErr = err.Error()
+	case err != nil:
+		if !bytes.Equal(content, c.refused) {
+			c.log.Warn("TLS certificate not reloaded: serving the last good one", "error", err.Error(), "not_after", leafNotAfter(c.cert))
+		}
+		c.refused, c.readErr = content, ""
 	default:
-		c.cert, c.loaded, c.refused = cert, content, nil
+		c.cert, c.loaded, c.refused, c.readErr = cert, content, nil, ""
 		c.log.Info("TLS certificate reloaded", "cert", c.certFile, "not_after", leafNotAfter(cert))
 	}
 }

@@ -131,3 +131,74 @@ func TestTransportReadsTheCAAtEachConnection(t *testing.T) {
 func encodeCert(c *x509.Certificate) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
+
+// TestCertificateRefusesWhatWouldBreakClients: a chain file cut short in
+// the middle of its intermediate, and a pair that has expired or is not
+// valid yet, never replace a valid pair (each refusal logged once); a
+// file that is missing is logged once, however many handshakes look.
+func TestCertificateRefusesWhatWouldBreakClients(t *testing.T) {
+	ca := testenv.NewCA(t, "ca")
+	c1, k1, s1 := ca.Issue(t, "127.0.0.1")
+	vol := testenv.NewSecretVolume(t, append(c1, ca.PEM...), k1)
+	logs := &testenv.Buffer{}
+	cert, err := NewCertificate(vol.Cert(), vol.Key(), slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert.every = 0
+	serve := func() (string, int) {
+		t.Helper()
+		c, err := cert.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Leaf.SerialNumber.String(), len(c.Certificate)
+	}
+	if s, n := serve(); s != s1.String() || n != 2 {
+		t.Fatalf("serving %s with %d certificates", s, n)
+	}
+	c2, k2, _ := ca.Issue(t, "127.0.0.1")
+	full := append(c2, ca.PEM...)
+	vol.Update(t, full[:len(c2)+len(ca.PEM)/2], k2)
+	for range 3 {
+		if s, n := serve(); s != s1.String() || n != 2 {
+			t.Fatalf("a chain cut short: serving %s with %d certificates", s, n)
+		}
+	}
+	for _, c := range []struct{ from, to time.Time }{
+		{time.Now().Add(-48 * time.Hour), time.Now().Add(-24 * time.Hour)},
+		{time.Now().Add(24 * time.Hour), time.Now().Add(48 * time.Hour)},
+	} {
+		cx, kx, _ := ca.IssueValid(t, c.from, c.to, "127.0.0.1")
+		vol.Update(t, cx, kx)
+		for range 3 {
+			if s, _ := serve(); s != s1.String() {
+				t.Fatalf("a pair valid from %v to %v replaced the valid one", c.from, c.to)
+			}
+		}
+	}
+	if n := strings.Count(logs.String(), "TLS certificate not reloaded"); n != 3 {
+		t.Errorf("%d refusals logged, want 3 (once each):\n%s", n, logs)
+	}
+	for _, want := range []string{"cut short", "expired at", "valid from"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the log:\n%s", want, logs)
+		}
+	}
+	// The files go: logged once.
+	if err := os.RemoveAll(vol.Dir); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		serve()
+	}
+	if n := strings.Count(logs.String(), "no such file"); n != 1 {
+		t.Errorf("a missing file logged %d times, want once:\n%s", n, logs)
+	}
+	// The complete renewal is taken.
+	vol = testenv.NewSecretVolume(t, full, k2)
+	cert.certFile, cert.keyFile = vol.Cert(), vol.Key()
+	if _, n := serve(); n != 2 {
+		t.Errorf("the complete renewal: %d certificates", n)
+	}
+}
