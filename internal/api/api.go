@@ -120,7 +120,9 @@ func serverErrorLog(l *slog.Logger) *log.Logger {
 	inner := slog.NewLogLogger(l.Handler(), slog.LevelWarn)
 	some := &rate.Sometimes{First: 10, Interval: 10 * time.Second}
 	return log.New(writerFunc(func(p []byte) (int, error) {
-		some.Do(func() { inner.Print(strings.TrimSuffix(string(p), "\n") + " (such lines: the first 10, then one every 10 s)") })
+		some.Do(func() {
+			inner.Print(strings.TrimSuffix(string(p), "\n") + " (such lines: the first 10, then one every 10 s)")
+		})
 		return len(p), nil
 	}), "", 0)
 }
