@@ -1016,3 +1016,25 @@ func TestReloadWindowBeforeTheHubMarks(t *testing.T) {
 		t.Fatalf("after gone: %v, want ErrClosed", err)
 	}
 }
+
+// TestReloadAddedFallbackNotSyncedBeforeItsList: an index that a reload
+// gives a fallback answers through it, so it reads synced only once its
+// resource has listed again: until then the fallback is empty, and a key
+// that only it serves would read "no values" as if known.
+func TestReloadAddedFallbackNotSyncedBeforeItsList(t *testing.T) {
+	e := testEngine(t, &schema.Config{Resources: []schema.Resource{slicesResource()}})
+	list(t, e, "slices", []byte(`{"metadata":{"name":"s","labels":{"app":"a"}},"addresses":["10.0.0.1"],"terminating":["10.0.0.9"]}`))
+	if !e.IndexSynced("app-to-addresses") {
+		t.Fatal("not synced after the list")
+	}
+	next := slicesResource()
+	next.Indexes[0].Fallback = "terminating"
+	reloadTo(t, e, &schema.Config{Resources: []schema.Resource{next}})
+	if e.IndexSynced("app-to-addresses") {
+		t.Errorf("synced before the list that fills its new fallback")
+	}
+	list(t, e, "slices", []byte(`{"metadata":{"name":"s","labels":{"app":"b"}},"terminating":["10.0.0.9"]}`))
+	if !e.IndexSynced("app-to-addresses") || !slices.Equal(e.Lookup("app-to-addresses", "b"), []string{"10.0.0.9"}) {
+		t.Errorf("after the list: synced %v, b = %v", e.IndexSynced("app-to-addresses"), e.Lookup("app-to-addresses", "b"))
+	}
+}

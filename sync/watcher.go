@@ -162,6 +162,15 @@ func (w *watcher) inherit(old *watcher) {
 			w.kept[ix.Name] = true
 		}
 	}
+	// An index answers through its fallback and hints: it is kept only
+	// when they are (one that a reload added is empty until the list).
+	for _, ix := range w.plan.Indexes {
+		for _, c := range []string{ix.Fallback, ix.Hints} {
+			if c != "" && !w.kept[c] {
+				delete(w.kept, ix.Name)
+			}
+		}
+	}
 	for _, c := range []struct{ to, from *atomic.Int64 }{
 		{&w.added, &old.added}, {&w.updated, &old.updated}, {&w.deleted, &old.deleted},
 		{&w.relists, &old.relists}, {&w.listErrors, &old.listErrors}, {&w.watchErrors, &old.watchErrors},
