@@ -243,6 +243,15 @@ func TestServeConnectionFlood(t *testing.T) {
 		dialFrom(t, "127.0.0.6", addr)
 	}
 	probesAnswer(t, addr, "after a flood of 300 idle connections:")
+	// Requests that announce a body and never send it, more than the
+	// connections: each gets 400 at once, none holds its connection.
+	for i := range 300 {
+		c := dialFrom(t, "127.0.0.8", addr)
+		fmt.Fprintf(c, "GET /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n")
+		if i%50 == 49 {
+			probesAnswer(t, addr, fmt.Sprintf("with %d requests whose body never comes:", i+1))
+		}
+	}
 	code, h, body = streamFrom(t, "127.0.0.7", addr)
 	wantRefusal(t, "a stream after the flood", code, h, body, http.StatusServiceUnavailable)
 
