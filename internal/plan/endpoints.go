@@ -125,7 +125,9 @@ func parseSlice(doc string) *slice {
 	if p := lastSlice.Load(); p != nil && p.size == len(doc) && p.sum == sum {
 		return p
 	}
-	p := &slice{size: len(doc), sum: sum}
+	p := &slice{size: len(doc), sum: sum, eps: make([]sliceEndpoint, 0, 16)}
+	var arena []byte
+	var offs []int
 	// One pass over the document's keys: ports come last in the
 	// apiserver's JSON, and a Get of each would scan it twice.
 	gjson.Parse(doc).ForEach(func(k, v gjson.Result) bool {
@@ -146,7 +148,11 @@ func parseSlice(doc string) *slice {
 				if a.Type != gjson.String || a.Str == "" {
 					return true
 				}
-				e := sliceEndpoint{addr: strings.Clone(a.Str), ready: true, serving: true}
+				// The addresses are copied into one arena, made a
+				// string once at the end: one allocation, not one each.
+				e := sliceEndpoint{addr: a.Str, ready: true, serving: true}
+				offs = append(offs, len(arena))
+				arena = append(arena, a.Str...)
 				ep.Get("conditions").ForEach(func(k, v gjson.Result) bool {
 					switch k.Str {
 					case "ready":
@@ -170,6 +176,10 @@ func parseSlice(doc string) *slice {
 		}
 		return true
 	})
+	all := string(arena)
+	for i := range p.eps {
+		p.eps[i].addr = all[offs[i] : offs[i]+len(p.eps[i].addr)]
+	}
 	lastSlice.Store(p)
 	return p
 }
