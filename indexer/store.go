@@ -354,9 +354,15 @@ func fallbackChanges(c *config, changes []Change) []Change {
 			out = append(out, ch)
 			continue
 		}
+		// A relist changes many keys of both: merge through a set.
+		seen := make(map[string]struct{}, len(out[i].Keys))
+		for _, k := range out[i].Keys {
+			seen[k] = struct{}{}
+		}
 		keys := slices.Clone(out[i].Keys)
 		for _, k := range ch.Keys {
-			if !slices.Contains(out[i].Keys, k) {
+			if _, dup := seen[k]; !dup {
+				seen[k] = struct{}{}
 				keys = append(keys, k)
 			}
 		}
