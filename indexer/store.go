@@ -355,14 +355,14 @@ func fallbackChanges(c *config, changes []Change) []Change {
 			continue
 		}
 		// A relist changes many keys of both: merge through a set.
-		seen := make(map[string]struct{}, len(out[i].Keys))
+		set := make(map[string]struct{}, len(out[i].Keys))
 		for _, k := range out[i].Keys {
-			seen[k] = struct{}{}
+			set[k] = struct{}{}
 		}
 		keys := slices.Clone(out[i].Keys)
 		for _, k := range ch.Keys {
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
+			if _, dup := set[k]; !dup {
+				set[k] = struct{}{}
 				keys = append(keys, k)
 			}
 		}
