@@ -30,6 +30,7 @@ func TestFallback(t *testing.T) {
 		Index{Name: "a", Key: "k", Fallback: `@endpoints:{"terminate":true}`},
 		Index{Name: "b", Key: "k", Fallback: "spec.x|"},
 		Index{Name: "c", Key: "k", Value: "@endpoints:http"},
+		Index{Name: "d", Key: "k", Hints: `@endpoints:{"hint":true}`},
 	)
 	cfg.Chains = []Chain{{Name: "ch", Indexes: []string{"a", "a/fallback"}}}
 	_, err = Compile(cfg)
@@ -38,6 +39,7 @@ func TestFallback(t *testing.T) {
 		`resources[0].indexes[1].fallback: "spec.x|": ends with "|"`,
 		`resources[0].indexes[2].value: "@endpoints:http": argument of @endpoints http: invalid character 'h' looking for beginning of value`,
 		`chains[0].indexes[1]: unknown index "a/fallback"`,
+		`resources[0].indexes[3].hints: "@endpoints:{\"hint\":true}": argument of @endpoints {"hint":true}: json: unknown field "hint"`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing problem %q in:\n%v", want, err)
