@@ -46,11 +46,14 @@ type Certificate struct {
 	log               *slog.Logger
 	every             time.Duration
 
-	mu       sync.Mutex
-	cert     *tls.Certificate
-	loaded   []byte // the files' content of cert: certificate, then key
-	refused  []byte // the content last refused, logged once
-	readErr  string // the last error reading the files, logged once
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	loaded  []byte // the files' content of cert: certificate, then key
+	refused []byte // the content last refused, logged once
+	readErr string // the last error reading the files, logged once
+	// pending is the content read at the last look, changed from the
+	// pair served: it is taken only if the next look reads it again.
+	pending  []byte
 	lastLook time.Time
 }
 
@@ -95,7 +98,7 @@ func complete(path string, b []byte) error {
 			break
 		}
 	}
-	if bytes.Contains(rest, []byte("-----BEGIN")) {
+	if bytes.Contains(rest, []byte("-----BEGIN")) || bytes.HasPrefix(bytes.TrimSpace(rest), []byte("-")) {
 		return fmt.Errorf("%s ends with a PEM block cut short (a file half written?)", path)
 	}
 	return nil
@@ -141,8 +144,18 @@ func (c *Certificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 // replace one that is: it is refused as a pair that does not load is.
 // Each refusal is logged once: a file that cannot be read once per error,
 // a pair that does not load once per content.
+//
+// Changed files are taken only once two looks, CheckEvery apart, have
+// read the same content: a file written in place (not renamed into
+// place, as the kubelet does) can be read between two of its writes, and
+// a chain cut between its certificates is a valid chain of fewer.
 func (c *Certificate) reload() {
 	content, cert, err := c.read()
+	if content != nil && !bytes.Equal(content, c.loaded) && !bytes.Equal(content, c.pending) {
+		c.pending = content
+		return
+	}
+	c.pending = nil
 	if err == nil && current(c.cert, time.Now()) == nil {
 		if why := current(cert, time.Now()); why != nil {
 			err = fmt.Errorf("TLS certificate %s: %w", c.certFile, why)

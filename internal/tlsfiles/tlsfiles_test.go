@@ -46,8 +46,12 @@ func TestCertificateReload(t *testing.T) {
 		t.Fatalf("read again before CheckEvery: serial %s", got)
 	}
 	time.Sleep(60 * time.Millisecond)
+	if got := serial(); got != s1.String() {
+		t.Fatalf("at the first look that reads the new files: serial %s, want still %s", got, s1)
+	}
+	time.Sleep(60 * time.Millisecond)
 	if got := serial(); got != s2.String() {
-		t.Fatalf("after the rotation: serial %s, want %s", got, s2)
+		t.Fatalf("after the rotation, read twice alike: serial %s, want %s", got, s2)
 	}
 	bad, _, _ := ca.Issue(t, "127.0.0.1")
 	vol.Update(t, bad, k1) // a key of another certificate
@@ -62,6 +66,8 @@ func TestCertificateReload(t *testing.T) {
 	}
 	c3, k3, s3 := ca.Issue(t, "127.0.0.1")
 	vol.Update(t, c3, k3)
+	time.Sleep(60 * time.Millisecond)
+	serial()
 	time.Sleep(60 * time.Millisecond)
 	if got := serial(); got != s3.String() {
 		t.Fatalf("a good pair after the broken one: serial %s, want %s", got, s3)
@@ -195,10 +201,21 @@ func TestCertificateRefusesWhatWouldBreakClients(t *testing.T) {
 	if n := strings.Count(logs.String(), "no such file"); n != 1 {
 		t.Errorf("a missing file logged %d times, want once:\n%s", n, logs)
 	}
-	// The complete renewal is taken.
-	vol = testenv.NewSecretVolume(t, full, k2)
+	// A chain written in place, its leaf first: the leaf alone is a valid
+	// chain of one, but it is never served; the complete chain is, once
+	// read twice alike.
+	vol = testenv.NewSecretVolume(t, c2, k2)
 	cert.certFile, cert.keyFile = vol.Cert(), vol.Key()
-	if _, n := serve(); n != 2 {
-		t.Errorf("the complete renewal: %d certificates", n)
+	if s, _ := serve(); s != s1.String() {
+		t.Fatalf("the leaf alone, read once, is served")
+	}
+	vol.Update(t, full, k2)
+	for range 3 {
+		if s, n := serve(); s != s1.String() && n != 2 {
+			t.Fatalf("serving %s with %d certificates: the chain was taken cut", s, n)
+		}
+	}
+	if s, n := serve(); s == s1.String() || n != 2 {
+		t.Errorf("the complete renewal: serving %s with %d certificates", s, n)
 	}
 }
