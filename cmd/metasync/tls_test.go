@@ -345,7 +345,16 @@ spec: {type: model, version: "1", models: [model1]}
 func TestServeRefusesPlaintextAuthBeyondLoopback(t *testing.T) {
 	testenv.Need(t, env)
 	kubeconfig := env.WriteKubeconfig(t, "")
-	anyAddr := func() string { return "0.0.0.0:" + port(testenv.FreeAddr(t)) }
+	// A port free on every address: one free on 127.0.0.1 may be bound
+	// on another (a test's listener on this machine's own address).
+	anyAddr := func() string {
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return "0.0.0.0:" + port(ln.Addr().String())
+	}
 	dir := t.TempDir()
 	ca := testenv.NewCA(t, "metasync-test-ca")
 	certPEM, keyPEM, _ := ca.Issue(t, "127.0.0.1")
