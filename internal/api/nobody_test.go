@@ -68,18 +68,20 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 			defer srv.Close()
 			addr := ln.Addr().String()
 			var held []net.Conn
-			// Three kinds, more of them than the limit: net/http answers
-			// "OPTIONS *" itself unless told not to.
-			for _, req := range []string{"GET /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 1", "GET /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked", "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 1"} {
-				for range limit / 2 {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer c.Close()
-					fmt.Fprintf(c, "%s\r\n\r\n", req)
-					held = append(held, c)
+			// As many as the limit, of three kinds (net/http answers
+			// "OPTIONS *" itself unless told not to): before, they held
+			// every connection, and the probes below got 503. (More than
+			// the limit would evict the first ones before their answer is
+			// read, as they are the first to evict.)
+			reqs := []string{"GET /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 1", "GET /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked", "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 1"}
+			for i := range limit {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
 				}
+				defer c.Close()
+				fmt.Fprintf(c, "%s\r\n\r\n", reqs[i%len(reqs)])
+				held = append(held, c)
 			}
 			for _, c := range held {
 				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
