@@ -371,18 +371,22 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
-// connState is the HTTPServer's ConnState hook: a connection kept alive
-// between requests, or with no request read yet, may be closed to make
-// room; one serving a request (a stream) may not.
+// limited returns the limiter's connection that c is (under TLS, the one
+// below it), or nil for a connection the limiter did not accept.
+func limited(c net.Conn) *limitedConn {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = t.NetConn() // under TLS
+	}
+	lc, _ := c.(*limitedConn)
+	return lc
+}
+
 // spent makes a connection whose request is answered and that closes after
 // the answer (net/http waits up to half a second before closing) the first
 // to be evicted: it serves no one any more.
 func (l *connLimiter) spent(c net.Conn) {
-	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = t.NetConn() // under TLS
-	}
-	lc, ok := c.(*limitedConn)
-	if !ok {
+	lc := limited(c)
+	if lc == nil {
 		return
 	}
 	l.mu.Lock()
@@ -396,12 +400,12 @@ func (l *connLimiter) spent(c net.Conn) {
 	lc.elem = l.idle.PushFront(lc)
 }
 
+// connState is the HTTPServer's ConnState hook: a connection kept alive
+// between requests, or with no request read yet, may be closed to make
+// room; one serving a request (a stream) may not.
 func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
-	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = t.NetConn() // under TLS
-	}
-	lc, ok := c.(*limitedConn)
-	if !ok {
+	lc := limited(c)
+	if lc == nil {
 		return
 	}
 	l.mu.Lock()
