@@ -62,9 +62,12 @@ func TestFallback(t *testing.T) {
 	if got := snap.Objects(ix, "a"); !slices.Equal(got, []string{"ns/a-1"}) {
 		t.Errorf("Objects(a) = %v", got)
 	}
-	// The fallback itself answers by its own name, without a fallback.
-	if got := s.Lookup("serving", "a"); !slices.Equal(got, []string{"10.0.0.9"}) {
-		t.Errorf("serving a = %v", got)
+	// The fallback is read through the index it serves only.
+	if got := s.Lookup("serving", "a"); got != nil {
+		t.Errorf("serving a = %v by its own name", got)
+	}
+	if _, ok := s.Index("serving"); ok {
+		t.Error("a handle of the fallback by its name")
 	}
 	// Chains follow the answer of each step.
 	if got := snap.Resolve([]Index{ix}, "b"); !slices.Equal(got, []string{"10.0.1.9"}) {
@@ -297,4 +300,35 @@ func BenchmarkLookupPreferring(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestCompanionsAfterReload: a handle taken before a reload that gives its
+// index a fallback and hints reads them; values from the fallback are
+// never narrowed (kube-proxy narrows ready endpoints only); a value that
+// holds a tab keeps its hints.
+func TestCompanionsAfterReload(t *testing.T) {
+	s, err := New(SourceSpec{Name: "g", Indexes: []string{"v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := s.Index("v")
+	if _, err := s.Reconfigure([]SourceSpec{{Name: "g", Indexes: []string{"v", "v/fallback", "v/hints"},
+		Fallbacks: map[string]string{"v": "v/fallback"}, Hints: map[string]string{"v": "v/hints"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tx := s.Source("g").Begin()
+	tx.Put(Object{Key: "o", Entries: [][]Entry{nil, {e("k", "1"), e("k", "2")}, {e("k", "1\tzone=a"), e("k", "2\tzone=b")}}})
+	tx.Commit()
+	if got := ix.Lookup("k"); !slices.Equal(got, []string{"1", "2"}) {
+		t.Errorf("a handle of before the reload: %q", got)
+	}
+	if got := s.Snapshot().LookupPreferring(ix, "k", "zone=a"); !slices.Equal(got, []string{"1", "2"}) {
+		t.Errorf("fallback values narrowed: %q", got)
+	}
+	tx = s.Source("g").Begin()
+	tx.Put(Object{Key: "o", Entries: [][]Entry{{e("k", "x"), e("k", "x\ta")}, nil, {e("k", "x\tzone=q"), e("k", "x\ta\tzone=r")}}})
+	tx.Commit()
+	if got := s.Snapshot().LookupPreferring(ix, "k", "zone=q"); !slices.Equal(got, []string{"x"}) {
+		t.Errorf("a value with a tab: %q, want [x]", got)
+	}
 }

@@ -148,6 +148,16 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			next.conf.companionOf[names[h]] = names[primary]
 		}
 	}
+	next.conf.served, next.conf.companion = make([]bool, len(heads)), make([]bool, len(heads))
+	for id := range next.conf.companionOf {
+		next.conf.companion[id] = true
+	}
+	for id := range next.conf.fallback {
+		next.conf.served[id] = true
+	}
+	for id := range next.conf.hints {
+		next.conf.served[id] = true
+	}
 	if meta != nil {
 		live := make(map[string]*Source, len(srcNames))
 		for name, id := range srcNames {

@@ -102,10 +102,6 @@ type Index struct {
 	id   int
 	head *atomic.Pointer[indexSnap]
 	seed hashSeed
-	// fb: the index has a fallback, of id fbID; hints: it has hints, of
-	// id hintsID.
-	fb, hints     bool
-	fbID, hintsID int
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -220,9 +216,31 @@ type config struct {
 	heads []*atomic.Pointer[indexSnap]
 	// fallback maps a live index id to its fallback's id, hints to its
 	// hints' id; companionOf maps the id of a fallback or hints index to
-	// the index it serves.
+	// the index it serves. served[id] says whether index id has either,
+	// for the lookups of the others to pass by at the cost of one load.
 	fallback, hints, companionOf map[int]int
-	meta                         any
+	served                       []bool
+	// companion[id]: index id is a fallback or hints, read only through
+	// the index it serves: not found by its name.
+	companion []bool
+	meta      any
+}
+
+// companions returns the ids of the fallback and hints of index id (-1:
+// none) in this configuration. Handles carry no companions: a reload
+// that gives an index a fallback is read by the handles taken before it.
+func (c *config) companions(id int) (fb, hints int) {
+	if id >= len(c.served) || !c.served[id] {
+		return -1, -1
+	}
+	fb, hints = -1, -1
+	if f, ok := c.fallback[id]; ok {
+		fb = f
+	}
+	if h, ok := c.hints[id]; ok {
+		hints = h
+	}
+	return fb, hints
 }
 
 // derive starts the snapshot that follows snap: the same state, to be
@@ -256,9 +274,12 @@ func (s *Store) Index(name string) (Index, bool) {
 }
 
 // Index returns the handle of the named index, if the snapshot has it.
+//
+// A fallback or hints index is not found: it is read through the index it
+// serves.
 func (snap *Snapshot) Index(name string) (Index, bool) {
 	id, ok := snap.conf.names[name]
-	if !ok {
+	if !ok || id < len(snap.conf.companion) && snap.conf.companion[id] {
 		return Index{}, false
 	}
 	return snap.conf.handle(snap.s, id), true
@@ -269,17 +290,9 @@ func (s *Store) handle(id int) Index {
 	return s.current.Load().conf.handle(s, id)
 }
 
-// handle returns the handle of index id in this configuration, with its
-// fallback.
+// handle returns the handle of index id in this configuration.
 func (c *config) handle(s *Store, id int) Index {
-	ix := Index{s: s, id: id, head: c.heads[id], seed: s.seed}
-	if fb, ok := c.fallback[id]; ok {
-		ix.fb, ix.fbID = true, fb
-	}
-	if h, ok := c.hints[id]; ok {
-		ix.hints, ix.hintsID = true, h
-	}
-	return ix
+	return Index{s: s, id: id, head: c.heads[id], seed: s.seed}
 }
 
 // Change names the index keys whose values one commit changed in one index.
@@ -391,12 +404,14 @@ func (s *Store) Snapshot() *Snapshot { return s.current.Load() }
 func (s *Store) Lookup(index, key string) []string {
 	snap := s.current.Load()
 	id, ok := snap.conf.names[index]
-	if !ok {
+	if !ok || id < len(snap.conf.companion) && snap.conf.companion[id] {
 		return nil
 	}
 	values := snap.indexes[id].values.lookup(s.seed, key)
-	if fb, ok := snap.conf.fallback[id]; ok && len(values) == 0 {
-		return snap.indexes[fb].values.lookup(s.seed, key)
+	if len(values) == 0 {
+		if fb, _ := snap.conf.companions(id); fb >= 0 {
+			return snap.indexes[fb].values.lookup(s.seed, key)
+		}
 	}
 	return values
 }
@@ -408,8 +423,8 @@ func (s *Store) Lookup(index, key string) []string {
 // of a service terminating, or one ready again) never shows the key
 // empty. It allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	if ix.fb {
-		return ix.s.current.Load().Lookup(ix, key)
+	if snap := ix.s.current.Load(); ix.id < len(snap.conf.served) && snap.conf.served[ix.id] {
+		return snap.Lookup(ix, key)
 	}
 	return ix.head.Load().values.lookup(ix.seed, key)
 }
@@ -431,11 +446,19 @@ func (s *Store) shardOf(key string) int {
 // Lookup returns the values of key in ix as of this snapshot, or of its
 // fallback when ix has none.
 func (snap *Snapshot) Lookup(ix Index, key string) []string {
-	values := snap.index(ix).values.lookup(snap.s.seed, key)
-	if len(values) == 0 && ix.fb {
-		return snap.indexAt(ix.fbID).values.lookup(snap.s.seed, key)
-	}
+	values, _ := snap.lookupTier(ix, key)
 	return values
+}
+
+// lookupTier is Lookup, and whether the values came from the fallback.
+func (snap *Snapshot) lookupTier(ix Index, key string) (values []string, fromFallback bool) {
+	values = snap.index(ix).values.lookup(snap.s.seed, key)
+	if len(values) == 0 {
+		if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
+			return snap.indexAt(fb).values.lookup(snap.s.seed, key), true
+		}
+	}
+	return values, false
 }
 
 // LookupPreferring returns the values of key in ix as of this snapshot
@@ -446,19 +469,27 @@ func (snap *Snapshot) Lookup(ix Index, key string) []string {
 // When none applies, or the index has no hints, or prefer is empty, the
 // answer is Lookup's: hints that are missing, or that would leave nothing,
 // never narrow an answer. It allocates only when it narrows.
+//
+// Values that come from the fallback are never narrowed: kube-proxy
+// applies topology to ready endpoints only, and falls back to every
+// serving terminating one.
 func (snap *Snapshot) LookupPreferring(ix Index, key string, prefer ...string) []string {
-	values := snap.Lookup(ix, key)
-	if !ix.hints || len(prefer) == 0 || len(values) == 0 {
+	values, fromFallback := snap.lookupTier(ix, key)
+	if len(prefer) == 0 || len(values) == 0 || fromFallback {
 		return values
 	}
-	return narrow(values, snap.indexAt(ix.hintsID).values.lookup(snap.s.seed, key), prefer)
+	_, hints := snap.conf.companions(ix.id)
+	if hints < 0 {
+		return values
+	}
+	return narrow(values, snap.indexAt(hints).values.lookup(snap.s.seed, key), prefer)
 }
 
 // narrow applies prefer to values with the hints of their key: hints are
 // sorted "VALUE\tKIND=NAME" strings, so that the hints of the sorted
-// values come in their order, and one walk of both finds them. (Should a
-// value hold a byte below the tab, its hints may sort out of that order:
-// those the walk misses leave the value untagged, and the answer whole.)
+// values mostly come in their order, and one walk of both finds them. A
+// value that holds a tab or a byte below it may sort its hints out of that
+// order: a value the walk finds no hint of is looked for in all of them.
 func narrow(values, hints []string, prefer []string) []string {
 	if len(hints) == 0 {
 		return values
@@ -472,20 +503,25 @@ func narrow(values, hints []string, prefer []string) []string {
 		j, all := 0, true
 		for _, v := range values {
 			kindSeen, match := false, false
-			for ; j < len(hints); j++ {
-				h := hints[j]
+			see := func(h string) (cmp int) {
 				cut := strings.LastIndexByte(h, '\t')
 				if cut < 0 {
-					continue
+					return -1
 				}
-				if c := strings.Compare(h[:cut], v); c < 0 {
-					continue
-				} else if c > 0 {
-					break
+				if c := strings.Compare(h[:cut], v); c != 0 {
+					return c
 				}
 				if t := h[cut+1:]; len(t) > len(kind) && t[len(kind)] == '=' && t[:len(kind)] == kind {
 					kindSeen = true
 					match = match || t == tag
+				}
+				return 0
+			}
+			for ; j < len(hints) && see(hints[j]) <= 0; j++ {
+			}
+			if !kindSeen {
+				for _, h := range hints {
+					see(h)
 				}
 			}
 			if !kindSeen {
@@ -532,8 +568,8 @@ func (snap *Snapshot) source(src *Source) *sourceSnap {
 // answers: those of ix, or of its fallback when ix has none.
 func (snap *Snapshot) Objects(ix Index, key string) []string {
 	is := snap.index(ix)
-	if ix.fb && len(is.values.lookup(snap.s.seed, key)) == 0 {
-		is = snap.indexAt(ix.fbID)
+	if fb, _ := snap.conf.companions(ix.id); fb >= 0 && len(is.values.lookup(snap.s.seed, key)) == 0 {
+		is = snap.indexAt(fb)
 	}
 	if is.objects == nil {
 		return nil
@@ -545,11 +581,12 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 // keys of either).
 func (snap *Snapshot) KeyCount(ix Index) int {
 	is := snap.index(ix)
-	if !ix.fb {
+	fb, _ := snap.conf.companions(ix.id)
+	if fb < 0 {
 		return is.keys
 	}
 	n := is.keys
-	snap.indexAt(ix.fbID).values.all(func(key string, _ []string) {
+	snap.indexAt(fb).values.all(func(key string, _ []string) {
 		if len(is.values.lookup(snap.s.seed, key)) == 0 {
 			n++
 		}
@@ -564,10 +601,11 @@ func (snap *Snapshot) KeyCount(ix Index) int {
 // the keys of either, merged at each call.
 func (snap *Snapshot) Keys(ix Index) []string {
 	keys := snap.sortedKeys(snap.index(ix))
-	if !ix.fb {
+	fb, _ := snap.conf.companions(ix.id)
+	if fb < 0 {
 		return keys
 	}
-	more := snap.sortedKeys(snap.indexAt(ix.fbID))
+	more := snap.sortedKeys(snap.indexAt(fb))
 	if len(more) == 0 {
 		return keys
 	}

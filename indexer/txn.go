@@ -275,9 +275,12 @@ func (t *Txn) workFor(i int, key string) *work {
 	}
 	w := m[key]
 	if w == nil {
-		snap := t.src.s.current.Load()
-		ix := Index{id: t.src.indexes[i]}
-		w = &work{values: snap.Lookup(ix, key), objects: snap.Objects(ix, key)}
+		// This index's own values, never its fallback's (Lookup's).
+		is := t.src.s.current.Load().indexAt(t.src.indexes[i])
+		w = &work{values: is.values.lookup(t.src.s.seed, key)}
+		if is.objects != nil {
+			w.objects = is.objects.lookup(t.src.s.seed, key)
+		}
 		m[key] = w
 	}
 	return w

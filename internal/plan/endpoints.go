@@ -134,7 +134,7 @@ func parseSlice(doc string) *slice {
 		switch k.Str {
 		case "ports":
 			v.ForEach(func(_, port gjson.Result) bool {
-				if n := port.Get("port"); n.Type == gjson.Number && n.Int() > 0 && n.Int() < 65536 {
+				if n := port.Get("port"); n.Type == gjson.Number && n.Num == float64(n.Int()) && n.Int() > 0 && n.Int() < 65536 {
 					p.ports = append(p.ports, slicePort{name: strings.Clone(port.Get("name").String()), port: strconv.FormatInt(n.Int(), 10)})
 				}
 				return true
@@ -187,7 +187,9 @@ func parseSlice(doc string) *slice {
 func hintNames(list gjson.Result) []string {
 	var out []string
 	list.ForEach(func(_, h gjson.Result) bool {
-		if name := h.Get("name"); name.Type == gjson.String && name.Str != "" {
+		// A name with a tab would not read back from the hint (no zone
+		// or node name holds one).
+		if name := h.Get("name"); name.Type == gjson.String && name.Str != "" && !strings.ContainsRune(name.Str, '\t') {
 			out = append(out, strings.Clone(name.Str))
 		}
 		return true

@@ -77,7 +77,7 @@ func TestEndpointsModifierOddSlices(t *testing.T) {
 	if got := evalEP(t, `@endpoints:{"port":"grpc"}`, v6); !slices.Equal(got, []string{"[fd00::5]:9090"}) {
 		t.Errorf("IPv6: %q", got)
 	}
-	for _, ports := range []string{`[{"name":"grpc"}]`, `[{"name":"grpc","port":null}]`, `[{"name":"grpc","port":70000}]`, `[{"name":"grpc","port":"9090"}]`} {
+	for _, ports := range []string{`[{"name":"grpc"}]`, `[{"name":"grpc","port":null}]`, `[{"name":"grpc","port":70000}]`, `[{"name":"grpc","port":"9090"}]`, `[{"name":"grpc","port":9090.5}]`} {
 		doc := `{"ports":` + ports + `,"endpoints":[{"addresses":["10.0.0.1"]}]}`
 		if got := evalEP(t, `@endpoints:{"port":"grpc"}`, doc); got != nil {
 			t.Errorf("ports %s: %q", ports, got)
