@@ -680,10 +680,11 @@ func (w *watcher) watchEstablished() {
 // state as of when resume asked for it: the resource is no longer stale.
 func (w *watcher) caughtUp(rv string) {
 	w.syncedOnce.Do(func() {
-		w.syncedAt.Store(time.Now().UnixNano())
-		close(w.synced)
+		// Logged first: whoever sees the resource synced finds the line.
 		w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion and reached the apiserver's, no list needed",
 			"snapshot", w.resumeRV, "resourceVersion", rv)
+		w.syncedAt.Store(time.Now().UnixNano())
+		close(w.synced)
 	})
 }
 
