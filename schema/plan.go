@@ -183,24 +183,22 @@ func (r *Resource) compile(p *problems, at string, resources, indexes map[string
 			ir.MaxEntries = DefaultMaxEntriesPerObject
 		}
 		ir.MaxBytes = ir.MaxEntries * BytesPerEntry
-		var fb *plan.Index
-		if ix.Fallback != "" {
-			rule, err := plan.CompileRule(ix.Fallback)
-			if err != nil {
-				p.add(iat+".fallback", "%v", err)
+		// A fallback and hints are indexes of their own, keyed as the
+		// index is, hidden behind it (plan.Index.Hidden).
+		companion := func(field, src, name string, set func(*plan.Index)) *plan.Index {
+			if src == "" {
+				return nil
 			}
-			ir.Fallback = plan.FallbackName(ix.Name)
-			fb = &plan.Index{Name: ir.Fallback, FallbackOf: ix.Name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
-		}
-		var hints *plan.Index
-		if ix.Hints != "" {
-			rule, err := plan.CompileRule(ix.Hints)
+			rule, err := plan.CompileRule(src)
 			if err != nil {
-				p.add(iat+".hints", "%v", err)
+				p.add(iat+"."+field, "%v", err)
 			}
-			ir.Hints = plan.HintsName(ix.Name)
-			hints = &plan.Index{Name: ir.Hints, HintsOf: ix.Name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
+			c := &plan.Index{Name: name, Key: ir.Key, Value: rule, MaxEntries: ir.MaxEntries, MaxBytes: ir.MaxBytes}
+			set(c)
+			return c
 		}
+		fb := companion("fallback", ix.Fallback, plan.FallbackName(ix.Name), func(c *plan.Index) { ir.Fallback, c.FallbackOf = c.Name, ix.Name })
+		hints := companion("hints", ix.Hints, plan.HintsName(ix.Name), func(c *plan.Index) { ir.Hints, c.HintsOf = c.Name, ix.Name })
 		rp.Indexes = append(rp.Indexes, ir)
 		if fb != nil {
 			rp.Indexes = append(rp.Indexes, *fb)
