@@ -204,11 +204,22 @@ func (w *watcher) project(raw string) *object {
 	o.ix.Key = key
 	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
 	var keys, values []string
+	// A fallback and hints share their index's key rule and limit: its
+	// keys are evaluated once for the three.
+	var keysOf *compiled.Rule
+	var keysLim compiled.Limit
+	var keysErr error
+	keyBytes := 0
 	for i, ix := range w.plan.Indexes {
-		keys, values = keys[:0], values[:0]
+		values = values[:0]
 		lim := ix.Limit()
-		keyBytes, valueBytes := 0, 0
-		err := ix.Key.EvalMax(raw, lim, func(s string) { keys = append(keys, s); keyBytes += len(s) })
+		if ix.Key != keysOf || lim != keysLim {
+			keys, keyBytes = keys[:0], 0
+			keysErr = ix.Key.EvalMax(raw, lim, func(s string) { keys = append(keys, s); keyBytes += len(s) })
+			keysOf, keysLim = ix.Key, lim
+		}
+		valueBytes := 0
+		err := keysErr
 		if err == nil && len(keys) > 0 {
 			if ix.Value == nil {
 				values = append(values, key)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +124,19 @@ func parseSlice(doc string) *slice {
 	if p := lastSlice.Load(); p != nil && p.size == len(doc) && p.sum == sum {
 		return p
 	}
-	p := &slice{size: len(doc), sum: sum, eps: make([]sliceEndpoint, 0, 16)}
+	p, ok := scanSlice(doc)
+	if !ok {
+		p = parseSliceGJSON(doc)
+	}
+	p.size, p.sum = len(doc), sum
+	lastSlice.Store(p)
+	return p
+}
+
+// parseSliceGJSON reads an EndpointSlice with gjson: the reference that
+// scanSlice follows, and the reading of any document scanSlice refuses.
+func parseSliceGJSON(doc string) *slice {
+	p := &slice{eps: make([]sliceEndpoint, 0, 16)}
 	var arena []byte
 	var offs []int
 	// One pass over the document's keys: ports come last in the
@@ -180,7 +191,6 @@ func parseSlice(doc string) *slice {
 	for i := range p.eps {
 		p.eps[i].addr = all[offs[i] : offs[i]+len(p.eps[i].addr)]
 	}
-	lastSlice.Store(p)
 	return p
 }
 
@@ -205,7 +215,20 @@ func endpointsOf(json, arg string) string {
 	if err != nil {
 		return "[]"
 	}
-	sl := parseSlice(json)
+	out := make([]byte, 0, 64)
+	out = append(out, '[')
+	o.each(parseSlice(json), func(v []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = appendJSONString(out, string(v))
+	})
+	return string(append(out, ']'))
+}
+
+// each calls emit with each value that the options select of a slice, in
+// the slice's order; v is valid only during the call.
+func (o endpointsOptions) each(sl *slice, emit func(v []byte)) {
 	port := ""
 	if o.Port != nil {
 		for _, p := range sl.ports {
@@ -215,47 +238,62 @@ func endpointsOf(json, arg string) string {
 			}
 		}
 		if port == "" {
-			return "[]"
-		}
-	}
-	out := make([]byte, 0, 64)
-	out = append(out, '[')
-	n := 0
-	add := func(host, tag, name string) {
-		if n > 0 {
-			out = append(out, ',')
-		}
-		n++
-		if tag == "" {
-			out = appendJSONString(out, host)
 			return
 		}
-		out = appendJSONString(out, host+"\t"+tag+name)
+	}
+	var v []byte
+	// host writes an address into v, as HOST:PORT with a port (IPv6 in
+	// brackets, as net.JoinHostPort).
+	host := func(addr string) []byte {
+		switch {
+		case port == "":
+			v = append(v[:0], addr...)
+		case strings.IndexByte(addr, ':') >= 0:
+			v = append(append(append(v[:0], '['), addr...), ']', ':')
+			v = append(v, port...)
+		default:
+			v = append(append(append(v[:0], addr...), ':'), port...)
+		}
+		return v
 	}
 	for _, e := range sl.eps {
-		if !o.Hints && (o.Terminating && !(e.serving && e.terminating) || !o.Terminating && !e.ready) {
-			continue
-		}
-		if o.Hints && len(e.zones)+len(e.nodes) == 0 {
-			continue
-		}
-		host := e.addr
-		if port != "" {
-			host = net.JoinHostPort(host, port)
-		}
-		if !o.Hints {
-			add(host, "", "")
-			continue
-		}
-		for _, z := range e.zones {
-			add(host, "zone=", z)
-		}
-		for _, nd := range e.nodes {
-			add(host, "node=", nd)
+		switch {
+		case o.Hints:
+			if len(e.zones)+len(e.nodes) == 0 {
+				continue
+			}
+			n := len(host(e.addr))
+			for _, z := range e.zones {
+				emit(append(append(v[:n], "\tzone="...), z...))
+			}
+			for _, nd := range e.nodes {
+				emit(append(append(v[:n], "\tnode="...), nd...))
+			}
+		case o.Terminating && e.serving && e.terminating, !o.Terminating && e.ready:
+			emit(host(e.addr))
 		}
 	}
-	out = append(out, ']')
-	return string(out)
+}
+
+// directEndpoints returns the options of a path that is @endpoints alone,
+// with or without an argument, and nothing after it: Rule evaluates such
+// a path on the slice itself, with no JSON in between.
+func directEndpoints(path string) (endpointsOptions, bool) {
+	rest, ok := strings.CutPrefix(path, "@"+EndpointsModifier)
+	if !ok {
+		return endpointsOptions{}, false
+	}
+	if rest == "" {
+		return endpointsOptions{}, true
+	}
+	arg, ok := strings.CutPrefix(rest, ":")
+	// gjson takes as the argument the JSON value after the colon; when it
+	// is the whole rest, nothing follows the modifier.
+	if !ok || !strings.HasPrefix(arg, "{") || !gjson.Valid(arg) {
+		return endpointsOptions{}, false
+	}
+	o, err := parseEndpointsOptions(arg)
+	return o, err == nil
 }
 
 // appendJSONString appends s as a JSON string.

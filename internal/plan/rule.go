@@ -19,6 +19,9 @@ import (
 type Rule struct {
 	src   string
 	parts []rulePart
+	// endpoints is set for a rule that is @endpoints alone, evaluated on
+	// the slice without gjson.
+	endpoints *endpointsOptions
 }
 
 type rulePart struct {
@@ -46,7 +49,11 @@ func CompileRule(src string) (*Rule, error) {
 		return nil, errors.New("empty gjson path")
 	}
 	if !strings.Contains(src, "${") {
-		return checkRule(&Rule{src: src, parts: []rulePart{{path: src}}})
+		r, err := checkRule(&Rule{src: src, parts: []rulePart{{path: src}}})
+		if o, ok := directEndpoints(src); ok && err == nil {
+			r.endpoints = &o
+		}
+		return r, err
 	}
 	r := &Rule{src: src}
 	rest := src
@@ -137,7 +144,7 @@ func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 	if len(r.parts) == 1 && r.parts[0].path != "" {
 		n, size := 0, 0
 		var over error
-		err := each(r.parts[0].path, gjson.Get(json, r.parts[0].path), func(s string) {
+		counted := func(s string) {
 			n++
 			size += len(s)
 			if over == nil {
@@ -145,7 +152,13 @@ func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 					emit(s)
 				}
 			}
-		})
+		}
+		var err error
+		if r.endpoints != nil {
+			r.evalEndpoints(json, counted)
+		} else {
+			err = each(r.parts[0].path, gjson.Get(json, r.parts[0].path), counted)
+		}
 		if err == nil && over != nil {
 			return lim.over(r.src, n, size) // with the whole count
 		}
@@ -200,6 +213,23 @@ func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 	}
 	walk(0, "")
 	return nil
+}
+
+// evalEndpoints emits what the rule's @endpoints yields on json, as
+// gjson would through the modifier, but read from the slice: the values
+// are written into one buffer, made a string once.
+func (r *Rule) evalEndpoints(json string, emit func(string)) {
+	var buf []byte
+	var ends []int
+	r.endpoints.each(parseSlice(json), func(v []byte) {
+		buf = append(buf, v...)
+		ends = append(ends, len(buf))
+	})
+	all, start := string(buf), 0
+	for _, end := range ends {
+		emit(all[start:end])
+		start = end
+	}
 }
 
 // each emits the text of a scalar, or of every scalar in an array.
