@@ -7,9 +7,10 @@ import (
 // scanSlice reads an EndpointSlice in one pass over its JSON, where
 // parseSliceGJSON walks each endpoint several times (to find its end, its
 // addresses, its conditions, its hints). It gives the same table as
-// parseSliceGJSON for every document it accepts, and refuses (ok false)
-// whatever it could not read the same way: JSON that is not valid, an
-// escape in a key or in a string it keeps, a port number not written as a
+// parseSliceGJSON for every valid document it accepts, and refuses (ok
+// false) whatever it could not read the same way: a broken structure or
+// word where it reads (what it skips it checks no further than its
+// brackets and quotes: the apiserver's JSON is valid), an escape in a key or in a string it keeps, a port number not written as a
 // plain integer, a list or an element of a shape gjson reads in its own
 // way (an object where an array is expected, a string where an object
 // is, a key it reads written twice in one object: gjson then takes the
@@ -111,9 +112,11 @@ func (sc *scanner) plain() (string, bool) {
 	return s, ok && !esc
 }
 
-// literal reads a number, true, false or null as written.
+// literal reads a number, true, false or null as written; a word that is
+// none of those three (gjson reads "fals" as false) is refused.
 func (sc *scanner) literal() (string, bool) {
-	switch c := sc.peek(); {
+	c := sc.peek()
+	switch {
 	case c == '-' || c >= '0' && c <= '9' || c == 't' || c == 'f' || c == 'n':
 	default:
 		return "", false
@@ -122,13 +125,25 @@ func (sc *scanner) literal() (string, bool) {
 	for sc.i < len(sc.s) {
 		switch sc.s[sc.i] {
 		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return sc.s[start:sc.i], true
+			return sc.word(c, sc.s[start:sc.i])
 		case '"', '{', '[', ':':
 			return "", false
 		}
 		sc.i++
 	}
-	return sc.s[start:sc.i], true
+	return sc.word(c, sc.s[start:sc.i])
+}
+
+func (sc *scanner) word(first byte, lit string) (string, bool) {
+	switch first {
+	case 't':
+		return lit, lit == "true"
+	case 'f':
+		return lit, lit == "false"
+	case 'n':
+		return lit, lit == "null"
+	}
+	return lit, true
 }
 
 // skip reads past one value of any kind.
@@ -297,7 +312,7 @@ func (sc *scanner) port(p *slice) bool {
 	if !nameOK {
 		return false
 	}
-	p.ports = append(p.ports, slicePort{name: strings.Clone(name), port: number})
+	p.ports = append(p.ports, slicePort{name: strings.Clone(name), port: strings.Clone(number)})
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -223,6 +224,46 @@ func TestDirectEndpointsAgreesWithModifier(t *testing.T) {
 	for _, path := range []string{`@endpoints: {"port":"http"}`, `@endpoints:{"port":"http"}|0`, `@endpointsx`, `x.@endpoints`} {
 		if o, ok := directEndpoints(path); ok {
 			t.Errorf("%s: taken as @endpoints alone (%+v)", path, o)
+		}
+	}
+}
+
+// TestScanSliceKeepsNoViewOfTheDocument: the table of a slice outlives the
+// buffer its document was read from (the decoder reuses it), so a later
+// reading of the same bytes, found in the cache, answers the same.
+func TestScanSliceKeepsNoViewOfTheDocument(t *testing.T) {
+	const src = `{"ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["10.0.0.1"],"hints":{"forZones":[{"name":"zone-a"}]}}]}`
+	for _, rule := range []string{`@endpoints:{"port":"http"}`, `@endpoints:{"port":"http","hints":true}`, `@endpoints:{"port":"http"}|@this`} {
+		r, err := CompileRule(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := []byte(src)
+		var first, second []string
+		if err := r.Eval(unsafe.String(&buf[0], len(buf)), func(s string) { first = append(first, strings.Clone(s)) }); err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, strings.Repeat("9", len(buf)))
+		if err := r.Eval(strings.Clone(src), func(s string) { second = append(second, s) }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(first, second) || len(first) != 1 {
+			t.Errorf("%s: %q, then from a reused buffer %q", rule, first, second)
+		}
+	}
+}
+
+// TestScanSliceRefusesBrokenWords: a word that is not JSON is left to gjson,
+// which reads it in its own way.
+func TestScanSliceRefusesBrokenWords(t *testing.T) {
+	for _, doc := range []string{
+		`{"endpoints":[{"addresses":["x"],"conditions":{"ready":fals}}]}`,
+		`{"endpoints":[{"addresses":["x"],"conditions":{"ready":falsey}}]}`,
+		`{"a":tru,"endpoints":[]}`,
+		`{"endpoints":[{"addresses":["x"],"conditions":{"terminating":nul}}]}`,
+	} {
+		if _, ok := scanSlice(doc); ok {
+			t.Errorf("scanSlice took %s", doc)
 		}
 	}
 }
