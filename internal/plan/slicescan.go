@@ -10,8 +10,9 @@ import (
 // parseSliceGJSON for every valid document it accepts, and refuses (ok
 // false) whatever it could not read the same way: a broken structure or
 // word where it reads (what it skips it checks no further than its
-// brackets and quotes: the apiserver's JSON is valid), an escape in a key or in a string it keeps, a port number not written as a
-// plain integer, a list or an element of a shape gjson reads in its own
+// brackets and quotes: the apiserver's JSON is valid), an escape in a
+// key or in a string it keeps, a port number not written as a plain
+// integer, a list or an element of a shape gjson reads in its own
 // way (an object where an array is expected, a string where an object
 // is, a key it reads written twice in one object: gjson then takes the
 // first whose value has what its path asks for). The apiserver writes
