@@ -203,6 +203,9 @@ func (w *watcher) project(raw string) *object {
 	}
 	o.ix.Key = key
 	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
+	// The rules of an object read one Doc: an EndpointSlice is read once
+	// for all its indexes.
+	doc := compiled.Doc{JSON: raw}
 	var keys, values []string
 	// A fallback and hints share their index's key rule and limit: its
 	// keys are evaluated once for the three.
@@ -215,7 +218,7 @@ func (w *watcher) project(raw string) *object {
 		lim := ix.Limit()
 		if ix.Key != keysOf || lim != keysLim {
 			keys, keyBytes = keys[:0], 0
-			keysErr = ix.Key.EvalMax(raw, lim, func(s string) { keys = append(keys, s); keyBytes += len(s) })
+			keysErr = ix.Key.EvalDoc(&doc, lim, func(s string) { keys = append(keys, s); keyBytes += len(s) })
 			keysOf, keysLim = ix.Key, lim
 		}
 		valueBytes := 0
@@ -225,7 +228,7 @@ func (w *watcher) project(raw string) *object {
 				values = append(values, key)
 				valueBytes = len(key)
 			} else {
-				err = ix.Value.EvalMax(raw, lim, func(s string) { values = append(values, s); valueBytes += len(s) })
+				err = ix.Value.EvalDoc(&doc, lim, func(s string) { values = append(values, s); valueBytes += len(s) })
 			}
 		}
 		if err == nil {
@@ -256,7 +259,7 @@ func (w *watcher) project(raw string) *object {
 	}
 	if len(w.plan.Fields) > 0 {
 		var over error
-		o.ix.Payload, over = projectFields(raw, w.plan.Fields)
+		o.ix.Payload, over = projectFields(&doc, w.plan.Fields)
 		if over != nil {
 			w.ruleLog.Do(func() {
 				w.log.Warn("field left out of an object's projection", "object", key, "error", over.Error())
@@ -270,7 +273,8 @@ func (w *watcher) project(raw string) *object {
 // projectFields builds the compact JSON object of the configured fields.
 // A field whose rule yields more than compiled.FieldLimit is left out, and
 // the last such error returned.
-func projectFields(raw string, fields []compiled.Field) (string, error) {
+func projectFields(doc *compiled.Doc, fields []compiled.Field) (string, error) {
+	raw := doc.JSON
 	var over error
 	var b strings.Builder
 	b.WriteByte('{')
@@ -287,7 +291,7 @@ func projectFields(raw string, fields []compiled.Field) (string, error) {
 			var vals []string
 			// Bounded as an index is: a template of arrays yields every
 			// combination. A field over the bound is left out.
-			err := f.Rule.EvalMax(raw, compiled.FieldLimit, func(s string) { vals = append(vals, s) })
+			err := f.Rule.EvalDoc(doc, compiled.FieldLimit, func(s string) { vals = append(vals, s) })
 			if errors.As(err, new(*compiled.LimitError)) {
 				over = fmt.Errorf("field %s: %w", f.Name, err)
 			}

@@ -108,7 +108,26 @@ type slicePort struct {
 type sliceEndpoint struct {
 	addr                        string // the first address
 	ready, serving, terminating bool
-	zones, nodes                []string // hints.forZones, hints.forNodes
+	hints                       *sliceHints // nil without hints, as most are
+}
+
+type sliceHints struct {
+	zones, nodes []string // hints.forZones, hints.forNodes
+}
+
+// zones and nodes are the endpoint's hints.
+func (e *sliceEndpoint) zones() []string {
+	if e.hints == nil {
+		return nil
+	}
+	return e.hints.zones
+}
+
+func (e *sliceEndpoint) nodes() []string {
+	if e.hints == nil {
+		return nil
+	}
+	return e.hints.nodes
 }
 
 // lastSlice is the slice parsed last, known by its document's size and
@@ -124,13 +143,18 @@ func parseSlice(doc string) *slice {
 	if p := lastSlice.Load(); p != nil && p.size == len(doc) && p.sum == sum {
 		return p
 	}
-	p, ok := scanSlice(doc)
-	if !ok {
-		p = parseSliceGJSON(doc)
-	}
+	p := readSlice(doc)
 	p.size, p.sum = len(doc), sum
 	lastSlice.Store(p)
 	return p
+}
+
+// readSlice reads an EndpointSlice, in one pass when it can.
+func readSlice(doc string) *slice {
+	if p, ok := scanSlice(doc); ok {
+		return p
+	}
+	return parseSliceGJSON(doc)
 }
 
 // parseSliceGJSON reads an EndpointSlice with gjson: the reference that
@@ -177,8 +201,10 @@ func parseSliceGJSON(doc string) *slice {
 				})
 				if strings.Contains(ep.Raw, `"hints"`) {
 					if hints := ep.Get("hints"); hints.IsObject() {
-						e.zones = hintNames(hints.Get("forZones"))
-						e.nodes = hintNames(hints.Get("forNodes"))
+						h := &sliceHints{zones: hintNames(hints.Get("forZones")), nodes: hintNames(hints.Get("forNodes"))}
+						if len(h.zones)+len(h.nodes) > 0 {
+							e.hints = h
+						}
 					}
 				}
 				p.eps = append(p.eps, e)
@@ -259,14 +285,14 @@ func (o endpointsOptions) each(sl *slice, emit func(v []byte)) {
 	for _, e := range sl.eps {
 		switch {
 		case o.Hints:
-			if len(e.zones)+len(e.nodes) == 0 {
+			if e.hints == nil {
 				continue
 			}
 			n := len(host(e.addr))
-			for _, z := range e.zones {
+			for _, z := range e.hints.zones {
 				emit(append(append(v[:n], "\tzone="...), z...))
 			}
-			for _, nd := range e.nodes {
+			for _, nd := range e.hints.nodes {
 				emit(append(append(v[:n], "\tnode="...), nd...))
 			}
 		case o.Terminating && e.serving && e.terminating, !o.Terminating && e.ready:

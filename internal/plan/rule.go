@@ -141,6 +141,27 @@ func (r *Rule) Eval(json string, emit func(string)) error {
 // one object are bounded by lim and the size of the object, not by the
 // product of its arrays.
 func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
+	return r.EvalDoc(&Doc{JSON: json}, lim, emit)
+}
+
+// Doc is one JSON document that several rules are evaluated on, by
+// EvalDoc: what a rule reads of it that others read too (the table of an
+// EndpointSlice) is read once and kept here, for as long as the Doc.
+type Doc struct {
+	JSON  string
+	slice *slice
+}
+
+func (d *Doc) endpointSlice() *slice {
+	if d.slice == nil {
+		d.slice = readSlice(d.JSON)
+	}
+	return d.slice
+}
+
+// EvalDoc is EvalMax on a Doc.
+func (r *Rule) EvalDoc(d *Doc, lim Limit, emit func(string)) error {
+	json := d.JSON
 	if len(r.parts) == 1 && r.parts[0].path != "" {
 		n, size := 0, 0
 		var over error
@@ -155,7 +176,7 @@ func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 		}
 		var err error
 		if r.endpoints != nil {
-			r.evalEndpoints(json, counted)
+			r.evalEndpoints(d.endpointSlice(), counted)
 		} else {
 			err = each(r.parts[0].path, gjson.Get(json, r.parts[0].path), counted)
 		}
@@ -215,13 +236,13 @@ func (r *Rule) EvalMax(json string, lim Limit, emit func(string)) error {
 	return nil
 }
 
-// evalEndpoints emits what the rule's @endpoints yields on json, as
-// gjson would through the modifier, but read from the slice: the values
-// are written into one buffer, made a string once.
-func (r *Rule) evalEndpoints(json string, emit func(string)) {
+// evalEndpoints emits what the rule's @endpoints yields on a slice, as
+// gjson would through the modifier, but with no JSON in between: the
+// values are written into one buffer, made a string once.
+func (r *Rule) evalEndpoints(sl *slice, emit func(string)) {
 	var buf []byte
 	var ends []int
-	r.endpoints.each(parseSlice(json), func(v []byte) {
+	r.endpoints.each(sl, func(v []byte) {
 		buf = append(buf, v...)
 		ends = append(ends, len(buf))
 	})

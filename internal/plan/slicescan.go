@@ -396,23 +396,28 @@ func (sc *scanner) endpoint() (e sliceEndpoint, addr string, ok bool) {
 				return sc.skip()
 			}
 			seenZones, seenNodes := false, false
-			return sc.object(func(key string) bool {
+			var h sliceHints
+			ok := sc.object(func(key string) bool {
 				switch {
 				case key == "forZones":
 					if seenZones {
 						return false
 					}
 					seenZones = true
-					return sc.hintNames(&e.zones)
+					return sc.hintNames(&h.zones)
 				case key == "forNodes":
 					if seenNodes {
 						return false
 					}
 					seenNodes = true
-					return sc.hintNames(&e.nodes)
+					return sc.hintNames(&h.nodes)
 				}
 				return sc.skip()
 			})
+			if len(h.zones)+len(h.nodes) > 0 {
+				e.hints = &h
+			}
+			return ok
 		}
 		return sc.skip()
 	})

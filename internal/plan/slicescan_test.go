@@ -19,7 +19,7 @@ func sameSlice(a, b *slice) bool {
 	for i := range a.eps {
 		x, y := a.eps[i], b.eps[i]
 		if x.addr != y.addr || x.ready != y.ready || x.serving != y.serving || x.terminating != y.terminating ||
-			!slices.Equal(x.zones, y.zones) || !slices.Equal(x.nodes, y.nodes) {
+			!slices.Equal(x.zones(), y.zones()) || !slices.Equal(x.nodes(), y.nodes()) {
 			return false
 		}
 	}
