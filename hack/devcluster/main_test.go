@@ -85,7 +85,10 @@ type devcluster struct {
 	pipe *os.File
 	out  *testenv.Buffer
 	done chan struct{}
-	kids []proc // its descendants, as wantChildren found them
+	// copied is closed when its output has all been read: once every
+	// process that holds the pipe has closed it.
+	copied chan struct{}
+	kids   []proc // its descendants, as wantChildren found them
 }
 
 // startDevcluster starts devcluster from the repository's root with args,
@@ -93,7 +96,7 @@ type devcluster struct {
 func startDevcluster(t *testing.T, args ...string) *devcluster {
 	t.Helper()
 	bin, _ := binaries(t)
-	d := &devcluster{tmp: t.TempDir(), out: &testenv.Buffer{}, done: make(chan struct{})}
+	d := &devcluster{tmp: t.TempDir(), out: &testenv.Buffer{}, done: make(chan struct{}), copied: make(chan struct{})}
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +110,7 @@ func startDevcluster(t *testing.T, args ...string) *devcluster {
 		t.Fatal(err)
 	}
 	w.Close()
-	go func() { _, _ = io.Copy(d.out, r) }()
+	go func() { _, _ = io.Copy(d.out, r); close(d.copied) }()
 	go func() { _ = d.cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
 		// Whatever the test did (or the code under test failed to do):
@@ -151,11 +154,18 @@ func (d *devcluster) wait(t *testing.T, timeout time.Duration) *os.ProcessState 
 	t.Helper()
 	select {
 	case <-d.done:
-		return d.cmd.ProcessState
 	case <-time.After(timeout):
 		t.Fatalf("devcluster still runs %s later", timeout)
 		return nil
 	}
+	// Its last lines may still be in the pipe: read them before the
+	// test looks at them (a process it left behind would hold the pipe
+	// open, which the test finds by itself).
+	select {
+	case <-d.copied:
+	case <-time.After(5 * time.Second):
+	}
+	return d.cmd.ProcessState
 }
 
 // proc is a process as /proc shows it; start tells it from a later process
