@@ -9,9 +9,18 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: fuzz all build test unit lint fmt vet envtest clean run bench bench-micro chaos image
+.PHONY: help fuzz all build test unit lint fmt vet tidy envtest clean run bench bench-micro chaos image
 
+## all: the default: build.
 all: build
+
+## help: every target with what it does, from the "## target:" comments of
+## this Makefile.
+help:
+	@awk 'function flush(  n, w, i, line) { if (t == "") return; n = split(d, w, " "); line = sprintf("  %-12s", t); \
+	    for (i = 1; i <= n; i++) { if (length(line) + length(w[i]) > 90) { print line; line = sprintf("%14s", "") } line = line " " w[i] } print line; t = "" } \
+	  /^## [a-z][a-z-]*:/ { flush(); sub(/^## /, ""); t = $$0; sub(/:.*/, "", t); d = $$0; sub(/^[^:]*: */, "", d); next } \
+	  /^## / && t != "" { sub(/^## /, ""); d = d " " $$0; next } { flush() } END { flush() }' $(MAKEFILE_LIST)
 
 ## build: bin/metasync, its version stamped from git (`metasync version`).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -55,15 +64,24 @@ fuzz:
 unit:
 	KUBEBUILDER_ASSETS= $(GO) test -race -count=1 $(PKGS)
 
-lint: fmt vet
+## lint: fmt, vet and tidy.
+lint: fmt vet tidy
 
+## fmt: fails on a file that gofmt would change, and names it.
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+## vet: go vet on every package.
 vet:
 	$(GO) vet $(PKGS)
 
+## tidy: fails when go.mod or go.sum is not as `go mod tidy` writes it,
+## and shows the difference.
+tidy:
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+
+## clean: removes bin/.
 clean:
 	rm -rf $(BIN)
 
