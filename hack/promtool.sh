@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Builds promtool, Prometheus's own rule checker and rule unit-test runner,
-# from the Go module proxy into a cache folder outside the repository, once;
-# prints its path on stdout (progress on stderr). deploy/monitoring_test.go
-# runs it on deploy/monitoring: PromQL parsed by Prometheus itself, and each
-# alert fired on synthetic series. A build that fails prints nothing: the
-# test then skips and says why.
+# Finds or builds promtool, Prometheus's own rule checker and rule unit-test
+# runner, and prints its path on stdout (progress on stderr).
+# deploy/monitoring_test.go runs it on deploy/monitoring: PromQL parsed by
+# Prometheus itself, and each alert fired on synthetic series.
 #
-#   METASYNC_PROMTOOL_DIR  where promtool goes
+# A promtool on PATH (Debian's package prometheus ships one) is taken when
+# it runs those tests: they are run with it once, and the verdict is kept
+# in the cache folder for that binary. Otherwise promtool is built from the
+# Go module proxy into a cache folder outside the repository, once (about
+# 16 minutes on 2 cores when Go's build cache is cold). A build that fails
+# prints nothing: the test then skips and says why.
+#
+#   METASYNC_PROMTOOL_DIR  where the built promtool goes
 #                          (default: ${XDG_CACHE_HOME:-$HOME/.cache}/metasync/promtool-v0.316.0)
+#   METASYNC_PROMTOOL_PATH 0 to ignore a promtool on PATH
 set -uo pipefail
 
 VERSION=0.316.0
@@ -20,6 +26,27 @@ if [ -x "$dir/promtool" ]; then
 fi
 log() { printf 'promtool: %s\n' "$*" >&2; }
 mkdir -p "$dir" "$cache_root"
+
+# A promtool on PATH, when the alert tests pass with it. The verdict is
+# kept per binary (its path, size and time), so the test runs once.
+if [ "${METASYNC_PROMTOOL_PATH:-1}" != 0 ] && candidate=$(command -v promtool); then
+  id=$(stat -L -c '%n %s %Y' "$candidate" 2>/dev/null | cksum | cut -d' ' -f1)
+  verdict="$cache_root/promtool-path-$id"
+  if [ ! -f "$verdict" ]; then
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    if (cd "$root" && PROMTOOL=$candidate go test -count=1 -run '^TestAlertRules$' ./deploy/ >&2); then
+      echo ok > "$verdict"
+    else
+      echo no > "$verdict"
+    fi
+  fi
+  if [ "$(cat "$verdict")" = ok ]; then
+    log "using $candidate ($("$candidate" --version 2>&1 | head -1))"
+    printf '%s\n' "$candidate"
+    exit 0
+  fi
+  log "$candidate does not run the alert tests: building promtool instead"
+fi
 work=$(mktemp -d "$cache_root/promtool-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 log "building promtool v$VERSION into $dir (once; a few minutes)"
