@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/resolver"
 
 	"github.com/iidp/metasync/internal/streamclient"
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // NewRemoteBuilder returns a resolver.Builder of the metasync scheme that
@@ -61,9 +62,9 @@ func followRemote(ctx context.Context, base string, t target, f *follower, o opt
 	for ctx.Err() == nil {
 		err := streamclient.Follow(ctx, path, so, func(fr streamclient.Frame) error {
 			switch {
-			case fr.Type == "gone":
+			case fr.Type == wire.FrameGone:
 				return errGone
-			case (fr.Type == "snapshot" || fr.Type == "update") && fr.Values != nil:
+			case (fr.Type == wire.FrameSnapshot || fr.Type == wire.FrameUpdate) && fr.Values != nil:
 				f.publish(*fr.Values)
 			}
 			return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/iidp/metasync/internal/streamclient"
 	"github.com/iidp/metasync/internal/tlsfiles"
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // defaultServer is where get and indexes find a daemon by default.
@@ -93,14 +94,7 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: metasync indexes [--server URL]")
 		return exitError{2}
 	}
-	var ans struct {
-		Indexes []struct {
-			Name     string `json:"name"`
-			Resource string `json:"resource"`
-			Keys     int    `json:"keys"`
-			Synced   bool   `json:"synced"`
-		} `json:"indexes"`
-	}
+	var ans wire.Indexes
 	c, err := newClient(*server, cf, "indexes", stderr)
 	if err != nil {
 		return err
@@ -210,9 +204,7 @@ func (c *client) getJSON(cmd, path string, v any, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "metasync %s: read answer from %s: %v\n", cmd, c.base, err)
 		return exitError{1}
 	}
-	var e struct {
-		Error string `json:"error"`
-	}
+	var e wire.Error
 	if resp.StatusCode != http.StatusOK {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			fmt.Fprintf(stderr, "metasync %s: %s (%s)\n", cmd, e.Error, resp.Status)
@@ -230,9 +222,7 @@ func (c *client) getJSON(cmd, path string, v any, stderr io.Writer) error {
 
 // printValues prints the values of a lookup (index or chain), one per line.
 func (c *client) printValues(path string, stdout, stderr io.Writer) error {
-	var ans struct {
-		Values *[]string `json:"values"`
-	}
+	var ans wire.Lookup
 	if len(c.query) > 0 {
 		path += "?" + c.query.Encode()
 	}
@@ -266,10 +256,7 @@ func (c *client) printKeys(index string, limit int, stdout, stderr io.Writer) er
 		if len(q) > 0 {
 			path += "?" + q.Encode()
 		}
-		var ans struct {
-			Keys     *[]string `json:"keys"`
-			Continue string    `json:"continue"`
-		}
+		var ans wire.Keys
 		if err := c.getJSON("get", path, &ans, stderr); err != nil {
 			return err
 		}

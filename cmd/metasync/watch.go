@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/streamclient"
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // watchContext ends on Ctrl-C or SIGTERM.
@@ -37,12 +38,12 @@ func (c *client) follow(ctx context.Context, path string, stdout, stderr io.Writ
 		},
 	}, func(f streamclient.Frame) error {
 		switch f.Type {
-		case "snapshot", "update", "reset", "gone":
+		case wire.FrameSnapshot, wire.FrameUpdate, wire.FrameReset, wire.FrameGone:
 			if _, err := fmt.Fprintf(stdout, "%s\n", f.Raw); err != nil {
 				return err
 			}
 		}
-		if f.Type == "gone" {
+		if f.Type == wire.FrameGone {
 			return errGone
 		}
 		return nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -117,12 +118,6 @@ func libraryProbe(e *msync.Engine) probe {
 	})
 }
 
-// streamFrame is what the HTTP probe reads of a frame.
-type streamFrame struct {
-	Type   string   `json:"type"`
-	Values []string `json:"values"`
-}
-
 // httpProbe opens, before each write, an HTTP stream of the key of the
 // model about to be written (GET ...?watch=true, its own connection) and
 // reads its snapshot frame (no values); a goroutine then reads the next
@@ -145,11 +140,11 @@ func httpProbe(s *streamServer) probe {
 		}
 		br := bufio.NewReader(resp.Body)
 		line, err := br.ReadBytes('\n')
-		var first streamFrame
+		var first wire.Frame
 		if err == nil {
 			err = json.Unmarshal(line, &first)
 		}
-		if err != nil || resp.StatusCode != http.StatusOK || first.Type != "snapshot" || len(first.Values) != 0 {
+		if err != nil || resp.StatusCode != http.StatusOK || first.Type != wire.FrameSnapshot || first.Values != nil && len(*first.Values) != 0 {
 			cancel()
 			resp.Body.Close()
 			return fmt.Errorf("HTTP stream of %s: %d, first frame %q: %v", m, resp.StatusCode, line, err)
@@ -164,8 +159,8 @@ func httpProbe(s *streamServer) probe {
 				if err != nil {
 					return
 				}
-				var f streamFrame
-				if json.Unmarshal(line, &f) == nil && f.Type == "update" && len(f.Values) > 0 {
+				var f wire.Frame
+				if json.Unmarshal(line, &f) == nil && f.Type == wire.FrameUpdate && f.Values != nil && len(*f.Values) > 0 {
 					n.at.Store(&now)
 					return
 				}
@@ -212,8 +207,8 @@ func openIdleStream(s *streamServer, key string) (net.Conn, error) {
 	if err == nil {
 		var line []byte
 		line, err = bufio.NewReader(resp.Body).ReadBytes('\n')
-		var f streamFrame
-		if err == nil && (json.Unmarshal(line, &f) != nil || f.Type != "snapshot") {
+		var f wire.Frame
+		if err == nil && (json.Unmarshal(line, &f) != nil || f.Type != wire.FrameSnapshot) {
 			err = fmt.Errorf("first frame %q", line)
 		}
 	}

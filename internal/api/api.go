@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
+	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -173,21 +174,11 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
-	ans := map[string]any{"indexes": s.engine.Indexes()}
-	if s.engine.Stale() {
-		ans["stale"] = true
+	ans := wire.Indexes{Indexes: []wire.Index{}, Stale: s.engine.Stale()}
+	for _, ix := range s.engine.Indexes() {
+		ans.Indexes = append(ans.Indexes, wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced})
 	}
 	writeJSON(w, http.StatusOK, ans)
-}
-
-type keysAnswer struct {
-	Index string   `json:"index"`
-	Keys  []string `json:"keys"`
-	// Continue, when set, is the value of ?continue= for the next page:
-	// an opaque token, never empty.
-	Continue string `json:"continue,omitempty"`
-	Synced   *bool  `json:"synced,omitempty"` // false before the first list
-	Stale    bool   `json:"stale,omitempty"`  // answered from a snapshot not caught up yet
 }
 
 // continueToken returns the continue token of a page that ends with key.
@@ -277,14 +268,13 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 			keys = keys[1:]
 		}
 	}
-	ans := keysAnswer{Index: index, Keys: keys, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()}
+	ans := wire.Keys{Index: index, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()}
 	if len(keys) > limit {
-		ans.Keys = keys[:limit]
+		keys = keys[:limit]
 		ans.Continue = continueToken(keys[limit-1])
 	}
-	if ans.Keys == nil {
-		ans.Keys = []string{}
-	}
+	keys = nonNil(keys)
+	ans.Keys = &keys
 	s.lookups.WithLabelValues("keys", index, "hit").Inc()
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -310,13 +300,8 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	}
 	values := s.engine.LookupAt(index, key, at)
 	s.count("index", index, values)
-	writeJSON(w, http.StatusOK, struct {
-		Index  string   `json:"index"`
-		Key    string   `json:"key"`
-		Values []string `json:"values"`
-		Synced *bool    `json:"synced,omitempty"`
-		Stale  bool     `json:"stale,omitempty"`
-	}{index, key, nonNil(values), notSynced(s.engine.IndexSynced(index)), s.engine.Stale()})
+	values = nonNil(values)
+	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()})
 }
 
 // notSynced returns a pointer to false when synced is false, else nil: an
@@ -352,13 +337,8 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	values := s.engine.ResolveAt(chain, key, at)
 	s.count("chain", chain, values)
-	writeJSON(w, http.StatusOK, struct {
-		Chain  string   `json:"chain"`
-		Key    string   `json:"key"`
-		Values []string `json:"values"`
-		Synced *bool    `json:"synced,omitempty"`
-		Stale  bool     `json:"stale,omitempty"`
-	}{chain, key, nonNil(values), notSynced(s.engine.ChainSynced(chain)), s.engine.Stale()})
+	values = nonNil(values)
+	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(s.engine.ChainSynced(chain)), Stale: s.engine.Stale()})
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -450,7 +430,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	writeJSON(w, code, wire.Error{Error: msg})
 }
 
 // HTTPServer returns an http.Server for the API with timeouts and limits

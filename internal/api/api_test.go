@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/wire"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -159,11 +160,11 @@ func TestKeysPagingReachesTheEnd(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			s.ServeHTTP(rec, httptest.NewRequest("GET", target, nil))
-			var ans keysAnswer
+			var ans wire.Keys
 			if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &ans) != nil {
 				t.Fatalf("GET %s = %d %s", target, rec.Code, rec.Body)
 			}
-			got = append(got, ans.Keys...)
+			got = append(got, *ans.Keys...)
 			if ans.Continue == "" {
 				break
 			}

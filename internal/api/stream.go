@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -22,19 +23,6 @@ const DefaultHeartbeat = 15 * time.Second
 // it costs one subscription, whose changes coalesce, and the socket's
 // buffers: never a backlog.
 const streamWriteTimeout = time.Minute
-
-// frame is one line of a stream (see the design's "Change streams").
-type frame struct {
-	Type    string    `json:"type"`
-	Index   string    `json:"index,omitempty"`
-	Chain   string    `json:"chain,omitempty"`
-	Key     *string   `json:"key,omitempty"`
-	Values  *[]string `json:"values,omitempty"`
-	Version string    `json:"version,omitempty"`
-	// Stale: some resource answers from a snapshot and has not caught up
-	// with the apiserver yet (a warm start).
-	Stale bool `json:"stale,omitempty"`
-}
 
 // streamMetrics count the streams; no label carries a key.
 type streamMetrics struct {
@@ -151,12 +139,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 		wait, done := context.WithTimeout(ctx, s.heartbeat)
 		ev, err := sub.Next(wait)
 		done()
-		var f frame
+		var f wire.Frame
 		switch {
 		case err == nil:
 			f = s.frameOf(t, ev)
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			f = frame{Type: "heartbeat", Version: sub.Version()}
+			f = wire.Frame{Type: wire.FrameHeartbeat, Version: sub.Version()}
 		default:
 			return // the client went, or the server drains
 		}
@@ -176,15 +164,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 			return
 		}
 		s.streamMetrics.frames.WithLabelValues(f.Type).Inc()
-		if f.Type == "gone" {
+		if f.Type == wire.FrameGone {
 			return // a reload removed the target
 		}
 	}
 }
 
+// frameType is the frame of each event.
+var frameType = map[msync.EventType]string{
+	msync.EventSnapshot: wire.FrameSnapshot,
+	msync.EventSynced:   wire.FrameSynced,
+	msync.EventUpdate:   wire.FrameUpdate,
+	msync.EventReset:    wire.FrameReset,
+	msync.EventGone:     wire.FrameGone,
+}
+
 // frameOf turns an event into a frame of target t.
-func (s *Server) frameOf(t msync.Target, ev msync.Event) frame {
-	f := frame{Type: ev.Type.String(), Version: ev.Version}
+func (s *Server) frameOf(t msync.Target, ev msync.Event) wire.Frame {
+	f := wire.Frame{Type: frameType[ev.Type], Version: ev.Version}
 	switch {
 	case ev.Type == msync.EventReset:
 	case t.Chain != "":

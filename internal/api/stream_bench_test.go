@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -77,7 +78,7 @@ func openStream(addr, key string) (net.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	var f frame
+	var f wire.Frame
 	if err := json.Unmarshal(line, &f); err != nil || f.Type != "snapshot" {
 		conn.Close()
 		return nil, fmt.Errorf("first frame %q: %v", line, err)

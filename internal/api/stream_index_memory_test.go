@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // openIndexStream opens a stream of every key of model-to-app on a bare
@@ -47,7 +49,7 @@ func openIndexStream(addr string, read bool) (net.Conn, error) {
 			return conn, nil
 		}
 		if !strings.Contains(string(line), `"type":"snapshot"`) {
-			var f frame
+			var f wire.Frame
 			_ = json.Unmarshal(line, &f)
 			conn.Close()
 			return nil, fmt.Errorf("initial frame %q", line)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/internal/wire"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -71,7 +72,7 @@ func slice(name, service string, ready ...string) []byte {
 // frames reads a stream's frames into a channel.
 type frames struct {
 	resp *http.Response
-	ch   chan frame
+	ch   chan wire.Frame
 }
 
 func watch(t *testing.T, url string) *frames {
@@ -85,12 +86,12 @@ func watch(t *testing.T, url string) *frames {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET %s: %d %s %s", url, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
-	fs := &frames{resp: resp, ch: make(chan frame, 100000)}
+	fs := &frames{resp: resp, ch: make(chan wire.Frame, 100000)}
 	go func() {
 		defer close(fs.ch)
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			var f frame
+			var f wire.Frame
 			if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
 				panic(fmt.Sprintf("frame %q: %v", sc.Text(), err))
 			}
@@ -100,7 +101,7 @@ func watch(t *testing.T, url string) *frames {
 	return fs
 }
 
-func (fs *frames) next(t *testing.T) frame {
+func (fs *frames) next(t *testing.T) wire.Frame {
 	t.Helper()
 	select {
 	case f, ok := <-fs.ch:
@@ -111,10 +112,10 @@ func (fs *frames) next(t *testing.T) frame {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no frame in 5s")
 	}
-	return frame{}
+	return wire.Frame{}
 }
 
-func show(f frame) string {
+func show(f wire.Frame) string {
 	s := f.Type
 	if f.Key != nil {
 		s += " " + *f.Key
@@ -155,10 +156,10 @@ func TestStreamIndexThenResume(t *testing.T) {
 	_ = f.Apply("appmodels", appModel("a", "m1", "m2"))
 	fs := watch(t, base+"/v1/indexes/model-to-app/keys?watch=true")
 	var got []string
-	var synced frame
+	var synced wire.Frame
 	for {
 		fr := fs.next(t)
-		if fr.Type == "synced" {
+		if fr.Type == wire.FrameSynced {
 			synced = fr
 			break
 		}
@@ -303,7 +304,7 @@ func TestSlowStreamCostsBoundedMemory(t *testing.T) {
 	go func() {
 		defer close(done)
 		for sc.Scan() {
-			var fr frame
+			var fr wire.Frame
 			_ = json.Unmarshal(sc.Bytes(), &fr)
 			n++
 			if fr.Key != nil {
@@ -326,5 +327,15 @@ func TestSlowStreamCostsBoundedMemory(t *testing.T) {
 	t.Logf("frames read to reach the latest state: %d (of 20,200 changes)", n)
 	if n >= 20200 {
 		t.Errorf("%d frames: nothing coalesced", n)
+	}
+}
+
+// TestFrameTypes: every event has its frame, named as the library names
+// the event.
+func TestFrameTypes(t *testing.T) {
+	for ev := msync.EventReset; ev <= msync.EventGone; ev++ {
+		if got := frameType[ev]; got == "" || got != ev.String() {
+			t.Errorf("event %v: frame %q", ev, got)
+		}
 	}
 }

@@ -19,13 +19,12 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/tlsfiles"
+	"github.com/iidp/metasync/internal/wire"
 )
 
-// Frame is one line of a stream.
+// Frame is one line of a stream, and the line as the daemon sent it.
 type Frame struct {
-	Type    string    `json:"type"`
-	Values  *[]string `json:"values"`
-	Version string    `json:"version"`
+	wire.Frame
 	// Raw is the line as the daemon sent it, valid until onFrame returns.
 	Raw []byte `json:"-"`
 }
@@ -234,9 +233,7 @@ func once(ctx context.Context, target string, version *string, o Options, onFram
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e wire.Error
 		err := fmt.Errorf("answered %s", resp.Status)
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			err = fmt.Errorf("%s (%s)", e.Error, resp.Status)

@@ -1,0 +1,89 @@
+// Package wire declares what the daemon's HTTP API sends: its answers, its
+// errors and the frames of its streams, once, for the server
+// (internal/api) and for every client of it in this tree (the CLI,
+// internal/streamclient, grpcresolver's remote resolver, hack/bench).
+// The design pins the form ("HTTP API", "Change streams"); a field added
+// here is added for all of them.
+//
+// A field that a client must tell apart from its absence is a pointer:
+// Values and Keys (an answer without them is not a lookup), Synced (absent
+// once synced).
+package wire
+
+// The types of a stream's frames.
+const (
+	// FrameSnapshot is a stream's first frame: the target's values (an
+	// index stream: one per key).
+	FrameSnapshot = "snapshot"
+	// FrameSynced follows the snapshots of an index stream (or the
+	// updates of its resume): the client holds the whole index.
+	FrameSynced = "synced"
+	// FrameUpdate carries the target's values after a change.
+	FrameUpdate = "update"
+	// FrameReset says that the versions the client holds are void (the
+	// daemon restarted, or the stream resumed too late): a snapshot follows.
+	FrameReset = "reset"
+	// FrameHeartbeat keeps an idle stream open, with the current version.
+	FrameHeartbeat = "heartbeat"
+	// FrameGone ends a stream whose index or chain a reload removed.
+	FrameGone = "gone"
+)
+
+// Frame is one line of a stream.
+type Frame struct {
+	Type    string    `json:"type"`
+	Index   string    `json:"index,omitempty"`
+	Chain   string    `json:"chain,omitempty"`
+	Key     *string   `json:"key,omitempty"`
+	Values  *[]string `json:"values,omitempty"`
+	Version string    `json:"version,omitempty"`
+	// Stale: some resource answers from a snapshot and has not caught up
+	// with the apiserver yet (a warm start).
+	Stale bool `json:"stale,omitempty"`
+}
+
+// Lookup is the answer of GET /v1/indexes/{index}/keys/{key}, and, with
+// Chain instead of Index, of GET /v1/chains/{chain}/keys/{key}.
+type Lookup struct {
+	Index  string    `json:"index,omitempty"`
+	Chain  string    `json:"chain,omitempty"`
+	Key    string    `json:"key"`
+	Values *[]string `json:"values"`
+	// Synced is false while the resource (of a chain: some resource of
+	// it) has never completed a list: an empty answer then means "not
+	// known yet", not "no values". It is absent otherwise.
+	Synced *bool `json:"synced,omitempty"`
+	// Stale: answered from a snapshot not caught up yet.
+	Stale bool `json:"stale,omitempty"`
+}
+
+// Keys is the answer of GET /v1/indexes/{index}/keys: a page of the
+// index's keys, sorted.
+type Keys struct {
+	Index string    `json:"index"`
+	Keys  *[]string `json:"keys"`
+	// Continue, when set, is the value of ?continue= for the next page:
+	// an opaque token, never empty.
+	Continue string `json:"continue,omitempty"`
+	Synced   *bool  `json:"synced,omitempty"`
+	Stale    bool   `json:"stale,omitempty"`
+}
+
+// Index describes one index in the answer of GET /v1/indexes.
+type Index struct {
+	Name     string `json:"name"`
+	Resource string `json:"resource"`
+	Keys     int    `json:"keys"`
+	Synced   bool   `json:"synced"`
+}
+
+// Indexes is the answer of GET /v1/indexes.
+type Indexes struct {
+	Indexes []Index `json:"indexes"`
+	Stale   bool    `json:"stale,omitempty"`
+}
+
+// Error is the body of every answer that is not 200.
+type Error struct {
+	Error string `json:"error"`
+}
