@@ -11,8 +11,9 @@
 // address: "host:port" is used as it is; a bare host takes the port of
 // ?port=N (a bare host without ?port is left out, and the error reported).
 //
-// NewBuilder resolves in process, from an engine's subscriptions;
-// NewRemoteBuilder through a daemon's change streams (metasync serve, say
+// NewBuilder resolves in process, from the subscriptions of a sync.Reader:
+// the engine, or metasynctest's Fake, with which a unit test checks its
+// routing with no cluster (see ExampleNewBuilder); NewRemoteBuilder through a daemon's change streams (metasync serve, say
 // a node-local DaemonSet), so that the pod itself watches nothing.
 //
 // The resolver publishes the whole answer each time it changes, every
@@ -366,28 +367,45 @@ func (r *targetResolver) Close() {
 }
 
 // NewBuilder returns a resolver.Builder of the metasync scheme that
-// resolves in process, from engine's subscriptions.
-func NewBuilder(engine *msync.Engine, opts ...Option) resolver.Builder {
+// resolves in process, from r's subscriptions: an *sync.Engine, or a
+// metasynctest.Fake in a test.
+func NewBuilder(r msync.Reader, opts ...Option) resolver.Builder {
 	o := newOptions(opts)
 	check := func(t target) error {
-		if t.kind == "chains" && !engine.HasChain(t.name) {
+		if t.kind == "chains" && !hasChain(r, t.name) {
 			return fmt.Errorf("metasync target %s: unknown chain %q", t, t.name)
 		}
-		if t.kind == "indexes" && !engine.HasIndex(t.name) {
+		if t.kind == "indexes" && !hasIndex(r, t.name) {
 			return fmt.Errorf("metasync target %s: unknown index %q", t, t.name)
 		}
 		return nil
 	}
 	return &builder{opts: o, hub: &hub{followers: map[string]*follower{}, check: check, start: func(ctx context.Context, t target, f *follower) {
-		followEngine(ctx, engine, t, f, o.at, o.log)
+		followEngine(ctx, r, t, f, o.at, o.log)
 	}}}
+}
+
+// hasIndex and hasChain ask the engine when the Reader is one (or tells
+// it, as the test double does), and look through the lists otherwise.
+func hasIndex(r msync.Reader, name string) bool {
+	if e, ok := r.(interface{ HasIndex(string) bool }); ok {
+		return e.HasIndex(name)
+	}
+	return slices.ContainsFunc(r.Indexes(), func(ix msync.IndexInfo) bool { return ix.Name == name })
+}
+
+func hasChain(r msync.Reader, name string) bool {
+	if e, ok := r.(interface{ HasChain(string) bool }); ok {
+		return e.HasChain(name)
+	}
+	return slices.ContainsFunc(r.Chains(), func(c msync.ChainInfo) bool { return c.Name == name })
 }
 
 // followEngine publishes a target's answers from an engine subscription.
 // When a config reload removes the target, the last addresses stay and
 // the target is looked for again every goneRetry, so that a reload that
 // brings it back resumes the updates.
-func followEngine(ctx context.Context, engine *msync.Engine, t target, f *follower, at msync.Locality, log *slog.Logger) {
+func followEngine(ctx context.Context, engine msync.Reader, t target, f *follower, at msync.Locality, log *slog.Logger) {
 	mt := msync.KeyOf(t.name, t.key)
 	if t.kind == "chains" {
 		mt = msync.ChainOf(t.name, t.key)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -16,13 +15,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/feed"
-	"github.com/iidp/metasync/schema"
-	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/metasynctest"
 )
 
 // TestCallLoop calls "model1" through the chain of examples/appmodel's
-// config, over an engine without a cluster holding one AppModel and one
+// config, over the test double holding one AppModel and one
 // EndpointSlice whose pod is a local gRPC server.
 func TestCallLoop(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,11 +32,7 @@ func TestCallLoop(t *testing.T) {
 	defer srv.Stop()
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 
-	plan, err := schema.LoadPlan("../config.yaml", schema.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, f, err := feed.New(plan, slog.New(slog.DiscardHandler))
+	fake, err := metasynctest.Load("../config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,16 +44,16 @@ func TestCallLoop(t *testing.T) {
 	slice, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base-a", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "base"}},
 		"ports":     []any{map[string]any{"name": "http", "port": portNumber}},
 		"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{}}}})
-	if err := f.Apply("appmodels", app); err != nil {
+	if err := fake.Apply("appmodels", string(app)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Apply("endpointslices", slice); err != nil {
+	if err := fake.Apply("endpointslices", string(slice)); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = callLoop(ctx, "metasync:///chains/model-to-endpoints/model1", grpcresolver.NewBuilder(e.(*msync.Engine)), 2, 10*time.Millisecond, &out)
+	err = callLoop(ctx, "metasync:///chains/model-to-endpoints/model1", grpcresolver.NewBuilder(fake), 2, 10*time.Millisecond, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
