@@ -120,6 +120,41 @@ func (e *Engine) LookupAt(index, key string, l Locality) []string {
 	return snap.LookupPreferring(ix, key, l.prefer()...)
 }
 
+// Answer is the answer of a lookup or a chain with what it is worth, as
+// the HTTP API gives it.
+type Answer struct {
+	Values []string
+	// Synced: every resource behind the answer has completed a list, so
+	// that no values means "none", not "not known yet".
+	Synced bool
+	// Stale: some resource answers from a snapshot that has not caught
+	// up with the apiserver yet.
+	Stale bool
+}
+
+// Answer reads a target once, as a lookup (KeyOf), a chain lookup
+// (ChainOf) or the keys of an index (IndexOf: its keys are the Values),
+// narrowed by t.At, with the answer's Synced and Stale. The two are read
+// before the values, which are never older than they: an answer may say
+// "not synced" of values read just after its resource synced, never
+// "synced" of values read before (three calls, values first, could).
+func (e *Engine) Answer(t Target) Answer {
+	v, _ := e.view()
+	a := Answer{Stale: v.stale()}
+	switch {
+	case t.Chain != "":
+		a.Synced = v.chainSynced(t.Chain)
+		a.Values = e.ResolveAt(t.Chain, t.Key, t.At)
+	case t.All:
+		a.Synced = v.indexSynced(t.Index)
+		a.Values = e.Keys(t.Index)
+	default:
+		a.Synced = v.indexSynced(t.Index)
+		a.Values = e.LookupAt(t.Index, t.Key, t.At)
+	}
+	return a
+}
+
 // ResolveAt is Resolve for a caller at l: each step narrowed as LookupAt
 // narrows it.
 func (e *Engine) ResolveAt(chain, key string, l Locality) []string {

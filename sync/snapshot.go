@@ -478,6 +478,10 @@ func (e *Engine) writeSnapshots(ctx context.Context) {
 // caught up with the apiserver yet.
 func (e *Engine) Stale() bool {
 	v, _ := e.view()
+	return v.stale()
+}
+
+func (v *view) stale() bool {
 	for _, w := range v.watchers {
 		if w.stale() {
 			return true

@@ -256,7 +256,8 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(n, MaxKeys)
 	}
-	keys := s.engine.Keys(index)
+	ans := s.engine.Answer(msync.IndexOf(index))
+	keys := ans.Values
 	if token := r.URL.Query().Get("continue"); token != "" {
 		after, err := afterKey(token)
 		if err != nil {
@@ -268,15 +269,15 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 			keys = keys[1:]
 		}
 	}
-	ans := wire.Keys{Index: index, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()}
+	page := wire.Keys{Index: index, Synced: notSynced(ans.Synced), Stale: ans.Stale}
 	if len(keys) > limit {
 		keys = keys[:limit]
-		ans.Continue = continueToken(keys[limit-1])
+		page.Continue = continueToken(keys[limit-1])
 	}
 	keys = nonNil(keys)
-	ans.Keys = &keys
+	page.Keys = &keys
 	s.lookups.WithLabelValues("keys", index, "hit").Inc()
-	writeJSON(w, http.StatusOK, ans)
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
@@ -292,16 +293,16 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	t := msync.KeyOf(index, key)
+	t.At = at
 	if watching(r) {
-		t := msync.KeyOf(index, key)
-		t.At = at
 		s.stream(w, r, t)
 		return
 	}
-	values := s.engine.LookupAt(index, key, at)
-	s.count("index", index, values)
-	values = nonNil(values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(s.engine.IndexSynced(index)), Stale: s.engine.Stale()})
+	ans := s.engine.Answer(t)
+	s.count("index", index, ans.Values)
+	values := nonNil(ans.Values)
+	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale})
 }
 
 // notSynced returns a pointer to false when synced is false, else nil: an
@@ -329,16 +330,16 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	t := msync.ChainOf(chain, key)
+	t.At = at
 	if watching(r) {
-		t := msync.ChainOf(chain, key)
-		t.At = at
 		s.stream(w, r, t)
 		return
 	}
-	values := s.engine.ResolveAt(chain, key, at)
-	s.count("chain", chain, values)
-	values = nonNil(values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(s.engine.ChainSynced(chain)), Stale: s.engine.Stale()})
+	ans := s.engine.Answer(t)
+	s.count("chain", chain, ans.Values)
+	values := nonNil(ans.Values)
+	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale})
 }
 
 func (s *Server) count(kind, name string, values []string) {
