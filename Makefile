@@ -116,5 +116,5 @@ bench-micro:
 chaos:
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  KUBEBUILDER_ASSETS=$$assets METASYNC_CHAOS_OPS=2000 METASYNC_CHAOS_FULL=1 METASYNC_CHAOS_REPORT=$(CURDIR)/chaos-report.txt \
-	  $(GO) test -count=1 -v -timeout 20m -run TestConvergenceUnderFaults ./internal/chaos/
+	  $(GO) test -count=1 -v -timeout 20m -run TestConvergenceUnderFaults ./test/chaos/
 	@cat chaos-report.txt

@@ -9,7 +9,7 @@ import (
 )
 
 // TestEndpointSliceRules: a fake of the reference setup answers what the
-// engine does on a cluster (internal/integration's
+// engine does on a cluster (test/integration's
 // TestEndpointSliceSemantics): ready unset is ready, a service with no
 // ready endpoint answers its serving terminating ones, IP:PORT from each
 // slice's own port.

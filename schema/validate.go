@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	plist "github.com/iidp/metasync/internal/problems"
+	plist "github.com/iidp/metasync/schema/internal/problems"
 )
 
 // FieldError is one problem of a config, at a field path such as

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	mplan "github.com/iidp/metasync/internal/plan"
-	plist "github.com/iidp/metasync/internal/problems"
+	plist "github.com/iidp/metasync/schema/internal/problems"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"

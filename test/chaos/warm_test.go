@@ -204,7 +204,7 @@ func TestWarmStart(t *testing.T) {
 		// This apiserver runs without its watch cache, which is what sends
 		// bookmarks: a resumed watch whose last event is older than etcd's
 		// revision cannot show that it caught up, and lists (once). With
-		// the watch cache, a resume needs no list (internal/integration's
+		// the watch cache, a resume needs no list (test/integration's
 		// TestWarmStartIsStaleUntilCaughtUp).
 		if n := e.lists.lists.Load(); n > 3 {
 			t.Errorf("%d LIST requests; at most one per resource\n%s", n, e.log)

@@ -5,7 +5,7 @@ package integration_test
 // a window, and does Ready turn false after StaleAfter? RELIABILITY.md
 // ("Failing watches") has its numbers and the commands.
 //
-//	METASYNC_MEASURE=1 go test -count=1 -run TestMeasureFailingWatch -v ./internal/integration/
+//	METASYNC_MEASURE=1 go test -count=1 -run TestMeasureFailingWatch -v ./test/integration/
 
 import (
 	"context"

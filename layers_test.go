@@ -1,0 +1,77 @@
+package metasync_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/iidp/metasync/"
+
+// layers places every folder of Go code: data flows up, from the pure
+// parts through the config and the engine to its faces, and a package
+// imports only from its own layer or below. A new folder goes in the
+// layer of what it is; a folder not listed fails the test.
+var layers = []struct {
+	name    string
+	folders []string
+}{
+	{"pure parts: no Kubernetes, no config", []string{"indexer", "internal/plan", "internal/snapshot", "internal/wire", "internal/tlsfiles", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
+	{"config: loading, validation, compilation", []string{"schema", "schema/cluster", "internal/feed"}},
+	{"engine", []string{"sync"}},
+	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/api", "internal/streamclient", "internal/testenv"}},
+	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "test/chaos", "test/integration", "deploy", "."}},
+}
+
+// TestLayers: no import runs from a lower layer to a higher one.
+func TestLayers(t *testing.T) {
+	layerOf := map[string]int{}
+	for i, l := range layers {
+		for _, f := range l.folders {
+			layerOf[f] = i
+		}
+	}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		fset := token.NewFileSet()
+		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
+			return !strings.HasSuffix(fi.Name(), "_test.go")
+		}, parser.ImportsOnly)
+		if err != nil || len(pkgs) == 0 {
+			return err
+		}
+		folder := filepath.ToSlash(path)
+		mine, ok := layerOf[folder]
+		if !ok {
+			t.Errorf("%s is in no layer: add it to layers in layers_test.go", folder)
+			return nil
+		}
+		for _, pkg := range pkgs {
+			for name, file := range pkg.Files {
+				for _, imp := range file.Imports {
+					p, _ := strconv.Unquote(imp.Path.Value)
+					dep, ok := strings.CutPrefix(p, module)
+					if !ok {
+						continue
+					}
+					if theirs, ok := layerOf[dep]; ok && theirs > mine {
+						t.Errorf("%s (%s) imports %s (%s), a higher layer", name, layers[mine].name, dep, layers[theirs].name)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
