@@ -76,12 +76,36 @@ func Load(path string) (*Fake, error) {
 // kind *List stands for its items. An object is identified by its
 // metadata.namespace and metadata.name; one that the entry's namespace or
 // selectors exclude is not seen (and removed if it was).
+//
+// When an index's rule skips an object (a value of the wrong shape, over
+// the index's limit), the object is applied all the same, as the engine
+// applies it (a watch logs and counts the error), without that index's
+// entries, and Apply returns a *RuleErrors that names each.
 func (f *Fake) Apply(resource, manifests string) error {
 	objs, err := documents(manifests)
 	if err != nil {
 		return fmt.Errorf("%s: %w", resource, err)
 	}
-	return f.feed.Apply(resource, objs...)
+	return ruleErrors(f.feed.Apply(resource, objs...))
+}
+
+// RuleErrors reports objects that Apply or Replace applied although a rule
+// of an index skipped them: Errors has one error per object and index,
+// "RESOURCE: object KEY: index NAME: what the rule met".
+type RuleErrors struct {
+	Errors []error
+	msg    string
+}
+
+func (e *RuleErrors) Error() string { return e.msg }
+
+// ruleErrors turns the feed's report of skipped rules into a *RuleErrors.
+func ruleErrors(err error) error {
+	var skipped interface{ Skipped() []error }
+	if errors.As(err, &skipped) {
+		return &RuleErrors{Errors: skipped.Skipped(), msg: err.Error()}
+	}
+	return err
 }
 
 // Delete removes objects of the named resource entry by object key:
@@ -93,13 +117,14 @@ func (f *Fake) Delete(resource string, objectKeys ...string) error {
 
 // Replace makes the given objects the whole content of the named resource
 // entry, as a relist after a broken watch does: every object they lack is
-// removed, in the same step.
+// removed, in the same step. Rules that skip an object are reported as
+// Apply reports them.
 func (f *Fake) Replace(resource, manifests string) error {
 	objs, err := documents(manifests)
 	if err != nil {
 		return fmt.Errorf("%s: %w", resource, err)
 	}
-	return f.feed.Replace(resource, objs...)
+	return ruleErrors(f.feed.Replace(resource, objs...))
 }
 
 // documents splits YAML or JSON manifests into JSON objects.

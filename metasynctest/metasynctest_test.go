@@ -2,14 +2,17 @@ package metasynctest_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/iidp/metasync/metasynctest"
+	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -94,5 +97,42 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := os.Stat(appmodelConfig()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestApplyReportsRuleErrors: an object that a rule skips is applied as the
+// engine applies it (its other indexes hold it), and the error names the
+// object, the index and what the rule met.
+func TestApplyReportsRuleErrors(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
+		Indexes: []schema.Index{
+			{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"},
+			{Name: "app-to-spec", Key: "metadata.name", Value: "spec"},
+		},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fake.Apply("appmodels", `{"metadata":{"name":"a","namespace":"ns"},"spec":{"models":["m1"]}}`)
+	var re *metasynctest.RuleErrors
+	if !errors.As(err, &re) || len(re.Errors) != 1 || !strings.Contains(re.Errors[0].Error(), "appmodels: object ns/a: index app-to-spec: spec is an object") {
+		t.Fatalf("Apply = %v (%#v)", err, re)
+	}
+	if got := fake.Lookup("model-to-app", "m1"); !slices.Equal(got, []string{"ns/a"}) && !slices.Equal(got, []string{"a"}) {
+		t.Errorf("the object's other index: %q", got)
+	}
+	if got := fake.Lookup("app-to-spec", "a"); got != nil {
+		t.Errorf("the index whose rule skipped it: %q", got)
+	}
+	if err := fake.Replace("appmodels", `{"metadata":{"name":"a","namespace":"ns"},"spec":{"models":["m1"]}}`); !errors.As(err, &re) {
+		t.Errorf("Replace = %v", err)
+	}
+	if err := fake.Apply("appmodels", `{"metadata":{"name":"b","namespace":"ns"},"spec":{"models":["m2"]}}`); !errors.As(err, &re) {
+		t.Errorf("every object whose spec is an object is reported: %v", err)
 	}
 }

@@ -24,6 +24,9 @@ type object struct {
 	// ix is the object as the indexer takes it: key, entries and payload
 	// (the projected fields as compact JSON, a string), already prepared.
 	ix indexer.Object
+	// skipped holds what the rules that skipped the object said, for the
+	// offline feed, which reports them (a watch logs and counts them).
+	skipped []error
 }
 
 func (o *object) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyObjectKind }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/tidwall/gjson"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -113,17 +114,47 @@ type projected struct {
 }
 
 // projectAll checks and projects every object, or fails on the first bad
-// one, naming it, before anything is written.
-func (f offline) projectAll(w *watcher, objects [][]byte) ([]projected, error) {
-	out := make([]projected, 0, len(objects))
+// one, naming it, before anything is written. skipped reports, one line
+// each, the rules that skipped an object: it is written all the same, as a
+// watch writes it, without those indexes' entries.
+func (f offline) projectAll(w *watcher, objects [][]byte) (out []projected, skipped error, err error) {
+	out = make([]projected, 0, len(objects))
+	var rules *multierror.Error
 	for i, raw := range objects {
 		o, key, err := f.project(w, raw)
 		if err != nil {
-			return nil, fmt.Errorf("%s: object %d: %w", w.plan.Name, i, err)
+			return nil, nil, fmt.Errorf("%s: object %d: %w", w.plan.Name, i, err)
+		}
+		if o != nil {
+			for _, e := range o.skipped {
+				rules = multierror.Append(rules, fmt.Errorf("%s: object %s: %w", w.plan.Name, key, e))
+			}
 		}
 		out = append(out, projected{o, key})
 	}
-	return out, nil
+	if rules != nil {
+		rules.ErrorFormat = ruleErrorLines
+		skipped = &ruleErrors{err: rules}
+	}
+	return out, skipped, nil
+}
+
+// ruleErrors is what the offline feed returns when a rule skipped an
+// object it wrote: one error per object and index (metasynctest's Fake
+// turns it into its RuleErrors).
+type ruleErrors struct{ err *multierror.Error }
+
+func (e *ruleErrors) Error() string { return e.err.Error() }
+
+// Skipped returns one error per object and index.
+func (e *ruleErrors) Skipped() []error { return e.err.Errors }
+
+func ruleErrorLines(errs []error) string {
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		lines[i] = err.Error()
+	}
+	return fmt.Sprintf("%d rule error(s), the object(s) written without those entries:\n\t%s", len(errs), strings.Join(lines, "\n\t"))
 }
 
 // Apply projects every object first, so that a bad one changes nothing,
@@ -133,7 +164,7 @@ func (f offline) Apply(resource string, objects ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	ps, err := f.projectAll(w, objects)
+	ps, skipped, err := f.projectAll(w, objects)
 	if err != nil {
 		return err
 	}
@@ -148,7 +179,7 @@ func (f offline) Apply(resource string, objects ...[]byte) error {
 		}
 	}
 	tx.Commit()
-	return nil
+	return skipped
 }
 
 func (f offline) Delete(resource string, objectKeys ...string) error {
@@ -170,7 +201,7 @@ func (f offline) Replace(resource string, objects ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	ps, err := f.projectAll(w, objects)
+	ps, skipped, err := f.projectAll(w, objects)
 	if err != nil {
 		return err
 	}
@@ -180,5 +211,8 @@ func (f offline) Replace(resource string, objects ...[]byte) error {
 			list = append(list, p.o)
 		}
 	}
-	return w.Replace(list, "")
+	if err := w.Replace(list, ""); err != nil {
+		return err
+	}
+	return skipped
 }

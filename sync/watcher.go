@@ -244,6 +244,7 @@ func (w *watcher) project(raw string) *object {
 				err = fmt.Errorf("over maxEntriesPerObject (%d entries, %d bytes): %w; the object adds nothing to this index", ix.MaxEntries, ix.MaxBytes, err)
 			}
 			w.ruleError(i, key, err)
+			o.skipped = append(o.skipped, fmt.Errorf("index %s: %w", ix.Public(), err))
 			continue
 		}
 		if len(keys) == 0 || len(values) == 0 {
