@@ -18,7 +18,8 @@
 //	`)
 //	fake.Lookup("model-to-app", "model1") // [base]
 //
-// Every resource is synced from the start, with no objects. Objects may be
+// Every resource is synced from the start, with no objects, but those
+// that New's Unsynced names, synced by their first Replace. Objects may be
 // applied, changed and deleted while the code under test reads: a Fake is
 // safe for concurrent use, and readers see each Apply, Delete or Replace
 // as a whole.
@@ -45,30 +46,54 @@ import (
 // Fake is a sync.Reader over objects given by a test.
 type Fake struct {
 	msync.Reader
-	feed feed.Feeder
+	engine *msync.Engine
+	feed   feed.Feeder
 }
+
+// Answer is the engine's Answer: a target's values with whether they are
+// synced and stale, as the daemon's HTTP API answers.
+func (f *Fake) Answer(t msync.Target) msync.Answer { return f.engine.Answer(t) }
 
 var _ msync.Reader = (*Fake)(nil)
 
-// New builds a Fake of a compiled config, with no objects.
-func New(plan *schema.Plan) (*Fake, error) {
+// Option changes how New builds a Fake.
+type Option func(*options)
+
+type options struct{ unsynced []string }
+
+// Unsynced starts the named resource entries not synced, as an engine's
+// resources are until their first list: their indexes are not Synced (in
+// Indexes, and in Answer, of each index and chain they feed) until the
+// first Replace of each, which is that list. Apply before it writes, as
+// a watch's events would.
+func Unsynced(resources ...string) Option {
+	return func(o *options) { o.unsynced = append(o.unsynced, resources...) }
+}
+
+// New builds a Fake of a compiled config, with no objects, every resource
+// synced (but those given to Unsynced).
+func New(plan *schema.Plan, opts ...Option) (*Fake, error) {
 	if plan == nil {
 		return nil, errors.New("metasynctest.New: nil plan")
 	}
-	e, f, err := feed.New(plan, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	e, f, err := feed.New(plan, slog.New(slog.NewTextHandler(io.Discard, nil)), o.unsynced...)
 	if err != nil {
 		return nil, err
 	}
-	return &Fake{Reader: e.(*msync.Engine), feed: f}, nil
+	return &Fake{Reader: e.(*msync.Engine), engine: e.(*msync.Engine), feed: f}, nil
 }
 
 // Load builds a Fake of the config file at path (see schema.LoadPlan).
-func Load(path string) (*Fake, error) {
+func Load(path string, opts ...Option) (*Fake, error) {
 	plan, err := schema.LoadPlan(path, schema.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return New(plan)
+	return New(plan, opts...)
 }
 
 // Apply adds or replaces objects of the named resource entry, given as YAML

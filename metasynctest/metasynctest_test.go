@@ -136,3 +136,37 @@ func TestApplyReportsRuleErrors(t *testing.T) {
 		t.Errorf("every object whose spec is an object is reported: %v", err)
 	}
 }
+
+// TestUnsynced: a resource that New's Unsynced names answers "not synced"
+// until its first Replace, as an engine's does until its first list.
+func TestUnsynced(t *testing.T) {
+	fake, err := metasynctest.Load(appmodelConfig(), metasynctest.Unsynced("endpointslices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := func() map[string]bool {
+		out := map[string]bool{}
+		for _, ix := range fake.Indexes() {
+			out[ix.Name] = ix.Synced
+		}
+		return out
+	}
+	if s := synced(); !s["model-to-app"] || s["service-to-addresses"] {
+		t.Fatalf("before the first list: %v", s)
+	}
+	if a := fake.Answer(msync.ChainOf("model-to-addresses", "model1")); a.Synced {
+		t.Errorf("a chain through an unsynced resource: %+v", a)
+	}
+	if err := fake.Replace("endpointslices", ""); err != nil {
+		t.Fatal(err)
+	}
+	if s := synced(); !s["service-to-addresses"] {
+		t.Errorf("after the first Replace: %v", s)
+	}
+	if a := fake.Answer(msync.ChainOf("model-to-addresses", "model1")); !a.Synced || a.Values != nil {
+		t.Errorf("after it: %+v", a)
+	}
+	if _, err := metasynctest.Load(appmodelConfig(), metasynctest.Unsynced("nope")); err == nil || !strings.Contains(err.Error(), `unknown resource "nope"`) {
+		t.Errorf("an unknown resource: %v", err)
+	}
+}

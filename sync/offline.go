@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/go-multierror"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	feed.New = func(plan *mschema.Plan, log *slog.Logger) (any, feed.Feeder, error) {
+	feed.New = func(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (any, feed.Feeder, error) {
 		if plan == nil {
 			return nil, nil, errors.New("no plan")
 		}
@@ -30,7 +31,15 @@ func init() {
 			return nil, nil, err
 		}
 		v, _ := e.view()
+		for _, name := range unsynced {
+			if _, err := (offline{e}).watcher(name); err != nil {
+				return nil, nil, err
+			}
+		}
 		for _, w := range v.watchers {
+			if slices.Contains(unsynced, w.plan.Name) {
+				continue
+			}
 			if err := w.Replace(nil, ""); err != nil {
 				return nil, nil, err
 			}

@@ -24,6 +24,7 @@ type Feeder interface {
 }
 
 // New builds a *sync.Engine (returned as any, since sync imports this
-// package) of plan that never talks to a cluster, every resource synced
-// and empty, and the Feeder that fills it.
-var New func(plan *schema.Plan, log *slog.Logger) (engine any, f Feeder, err error)
+// package) of plan that never talks to a cluster, every resource empty and
+// synced but those named in unsynced, which are synced by their first
+// Replace (a first list), and the Feeder that fills it.
+var New func(plan *schema.Plan, log *slog.Logger, unsynced ...string) (engine any, f Feeder, err error)
