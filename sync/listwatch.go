@@ -1,0 +1,286 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	gosync "sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+)
+
+// --- cache.ListerWatcher: raw JSON in, projected objects out ---
+
+func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
+	opts.LabelSelector = w.plan.LabelSelector
+	opts.FieldSelector = w.plan.FieldSelector
+	req := w.client.Get().Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
+	if w.plan.Namespace != "" {
+		req = req.Namespace(w.plan.Namespace)
+	}
+	return req
+}
+
+func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if opts.Continue == "" {
+		w.listed.Store(0)
+	}
+	if opts.ResourceVersion == "0" {
+		// The reflector's first list asks for "any" version, which the
+		// apiserver's watch cache may serve stale. Ask for the current
+		// state instead (served from the cache too, once it has caught up),
+		// in one response: after WaitForSync, every write made before Start
+		// is visible.
+		opts.ResourceVersion, opts.ResourceVersionMatch, opts.Limit = "", "", 0
+	}
+	start := time.Now()
+	defer func() {
+		if ctx.Err() == nil {
+			w.lists.Add(1)
+			w.listNanos.Add(int64(time.Since(start)))
+		}
+	}()
+	body, err := w.request(&opts).Stream(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // a stop or a resync, not trouble
+		}
+		w.checkGone(err)
+		w.listErrors.Add(1)
+		w.fail(fmt.Errorf("list: %w", err))
+		return nil, err
+	}
+	list, err := streamList(body, w.project)
+	body.Close()
+	if list != nil {
+		w.listed.Add(int64(len(list.Items)))
+		w.log.Debug("list page", "objects", len(list.Items), "took", time.Since(start).String())
+	}
+	w.gone.Store(false)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		w.listErrors.Add(1)
+		w.fail(fmt.Errorf("list: %w", err))
+		return nil, err
+	}
+	// A list that works does not clear the error: the resource is fresh
+	// again only once a watch is established (see trackedWatch).
+	return list, nil
+}
+
+func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	wi, err := w.request(&opts).Watch(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // a stop or a resync, not trouble
+		}
+		w.checkGone(err)
+		w.watchErrors.Add(1)
+		w.fail(fmt.Errorf("watch: %w", err))
+		return nil, err
+	}
+	w.watches.Add(1)
+	w.log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
+	return w.track(ctx, wi), nil
+}
+
+// checkGone clears the resource's keys when the apiserver stops serving it
+// (its CRD was deleted, say): nothing can be known of it any more, and
+// stale answers would route calls to what is gone. The next successful
+// list brings everything back.
+func (w *watcher) checkGone(err error) {
+	if !apierrors.IsNotFound(err) || w.gone.Swap(true) {
+		return
+	}
+	if !w.isSynced() {
+		w.log.Warn("resource not served by the apiserver (is its CRD installed? is resource: its plural?): not synced, retrying", "gvr", w.plan.GVR.String(), "error", err.Error())
+		return
+	}
+	w.src.Replace(nil)
+	// Its objects are gone from the source, not from the cluster's
+	// history: a snapshot must not resume from here (it leaves the
+	// resource out until the next list).
+	w.rv.Store(nil)
+	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
+}
+
+// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
+func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
+
+// establishedAfter is how long a watch must stay open without an error to
+// count as established, whether or not it delivers events.
+const establishedAfter = time.Second
+
+// trackedWatch hands the events of one watch request to the reflector and
+// tells the watcher how the watch went. client-go's reflector returns no
+// error for a watch that ends with an ERROR event or ends at once (it lists
+// again), so without this the watcher would see neither.
+type trackedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  gosync.Once
+}
+
+func (t *trackedWatch) ResultChan() <-chan watch.Event { return t.out }
+
+func (t *trackedWatch) Stop() {
+	t.once.Do(func() {
+		close(t.stop)
+		t.inner.Stop()
+	})
+}
+
+func (t *trackedWatch) stopped() bool {
+	select {
+	case <-t.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// track wraps a watch that the apiserver accepted. The watch is
+// established once it stays open establishedAfter without an ERROR event;
+// an ERROR event, or an end before it was established, is a failure.
+// Neither counts while ctx ends or the reflector stops the watch: a stop
+// or a resync.
+func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
+	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go w.follow(ctx, t)
+	return t
+}
+
+func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
+	defer close(t.out)
+	started := time.Now()
+	defer func() {
+		w.watchesEnded.Add(1)
+		w.watchNanos.Add(int64(time.Since(started)))
+	}()
+	timer := time.NewTimer(establishedAfter)
+	defer timer.Stop()
+	established, failed := false, false
+	stopping := func() bool { return ctx.Err() != nil || t.stopped() }
+	in := t.inner.ResultChan()
+	for {
+		select {
+		case ev, ok := <-in:
+			if !ok {
+				if !established && !failed && !stopping() {
+					w.watchErrors.Add(1)
+					// The same text every time: a changed message is logged again.
+					w.fail(fmt.Errorf("watch: ended within %s of its start", establishedAfter))
+				}
+				return
+			}
+			// Events do not establish a watch by themselves: one that
+			// delivers an event and then fails, over and over, never
+			// keeps working, and the resource must go stale.
+			if ev.Type == watch.Error && !failed && !stopping() {
+				failed = true
+				w.watchErrors.Add(1)
+				w.fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
+			}
+			select {
+			case t.out <- ev:
+			case <-t.stop:
+				return
+			}
+		case <-timer.C:
+			if !failed {
+				established = true
+				w.watchEstablished()
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// fail records a list or watch error. Status shows it until a watch is
+// established again, and the resource turns stale once that has not
+// happened for staleAfter since the first error.
+func (w *watcher) fail(err error) {
+	w.failures.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastErr == nil || w.lastErr.Error() != err.Error() {
+		level := slog.LevelWarn
+		if isExpired(err) {
+			level = slog.LevelInfo // compaction: normal, the reflector lists again
+		}
+		w.log.Log(context.Background(), level, "watch trouble", "error", err.Error())
+	}
+	if w.failingSince.IsZero() {
+		w.failingSince = time.Now()
+	}
+	w.lastErr = err
+}
+
+// watchEstablished records a watch that works: the resource is fresh.
+func (w *watcher) watchEstablished() {
+	now := time.Now()
+	w.established.CompareAndSwap(0, now.UnixNano())
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastErr != nil {
+		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
+	}
+	w.lastErr, w.failingSince = nil, time.Time{}
+}
+
+// caughtUp records a resumed watch that has delivered the apiserver's
+// state as of when resume asked for it: the resource is no longer stale.
+func (w *watcher) caughtUp(rv string) {
+	w.syncedOnce.Do(func() {
+		// Logged first: whoever sees the resource synced finds the line.
+		w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion and reached the apiserver's, no list needed",
+			"snapshot", w.resumeRV, "resourceVersion", rv)
+		w.syncedAt.Store(time.Now().UnixNano())
+		close(w.synced)
+	})
+}
+
+// isExpired reports a 410 Gone: the resource version asked for has been
+// compacted away, and a new list is the normal way on.
+func isExpired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+// The backoff between failed runs of list-and-watch: the delay doubles
+// from retryInitial up to retryMax, each plus up to retryJitter of itself
+// (so at most 10 s), and starts over only after a run whose watch stayed
+// established for backoffResetAfter. That is as long as the longest delay,
+// so a watch that keeps failing after working a while costs the apiserver
+// no more than one that keeps failing at once: about one LIST and one
+// WATCH per 10 s, per resource.
+const (
+	retryInitial      = 500 * time.Millisecond
+	retryMax          = 8 * time.Second
+	retryJitter       = 0.25
+	backoffResetAfter = 10 * time.Second
+)
+
+func newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: retryJitter, Steps: 10, Cap: retryMax}
+}
+
+// List is ListWithContext without a context, for cache.ListerWatcher.
+func (w *watcher) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return w.ListWithContext(context.Background(), opts)
+}
+
+// Watch is WatchWithContext without a context, for cache.ListerWatcher.
+func (w *watcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return w.WatchWithContext(context.Background(), opts)
+}

@@ -1,0 +1,150 @@
+package sync
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/iidp/metasync/indexer"
+)
+
+// --- cache.ReflectorStore: the reflector writes here ---
+
+func (w *watcher) Add(obj any) error {
+	w.added.Add(1)
+	return w.put(obj)
+}
+
+func (w *watcher) Update(obj any) error {
+	w.updated.Add(1)
+	return w.put(obj)
+}
+
+func (w *watcher) put(obj any) error {
+	o, ok := obj.(*object)
+	if !ok {
+		return fmt.Errorf("unexpected %T in the watch of %s", obj, w.plan.Name)
+	}
+	tx := w.src.Begin()
+	tx.Put(o.ix)
+	tx.Commit()
+	w.rv.Store(&o.rv)
+	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
+	return nil
+}
+
+// UpdateResourceVersion records the resourceVersion of a bookmark: the
+// source is as of it (cache.ResourceVersionUpdater).
+func (w *watcher) UpdateResourceVersion(rv string) { w.rv.Store(&rv) }
+
+// resourceVersion returns the resourceVersion the source is as of, at
+// least: every write before it is in the source.
+func (w *watcher) resourceVersion() string {
+	if p := w.rv.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (w *watcher) Delete(obj any) error {
+	w.deleted.Add(1)
+	var key string
+	var rv *string
+	switch o := obj.(type) {
+	case *object:
+		key, rv = o.ix.Key, &o.rv
+	case cache.DeletedFinalStateUnknown:
+		key = o.Key
+	case *cache.DeletedFinalStateUnknown:
+		key = o.Key
+	default:
+		return fmt.Errorf("unexpected %T deleted in the watch of %s", obj, w.plan.Name)
+	}
+	tx := w.src.Begin()
+	tx.Delete(key)
+	tx.Commit()
+	if rv != nil {
+		w.rv.Store(rv)
+	}
+	return nil
+}
+
+func (w *watcher) Replace(list []any, rv string) error {
+	objs := make([]indexer.Object, 0, len(list))
+	for _, it := range list {
+		o, ok := it.(*object)
+		if !ok {
+			return fmt.Errorf("unexpected %T in the list of %s", it, w.plan.Name)
+		}
+		objs = append(objs, o.ix)
+	}
+	start := time.Now()
+	w.src.Replace(objs)
+	w.rv.Store(&rv)
+	w.log.Debug("replaced", "objects", len(objs), "took", time.Since(start).String())
+	w.relists.Add(1)
+	w.syncedOnce.Do(func() {
+		w.syncedAt.Store(time.Now().UnixNano())
+		close(w.synced)
+		msg := "resource synced"
+		switch {
+		case w.inherited:
+			msg = "resource synced with its new definition"
+		case w.warm():
+			msg = "resource caught up by a list: the snapshot's resourceVersion could not be resumed; only the differences were applied"
+		}
+		w.log.Info(msg, "objects", len(objs), "resourceVersion", rv)
+	})
+	return nil
+}
+
+func (w *watcher) Resync() error { return nil }
+
+// isSynced reports whether the resource has data to answer with: its
+// first complete list is done, or, for a restarted resource, was done by
+// its previous definition's watcher, or it was restored from a snapshot.
+func (w *watcher) isSynced() bool {
+	if (w.inherited && !w.dropped.Load()) || w.warm() {
+		return true
+	}
+	return w.listed1()
+}
+
+// warm reports a resource restored from a snapshot whose data is still
+// there (not dropped as another cluster's).
+func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
+
+// stale reports a resource that answers from a snapshot and has not caught
+// up with the apiserver yet.
+func (w *watcher) stale() bool {
+	return (w.warm() || w.staleFrom && !w.dropped.Load()) && !w.listed1()
+}
+
+// unverified reports data from a snapshot that no list has replaced yet:
+// restored, or carried over a reload from such data.
+func (w *watcher) unverified() bool {
+	if w.listed1() || w.dropped.Load() {
+		return false
+	}
+	return w.restored || w.carried != nil && w.carried.unverified
+}
+
+// indexSynced reports whether one index of the resource answers from a
+// complete list: this watcher's, or, for an index that the previous
+// definition had too, that one's. An index that a restart added (or moved
+// here from another resource) is empty until this watcher's first list.
+func (w *watcher) indexSynced(index string) bool {
+	return w.listed1() || w.kept[index] && !w.dropped.Load() || w.warm()
+}
+
+// listed1 reports whether this watcher's first complete list is done, or,
+// for a restored resource, its watch has caught up (see resume).
+func (w *watcher) listed1() bool {
+	select {
+	case <-w.synced:
+		return true
+	default:
+		return false
+	}
+}
