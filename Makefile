@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: help fuzz all build test unit lint fmt vet tidy envtest clean run bench bench-micro chaos image
+.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run bench bench-micro chaos image
 
 ## all: the default: build.
 all: build
@@ -64,8 +64,8 @@ fuzz:
 unit:
 	KUBEBUILDER_ASSETS= $(GO) test -race -count=1 $(PKGS)
 
-## lint: fmt, vet and tidy.
-lint: fmt vet tidy
+## lint: fmt, vet, staticcheck and tidy.
+lint: fmt vet staticcheck tidy
 
 ## fmt: fails on a file that gofmt would change, and names it.
 fmt:
@@ -75,6 +75,11 @@ fmt:
 ## vet: go vet on every package.
 vet:
 	$(GO) vet $(PKGS)
+
+## staticcheck: the staticcheck linter on every package (hack/staticcheck.sh
+## builds it once into the cache folder).
+staticcheck:
+	@sc=$$(bash hack/staticcheck.sh) && echo "staticcheck ./..." && $$sc ./...
 
 ## tidy: fails when go.mod or go.sum is not as `go mod tidy` writes it,
 ## and shows the difference.

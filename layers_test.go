@@ -42,11 +42,8 @@ func TestLayers(t *testing.T) {
 		if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "bin") {
 			return filepath.SkipDir
 		}
-		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ImportsOnly)
-		if err != nil || len(pkgs) == 0 {
+		_, files, err := parsePackage(token.NewFileSet(), path, parser.ImportsOnly)
+		if err != nil || files == nil {
 			return err
 		}
 		folder := filepath.ToSlash(path)
@@ -55,17 +52,15 @@ func TestLayers(t *testing.T) {
 			t.Errorf("%s is in no layer: add it to layers in layers_test.go", folder)
 			return nil
 		}
-		for _, pkg := range pkgs {
-			for name, file := range pkg.Files {
-				for _, imp := range file.Imports {
-					p, _ := strconv.Unquote(imp.Path.Value)
-					dep, ok := strings.CutPrefix(p, module)
-					if !ok {
-						continue
-					}
-					if theirs, ok := layerOf[dep]; ok && theirs > mine {
-						t.Errorf("%s (%s) imports %s (%s), a higher layer", name, layers[mine].name, dep, layers[theirs].name)
-					}
+		for name, file := range files {
+			for _, imp := range file.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				dep, ok := strings.CutPrefix(p, module)
+				if !ok {
+					continue
+				}
+				if theirs, ok := layerOf[dep]; ok && theirs > mine {
+					t.Errorf("%s (%s) imports %s (%s), a higher layer", name, layers[mine].name, dep, layers[theirs].name)
 				}
 			}
 		}

@@ -23,10 +23,9 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "", "namespace of the AppModels")
 	flag.Parse()
-	if err := run(*kubeconfig, *namespace); err != nil {
-		fmt.Fprintln(os.Stderr, "bareinformer:", err)
-		os.Exit(1)
-	}
+	// run serves until it fails: it returns only an error.
+	fmt.Fprintln(os.Stderr, "bareinformer:", run(*kubeconfig, *namespace))
+	os.Exit(1)
 }
 
 func run(kubeconfig, namespace string) error {

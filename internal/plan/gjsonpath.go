@@ -304,11 +304,7 @@ func checkQuery(p string) (string, error) {
 			return "", fmt.Errorf("query %q: no value after %q (write \"\" for the empty string)", query, sym)
 		}
 	}
-	rest := p[end+1:]
-	if strings.HasPrefix(rest, "#") {
-		rest = rest[1:]
-	}
-	return rest, nil
+	return strings.TrimPrefix(p[end+1:], "#"), nil
 }
 
 // checkMultipath checks a multipath {a,b,"name":c} or [a,b].
