@@ -103,14 +103,17 @@ run: build
 	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN)
 
 ## bench: metasync side by side with the plain informer on one control
-## plane; N=100000 for the large run (see BENCHMARKS.md).
+## plane; N=100000 for the large run (see BENCHMARKS.md). BENCH_FLAGS
+## passes flags to hack/bench: -check fails on a missed target, -benchstat
+## FILE writes every measure for benchstat.
 N ?= 10000
+BENCH_FLAGS ?=
 bench:
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/bench ./hack/bench && \
 	  $(GO) build -o $(BIN)/metasync ./cmd/metasync && \
 	  $(GO) build -o $(BIN)/bareinformer ./hack/bareinformer && \
-	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N) -metasync $(BIN)/metasync
+	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N) -metasync $(BIN)/metasync $(BENCH_FLAGS)
 
 ## bench-micro: the indexer's Go benchmarks, with allocations.
 bench-micro:

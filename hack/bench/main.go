@@ -41,6 +41,8 @@ var (
 	cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the fan-out writes to this file")
 	apiProfile      = flag.String("apiserver-profile", "", "write the kube-apiserver's CPU profile of 3 s of fan-out writes to this file")
 	verbose         = flag.Bool("v", false, "log the engine's debug lines")
+	checkTargets    = flag.Bool("check", false, "exit with status 1 when a measure misses its target")
+	benchstatOut    = flag.String("benchstat", "", "also write every measure to this file in the Go benchmark format, for benchstat")
 )
 
 // gvr is the AppModel resource that both sides watch, in namespace ns.
@@ -55,8 +57,10 @@ const ns = "bench"
 type row struct {
 	name, unit          string
 	baseline, metasync  float64
-	target              string
+	target              target
 	higherIsBetter, raw bool
+	// left and right name the columns of the table the row is printed in.
+	left, right string
 }
 
 // result is what one side, the plain informer or metasync, measured; run
@@ -82,7 +86,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: -child %q: only engines\n", *child)
 		os.Exit(2)
 	}
-	if err := run(); err != nil {
+	err := run()
+	if err == nil && *benchstatOut != "" {
+		err = writeBenchstat(*benchstatOut)
+	}
+	if err == nil {
+		err = check()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -221,18 +232,18 @@ func run() error {
 	floorHot, floorRandom := lookupsVsMap(keys, ix, &ms)
 
 	rows = append(rows,
-		row{name: "heap per indexed object", unit: "B", baseline: base.bytesPerObject, metasync: ms.bytesPerObject, target: "≤ 1/12"},
-		row{name: "initial sync (metasync: median of 5)", unit: "s", baseline: base.sync.Seconds(), metasync: ms.sync.Seconds(), target: "≤ 1.3 × raw LIST"},
+		row{name: "heap per indexed object", unit: "B", baseline: base.bytesPerObject, metasync: ms.bytesPerObject, target: ratioAtMost(1.0/12, "≤ 1/12")},
+		row{name: "initial sync (metasync: median of 5)", unit: "s", baseline: base.sync.Seconds(), metasync: ms.sync.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
 		row{name: "raw LIST, bytes only (median of 5)", unit: "s", baseline: listDur.Seconds(), metasync: listDur.Seconds(), raw: true},
-		row{name: "lookup, hot key", unit: "ns", baseline: base.lookupHot, metasync: ms.lookupHot, target: "≤ 1.3 × map"},
-		row{name: "lookup, random keys", unit: "ns", baseline: base.lookupRandom, metasync: ms.lookupRandom, target: "≤ 1.3 × map"},
-		row{name: "lookup, random, 2 goroutines", unit: "ns", baseline: base.lookupParallel, metasync: ms.lookupParallel, target: "≤ 1.3 × map"},
-		row{name: "lookup allocs", unit: "allocs", baseline: base.lookupAllocs, metasync: ms.lookupAllocs, target: "0"},
+		row{name: "lookup, hot key", unit: "ns", baseline: base.lookupHot, metasync: ms.lookupHot, target: atMost(1.3*floorHot, "≤ 1.3 × map")},
+		row{name: "lookup, random keys", unit: "ns", baseline: base.lookupRandom, metasync: ms.lookupRandom, target: atMost(1.3*floorRandom.single, "≤ 1.3 × map")},
+		row{name: "lookup, random, 2 goroutines", unit: "ns", baseline: base.lookupParallel, metasync: ms.lookupParallel, target: atMost(1.3*floorRandom.parallel, "≤ 1.3 × map")},
+		row{name: "lookup allocs", unit: "allocs", baseline: base.lookupAllocs, metasync: ms.lookupAllocs, target: atMost(0, "0")},
 		row{name: "plain map, hot key (floor)", unit: "ns", baseline: floorHot, metasync: floorHot, raw: true},
 		row{name: "plain map, random keys (floor)", unit: "ns", baseline: floorRandom.single, metasync: floorRandom.single, raw: true},
 		row{name: "plain map, random, 2 goroutines", unit: "ns", baseline: floorRandom.parallel, metasync: floorRandom.parallel, raw: true},
 		row{name: "write → visible p50", unit: "ms", baseline: base.p50, metasync: ms.p50},
-		row{name: "write → visible p99", unit: "ms", baseline: base.p99, metasync: ms.p99, target: "≤ informer + 1 ms"},
+		row{name: "write → visible p99", unit: "ms", baseline: base.p99, metasync: ms.p99, target: atMost(base.p99+1, "≤ informer + 1 ms")},
 	)
 	rows = append(rows, rssRows...)
 	var streamSummary string
@@ -246,9 +257,9 @@ func run() error {
 		l, h := pct(libLate), pct(httpLate)
 		rows = append(rows,
 			row{name: "write → subscriber notified (library) p50", unit: "ms", metasync: lat[2].p50},
-			row{name: "write → subscriber notified (library) p99", unit: "ms", metasync: lat[2].p99, target: "≤ visible + 1 ms"},
+			row{name: "write → subscriber notified (library) p99", unit: "ms", metasync: lat[2].p99, target: atMost(ms.p99+1, "≤ visible + 1 ms")},
 			row{name: "write → subscriber notified (HTTP stream) p50", unit: "ms", metasync: lat[3].p50},
-			row{name: "write → subscriber notified (HTTP stream) p99", unit: "ms", metasync: lat[3].p99, target: "≤ visible + 2 ms"},
+			row{name: "write → subscriber notified (HTTP stream) p99", unit: "ms", metasync: lat[3].p99, target: atMost(ms.p99+2, "≤ visible + 2 ms")},
 			row{name: "write → gRPC resolver UpdateState p50", unit: "ms", metasync: lat[4].p50},
 			row{name: "write → gRPC resolver UpdateState p99", unit: "ms", metasync: lat[4].p99},
 		)
@@ -272,7 +283,7 @@ func run() error {
 		return err
 	}
 	rows = append(rows,
-		row{name: "relist: peak live heap / steady", unit: "x", metasync: live, target: "≤ 2"},
+		row{name: "relist: peak live heap / steady", unit: "x", metasync: live, target: atMost(2, "≤ 2")},
 		row{name: "relist: peak heap with garbage / steady", unit: "x", metasync: total})
 	if *fanout > 0 {
 		engines, _, err := measureFanout(ctx, dyn, cfg, "engines", engineFollower)
@@ -291,11 +302,11 @@ func run() error {
 			row{name: fmt.Sprintf("fan-out: %d of each, p50 all see", *fanout), unit: "ms", baseline: informers.p50, metasync: engines.p50},
 			row{name: fmt.Sprintf("fan-out: %d of each, p99 all see", *fanout), unit: "ms", baseline: informers.p99, metasync: engines.p99},
 			row{name: "fan-out p50 / one's write → visible p50", unit: "x", baseline: informers.p50 / base.p50, metasync: engines.p50 / ms.p50, raw: true},
-			row{name: "fan-out p99 / one's write → visible p99", unit: "x", baseline: informers.p99 / base.p99, metasync: engines.p99 / ms.p99, raw: true, target: "≤ 2"})
+			row{name: "fan-out p99 / one's write → visible p99", unit: "x", baseline: informers.p99 / base.p99, metasync: engines.p99 / ms.p99, raw: true, target: atMost(2, "≤ 2")})
 	}
 	if *httpDur > 0 {
 		bare, lookup := measureHTTP(engine, keys)
-		rows = append(rows, row{name: "HTTP lookups/s (bare net/http vs API)", unit: "req/s", baseline: bare, metasync: lookup, target: "≥ 70 %", higherIsBetter: true})
+		rows = append(rows, row{name: "HTTP lookups/s (bare net/http vs API)", unit: "req/s", baseline: bare, metasync: lookup, target: ratioAtLeast(0.7, "≥ 70 %"), higherIsBetter: true})
 	}
 	stopEngine()
 
@@ -355,7 +366,13 @@ func printTable(title, left, right string, rows []row) {
 		if r.raw || r.baseline == 0 {
 			rs = "—"
 		}
-		fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, r.target)
+		t := r.target.text
+		if r.missed() {
+			t += " MISSED"
+		}
+		fmt.Printf("| %-*s | %14s | %14s | %8s | %-20s |\n", width, r.name, format(r.baseline, r.unit), format(r.metasync, r.unit), rs, t)
+		r.left, r.right = left, right
+		report = append(report, r)
 	}
 }
 
