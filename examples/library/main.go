@@ -1,4 +1,4 @@
-// Command library is the program of the README's "Use it as a library": it
+// Command library is the program of docs/library.md ("Use it as a library"): it
 // keeps the indexes of a metasync config in memory, answers a lookup, a
 // chain and typed fields for one model, then keeps the indexes up to date
 // until Ctrl-C or SIGTERM.
