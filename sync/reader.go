@@ -134,25 +134,43 @@ type Answer struct {
 
 // Answer reads a target once, as a lookup (KeyOf), a chain lookup
 // (ChainOf) or the keys of an index (IndexOf: its keys are the Values),
-// narrowed by t.At, with the answer's Synced and Stale. The two are read
-// before the values, which are never older than they: an answer may say
-// "not synced" of values read just after its resource synced, never
-// "synced" of values read before (three calls, values first, could).
+// narrowed by t.At, with the answer's Synced and Stale, all of one config.
+// The flags are read before the values, from a snapshot taken after them
+// under the same config (a reload between the two reads again): an answer
+// may say "not synced" of values read just after its resource synced,
+// never "synced" of values read before, nor of an index that a reload
+// has just moved to a resource not listed yet.
 func (e *Engine) Answer(t Target) Answer {
-	v, _ := e.view()
-	a := Answer{Stale: v.stale()}
-	switch {
-	case t.Chain != "":
-		a.Synced = v.chainSynced(t.Chain)
-		a.Values = e.ResolveAt(t.Chain, t.Key, t.At)
-	case t.All:
-		a.Synced = v.indexSynced(t.Index)
-		a.Values = e.Keys(t.Index)
-	default:
-		a.Synced = v.indexSynced(t.Index)
-		a.Values = e.LookupAt(t.Index, t.Key, t.At)
+	for {
+		v, _ := e.view()
+		a := Answer{Stale: v.stale()}
+		if t.Chain != "" {
+			a.Synced = v.chainSynced(t.Chain)
+		} else {
+			a.Synced = v.indexSynced(t.Index)
+		}
+		snap := e.store.Snapshot()
+		if snap.Meta().(*view) != v {
+			continue // a reload came between: read the flags again
+		}
+		prefer := t.At.prefer()
+		switch {
+		case t.Chain != "":
+			if ch, ok := v.chains[t.Chain]; ok {
+				a.Values = snap.ResolvePreferring(ch.steps, t.Key, prefer...)
+			}
+		default:
+			ix, ok := snap.Index(t.Index)
+			switch {
+			case !ok:
+			case t.All:
+				a.Values = snap.Keys(ix)
+			default:
+				a.Values = snap.LookupPreferring(ix, t.Key, prefer...)
+			}
+		}
+		return a
 	}
-	return a
 }
 
 // ResolveAt is Resolve for a caller at l: each step narrowed as LookupAt
