@@ -1,6 +1,7 @@
 package metasync_test
 
 import (
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -20,11 +21,32 @@ var layers = []struct {
 	name    string
 	folders []string
 }{
-	{"pure parts: no Kubernetes, no config", []string{"indexer", "internal/plan", "internal/snapshot", "internal/wire", "internal/tlsfiles", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
+	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/snapshot", "internal/wire", "internal/tlsfiles", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
 	{"config: loading, validation, compilation", []string{"schema", "schema/cluster", "internal/feed"}},
 	{"engine", []string{"sync"}},
 	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/api", "internal/streamclient", "internal/testenv"}},
 	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "test/chaos", "test/integration", "deploy", "."}},
+}
+
+// libraries are the packages a user imports: their tests start no control
+// plane, so that a user's go mod tidy, which loads the tests of the
+// packages it imports, does not fetch envtest, etcd and prometheus.
+var libraries = []string{"indexer", "schema", "sync", "grpcresolver", "metasynctest"}
+
+// TestLibraryTestsNeedNoControlPlane: the tests of the library packages
+// import neither internal/testenv nor envtest (those tests live in test/).
+func TestLibraryTestsNeedNoControlPlane(t *testing.T) {
+	for _, dir := range libraries {
+		pkg, err := build.ImportDir(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range append(pkg.TestImports, pkg.XTestImports...) {
+			if imp == module+"internal/testenv" || strings.HasPrefix(imp, "sigs.k8s.io/controller-runtime") {
+				t.Errorf("a test of %s imports %s: move it to test/integration", dir, imp)
+			}
+		}
+	}
 }
 
 // TestLayers: no import runs from a lower layer to a higher one.
@@ -42,15 +64,16 @@ func TestLayers(t *testing.T) {
 		if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "bin") {
 			return filepath.SkipDir
 		}
+		folder := filepath.ToSlash(path)
+		mine, ok := layerOf[folder]
+		if pkg, err := build.ImportDir(path, 0); err == nil && !ok {
+			// Test-only folders too: every folder of Go code has a layer.
+			t.Errorf("%s (package %s) is in no layer: add it to layers in layers_test.go", folder, pkg.Name)
+			return nil
+		}
 		_, files, err := parsePackage(token.NewFileSet(), path, parser.ImportsOnly)
 		if err != nil || files == nil {
 			return err
-		}
-		folder := filepath.ToSlash(path)
-		mine, ok := layerOf[folder]
-		if !ok {
-			t.Errorf("%s is in no layer: add it to layers in layers_test.go", folder)
-			return nil
 		}
 		for name, file := range files {
 			for _, imp := range file.Imports {

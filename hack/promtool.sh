@@ -5,8 +5,8 @@
 # Prometheus itself, and each alert fired on synthetic series.
 #
 # A promtool on PATH (Debian's package prometheus ships one) is taken when
-# it runs those tests: they are run with it once, and the verdict is kept
-# in the cache folder for that binary. Otherwise promtool is built from the
+# it runs those tests: they are run with it once for each promtool and
+# version of the rules, and a pass is kept in the cache folder. Otherwise promtool is built from the
 # Go module proxy into a cache folder outside the repository, once (about
 # 16 minutes on 2 cores when Go's build cache is cold). A build that fails
 # prints nothing: the test then skips and says why.
@@ -27,20 +27,19 @@ fi
 log() { printf 'promtool: %s\n' "$*" >&2; }
 mkdir -p "$dir" "$cache_root"
 
-# A promtool on PATH, when the alert tests pass with it. The verdict is
-# kept per binary (its path, size and time), so the test runs once.
+# A promtool on PATH, when the alert tests pass with it. A pass is kept for
+# that promtool (its version line) and those rules (a hash of
+# deploy/monitoring), so the test runs once for each; a failure is not
+# kept, and the test runs again next time.
 if [ "${METASYNC_PROMTOOL_PATH:-1}" != 0 ] && candidate=$(command -v promtool); then
-  id=$(stat -L -c '%n %s %Y' "$candidate" 2>/dev/null | cksum | cut -d' ' -f1)
-  verdict="$cache_root/promtool-path-$id"
-  if [ ! -f "$verdict" ]; then
-    root=$(cd "$(dirname "$0")/.." && pwd)
-    if (cd "$root" && PROMTOOL=$candidate go test -count=1 -run '^TestAlertRules$' ./deploy/ >&2); then
-      echo ok > "$verdict"
-    else
-      echo no > "$verdict"
-    fi
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  id=$({ "$candidate" --version 2>&1 | head -1; cat "$root"/deploy/monitoring/* "$root"/deploy/monitoring_test.go; } | cksum | cut -d' ' -f1)
+  verdict="$cache_root/promtool-path-ok-$id"
+  if [ ! -f "$verdict" ] &&
+    (cd "$root" && env -u KUBEBUILDER_ASSETS PROMTOOL="$candidate" go test -count=1 -run '^TestAlertRules$' ./deploy/ >&2); then
+    echo "$candidate" > "$verdict"
   fi
-  if [ "$(cat "$verdict")" = ok ]; then
+  if [ -f "$verdict" ]; then
     log "using $candidate ($("$candidate" --version 2>&1 | head -1))"
     printf '%s\n' "$candidate"
     exit 0

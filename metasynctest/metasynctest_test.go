@@ -170,3 +170,34 @@ func TestUnsynced(t *testing.T) {
 		t.Errorf("an unknown resource: %v", err)
 	}
 }
+
+// TestRuleErrorsOncePerIndex: a key rule shared by an index, its fallback
+// and its hints is reported once; a failing hints rule is named as such.
+func TestRuleErrorsOncePerIndex(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
+		Name: "endpointslices", Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices",
+		Indexes: []schema.Index{{
+			Name: "svc", Key: "metadata.labels.svc",
+			Value: "@endpoints", Fallback: `@endpoints:{"terminating":true}`, Hints: "metadata.annotations",
+		}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *metasynctest.RuleErrors
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"b","namespace":"ns","labels":{"svc":{"x":1}}}}`)
+	if !errors.As(err, &re) || len(re.Errors) != 1 || !strings.Contains(re.Errors[0].Error(), "index svc: metadata.labels.svc is an object") {
+		t.Errorf("a bad key: %v", err)
+	}
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"c","namespace":"ns","labels":{"svc":"s"},"annotations":{"a":"b"}},"endpoints":[{"addresses":["10.0.0.1"]}]}`)
+	if !errors.As(err, &re) || len(re.Errors) != 1 || !strings.Contains(re.Errors[0].Error(), "index svc (its hints): metadata.annotations is an object") {
+		t.Errorf("a bad hints rule: %v", err)
+	}
+	if got := fake.Lookup("svc", "s"); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("the index keeps its values: %q", got)
+	}
+}

@@ -25,7 +25,8 @@ type object struct {
 	// (the projected fields as compact JSON, a string), already prepared.
 	ix indexer.Object
 	// skipped holds what the rules that skipped the object said, for the
-	// offline feed, which reports them (a watch logs and counts them).
+	// offline feed, which reports them (a watch logs and counts them, and
+	// records nothing here).
 	skipped []error
 }
 

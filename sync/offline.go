@@ -37,6 +37,7 @@ func init() {
 			}
 		}
 		for _, w := range v.watchers {
+			w.reportSkipped = true
 			if slices.Contains(unsynced, w.plan.Name) {
 				continue
 			}

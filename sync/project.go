@@ -70,7 +70,9 @@ func (w *watcher) project(raw string) *object {
 				err = fmt.Errorf("over maxEntriesPerObject (%d entries, %d bytes): %w; the object adds nothing to this index", ix.MaxEntries, ix.MaxBytes, err)
 			}
 			w.ruleError(i, key, err)
-			o.skipped = append(o.skipped, fmt.Errorf("index %s: %w", ix.Public(), err))
+			if w.reportSkipped {
+				o.skip(&ix, err, keysErr != nil)
+			}
 			continue
 		}
 		if len(keys) == 0 || len(values) == 0 {
@@ -152,4 +154,26 @@ func (w *watcher) ruleError(i int, key string, err error) {
 	w.ruleLog.Do(func() {
 		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Public(), "object", key, "error", err.Error())
 	})
+}
+
+// skip records, for the offline feed, that a rule of ix skipped the
+// object: once per index, its fallback's and hints' rules named as such;
+// a key rule that failed for the index and its companions (they share
+// it) once for the three.
+func (o *object) skip(ix *compiled.Index, err error, keyRule bool) {
+	name := ix.Public()
+	switch {
+	case keyRule:
+	case ix.FallbackOf != "":
+		name += " (its fallback)"
+	case ix.HintsOf != "":
+		name += " (its hints)"
+	}
+	e := fmt.Errorf("index %s: %w", name, err)
+	for _, seen := range o.skipped {
+		if seen.Error() == e.Error() {
+			return
+		}
+	}
+	o.skipped = append(o.skipped, e)
 }

@@ -30,6 +30,9 @@ type watcher struct {
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
+	// reportSkipped: the offline feed reads which rules skipped an
+	// object (object.skipped); set before the watcher is used.
+	reportSkipped bool
 
 	// Set by Engine.launch, under the engine's mu: cancel stops run, done
 	// is closed when it has returned.
