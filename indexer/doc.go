@@ -3,7 +3,8 @@
 //
 // # Vocabulary
 //
-// Four kinds of strings appear in this package, and each has one name:
+// Four kinds of strings appear in this package, and each has one name (as
+// in docs/glossary.md, the project's one glossary):
 //
 //   - object key: the identity of one source object, unique within its
 //     source (metasync uses "namespace/name", or "name" for cluster-scoped

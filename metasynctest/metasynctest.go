@@ -99,7 +99,7 @@ func Load(path string, opts ...Option) (*Fake, error) {
 // Apply adds or replaces objects of the named resource entry, given as YAML
 // or JSON: one or more documents separated by "---", and a document of
 // kind *List stands for its items. An object is identified by its
-// metadata.namespace and metadata.name; one that the entry's namespace or
+// metadata.namespace and metadata.name; one that the resource entry's namespace or
 // selectors exclude is not seen (and removed if it was).
 //
 // When an index's rule skips an object (a value of the wrong shape, over

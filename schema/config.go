@@ -61,7 +61,7 @@ type Resource struct {
 	// path (or template). Only these fields are kept in memory.
 	Fields  map[string]string `koanf:"fields"`
 	Indexes []Index           `koanf:"indexes"`
-	// AllowSecrets must be true for an entry that watches Secrets: their
+	// AllowSecrets must be true for a resource entry that watches Secrets: their
 	// projected content would sit in memory and behind the HTTP API.
 	AllowSecrets bool `koanf:"allowSecrets"`
 }

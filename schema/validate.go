@@ -45,9 +45,9 @@ func Problems(err error) []error {
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
 var fieldNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// name checks the name field of the entry at path at: required, made of
-// safe characters, and unique among seen (name -> path of the entry that
-// declared it first).
+// name checks the name field of the resource, index or chain entry at
+// path at: required, made of safe characters, and unique among seen (name
+// -> path of the entry that declared it first).
 func (p *problems) name(seen map[string]string, at, name string) {
 	switch {
 	case name == "":

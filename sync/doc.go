@@ -10,16 +10,11 @@
 //
 // # Words
 //
-//   - resource: one entry of the config's resources (one watch: a group,
-//     version, resource, namespace and selectors).
-//   - object key: an object's identity within its resource, namespace/name
-//     (or name, cluster-scoped).
-//   - index: a named reverse index over one resource's objects, from index
-//     keys ("model1") to index values ("base").
-//   - chain: indexes followed in a row, each step's values the next step's
-//     keys (model -> app -> addresses).
-//   - fields: the projected fields of an object (its resource's `fields`),
-//     which typed reads decode.
+// A resource is one entry of the config's resources (one watch); an object
+// key is namespace/name (or name); an index maps index keys ("model1") to
+// index values ("base"); a chain follows indexes in a row; fields are an
+// object's projected fields. docs/glossary.md is the project's one
+// glossary, with the three meanings of "snapshot" told apart.
 //
 // # Life of an Engine
 //

@@ -305,7 +305,7 @@ func (w *watcher) halt() {
 // changed. Resource entries are compared by what defines them (GVR,
 // namespace, selectors, resync, fields, index rules and bounds):
 //
-//   - an entry that did not change keeps its watch, its resourceVersion,
+//   - a resource entry that did not change keeps its watch, its resourceVersion,
 //     its indexes and their subscribers: nothing is asked of the apiserver;
 //   - a changed entry restarts alone: its indexes keep answering from the
 //     old definition until its first list with the new one, which changes

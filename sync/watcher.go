@@ -55,7 +55,7 @@ type watcher struct {
 	restored, restoredRelist bool
 	resumeRV                 string
 	dropped                  atomic.Bool
-	// carried: the source holds what a previous definition of the entry
+	// carried: the source holds what a previous definition of the resource entry
 	// answered, and this watcher has not listed yet (see inherit); nil
 	// otherwise. Snapshots write it until the first list.
 	carried *carried

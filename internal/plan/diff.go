@@ -97,7 +97,7 @@ func sameRule(a, b *Rule) bool {
 }
 
 // DataHash hashes what defines the objects the resource entries of p
-// hold: for each entry in order, its name, GVR, namespace, selectors,
+// hold: for each resource entry in order, its name, GVR, namespace, selectors,
 // fields and index rules and bounds (SameResource without the resync
 // period, which changes when a list happens, not what it yields). A
 // snapshot of the indexes is valid for a plan of the same DataHash only.
