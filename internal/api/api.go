@@ -32,9 +32,26 @@ import (
 // MaxKeys is the largest page of GET /v1/indexes/{index}/keys.
 const MaxKeys = 10000
 
+// Engine is what the API reads: the Reader of every face, and what the
+// daemon's answers and metrics add to it (synced and stale with each
+// answer, the resources' status, the subscriptions' counts).
+// *msync.Engine is one.
+type Engine interface {
+	msync.Reader
+	Answer(t msync.Target) msync.Answer
+	HasIndex(index string) bool
+	HasChain(chain string) bool
+	Stale() bool
+	Status() []msync.ResourceStatus
+	SnapshotStatus() msync.SnapshotStatus
+	Subscriptions() msync.SubscriptionStats
+}
+
+var _ Engine = (*msync.Engine)(nil)
+
 // Server serves the HTTP API of one engine.
 type Server struct {
-	engine   *msync.Engine
+	engine   Engine
 	log      *slog.Logger
 	mux      *http.ServeMux
 	registry *prometheus.Registry
@@ -57,7 +74,7 @@ type Server struct {
 }
 
 // New builds the API over an engine.
-func New(e *msync.Engine, log *slog.Logger) *Server {
+func New(e Engine, log *slog.Logger) *Server {
 	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry(),
 		heartbeat: DefaultHeartbeat, streamMetrics: newStreamMetrics(),
 		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second}}

@@ -4,15 +4,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	msync "github.com/iidp/metasync/sync"
 )
 
 // engineCollector reads the engine's status at scrape time. No label ever
 // carries an index key or value: only resource, index and event names from
 // the config.
 type engineCollector struct {
-	e *msync.Engine
+	e Engine
 
 	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
 	subsOpen, subsCoalesced, subsResets                                                         *prometheus.Desc
@@ -20,7 +18,7 @@ type engineCollector struct {
 	stale, snapAge, snapDuration, snapBytes, snapWrites, snapLoads                              *prometheus.Desc
 }
 
-func newEngineCollector(e *msync.Engine) *engineCollector {
+func newEngineCollector(e Engine) *engineCollector {
 	res := []string{"resource"}
 	return &engineCollector{
 		e:           e,

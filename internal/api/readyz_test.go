@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/iidp/metasync/internal/testenv"
+	msync "github.com/iidp/metasync/sync"
 )
 
 // startedOffline is the offline API with its engine running against an
@@ -23,7 +24,7 @@ func startedOffline(t *testing.T) *Server {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = s.engine.Start(ctx)
+		_ = s.engine.(*msync.Engine).Start(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testenv.Eventually(t, "the reasons name the apiserver", func() string {
