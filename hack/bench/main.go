@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	msync "github.com/iidp/metasync/sync"
 )
 
 // Flags. Their names, defaults and help texts are the bench's interface
@@ -134,29 +136,8 @@ func run() error {
 	}
 	rand.New(rand.NewPCG(7, 7)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 
-	switch *only {
-	case "warm":
-		return runWarm(ctx, cfg, kube, dyn, keys)
-	case "rss":
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: emptyNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		rows, err := measureRSS(cfg)
-		if err != nil {
-			return err
-		}
-		if *churn {
-			more, err := measureChurn(ctx, cfg, dyn)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, more...)
-		}
-		printTable(fmt.Sprintf("resident memory — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "informer", "metasync", rows)
-		return nil
-	case "":
-	default:
-		return fmt.Errorf("-only %q: warm or rss", *only)
+	if *only != "" {
+		return runOnly(ctx, cfg, kube, dyn, keys)
 	}
 	var rows []row
 	if _, _, err := rawList(ctx, cfg, 3); err != nil { // warm the apiserver's cache
@@ -174,31 +155,10 @@ func run() error {
 		}
 	}
 
-	// Initial sync against a raw LIST, interleaved, median of 5 each,
-	// before the informer starts: its heap (half a gigabyte at 100,000
-	// objects) would slow down every garbage collection of the syncs.
-	var syncs, lists []time.Duration
-	listBytes := 0
-	for range 5 {
-		d, size, err := rawList(ctx, cfg, 1)
-		if err != nil {
-			return err
-		}
-		lists, listBytes = append(lists, d), size
-		e, stop, err := startEngine(cfg)
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		if err := e.WaitForSync(ctx); err != nil {
-			return err
-		}
-		syncs = append(syncs, time.Since(start))
-		stop()
-		runtime.GC() // the next run starts without this one's garbage
+	listDur, syncDur, err := measureSyncs(ctx, cfg)
+	if err != nil {
+		return err
 	}
-	listDur, syncDur := median(lists), median(syncs)
-	logf("raw LIST %v (median %s, %d bytes); metasync sync %v (median %s)", lists, listDur, listBytes, syncs, syncDur)
 	base, informerSees, stopInformer, err := measureInformer(ctx, dyn, keys)
 	if err != nil {
 		return err
@@ -248,35 +208,11 @@ func run() error {
 	rows = append(rows, rssRows...)
 	var streamSummary string
 	if *streams {
-		// The subscribers against metasync's own write -> visible, and per
-		// write: each one's notification less the poll's finding.
-		libLate, httpLate := make([]float64, len(ds[1])), make([]float64, len(ds[1]))
-		for w, v := range ds[1] {
-			libLate[w], httpLate[w] = ds[2][w]-v, ds[3][w]-v
-		}
-		l, h := pct(libLate), pct(httpLate)
-		rows = append(rows,
-			row{name: "write → subscriber notified (library) p50", unit: "ms", metasync: lat[2].p50},
-			row{name: "write → subscriber notified (library) p99", unit: "ms", metasync: lat[2].p99, target: atMost(ms.p99+1, "≤ visible + 1 ms")},
-			row{name: "write → subscriber notified (HTTP stream) p50", unit: "ms", metasync: lat[3].p50},
-			row{name: "write → subscriber notified (HTTP stream) p99", unit: "ms", metasync: lat[3].p99, target: atMost(ms.p99+2, "≤ visible + 2 ms")},
-			row{name: "write → gRPC resolver UpdateState p50", unit: "ms", metasync: lat[4].p50},
-			row{name: "write → gRPC resolver UpdateState p99", unit: "ms", metasync: lat[4].p99},
-		)
-		open := min(1000, len(keys))
-		lib, stream, err := measureOpenStreams(ctx, engine, srv, keys, open)
+		more, summary, err := streamRows(ctx, engine, srv, keys, ds, lat, ms)
 		if err != nil {
 			return err
 		}
-		rows = append(rows,
-			row{name: fmt.Sprintf("heap per key subscription (%d open)", open), unit: "B", metasync: lib.heap},
-			row{name: fmt.Sprintf("heap per idle HTTP stream (%d open)", open), unit: "B", metasync: stream.heap},
-			row{name: "stacks per idle HTTP stream", unit: "B", metasync: stream.stacks},
-			row{name: "goroutines per idle HTTP stream", unit: "count", metasync: stream.goroutines},
-		)
-		streamSummary = fmt.Sprintf("change streams: notified p99 − write → visible p99: library %+.2f ms (target ≤ +1), HTTP %+.2f ms (target ≤ +2); "+
-			"per write, notified − visible: library p50 %+.2f, p99 %+.2f ms; HTTP p50 %+.2f, p99 %+.2f ms\n",
-			lat[2].p99-ms.p99, lat[3].p99-ms.p99, l.p50, l.p99, h.p50, h.p99)
+		rows, streamSummary = append(rows, more...), summary
 	}
 	live, total, err := measureRelist(ctx, cfg)
 	if err != nil {
@@ -286,23 +222,11 @@ func run() error {
 		row{name: "relist: peak live heap / steady", unit: "x", metasync: live, target: atMost(2, "≤ 2")},
 		row{name: "relist: peak heap with garbage / steady", unit: "x", metasync: total})
 	if *fanout > 0 {
-		engines, _, err := measureFanout(ctx, dyn, cfg, "engines", engineFollower)
+		more, err := fanoutRows(ctx, dyn, cfg, base, ms)
 		if err != nil {
 			return err
 		}
-		var informers percentiles
-		if *fanoutInformers && *n**fanout <= 1_000_000 {
-			if informers, _, err = measureFanout(ctx, dyn, cfg, "informers", informerFollower); err != nil {
-				return err
-			}
-		} else {
-			logf("fan-out: %d plain informers skipped", *fanout)
-		}
-		rows = append(rows,
-			row{name: fmt.Sprintf("fan-out: %d of each, p50 all see", *fanout), unit: "ms", baseline: informers.p50, metasync: engines.p50},
-			row{name: fmt.Sprintf("fan-out: %d of each, p99 all see", *fanout), unit: "ms", baseline: informers.p99, metasync: engines.p99},
-			row{name: "fan-out p50 / one's write → visible p50", unit: "x", baseline: informers.p50 / base.p50, metasync: engines.p50 / ms.p50, raw: true},
-			row{name: "fan-out p99 / one's write → visible p99", unit: "x", baseline: informers.p99 / base.p99, metasync: engines.p99 / ms.p99, raw: true, target: atMost(2, "≤ 2")})
+		rows = append(rows, more...)
 	}
 	if *httpDur > 0 {
 		bare, lookup := measureHTTP(engine, keys)
@@ -422,4 +346,118 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprint(v)
+}
+
+// runOnly runs the row group that -only names: warm or rss.
+func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, dyn dynamic.Interface, keys []string) error {
+	switch *only {
+	case "warm":
+		return runWarm(ctx, cfg, kube, dyn, keys)
+	case "rss":
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: emptyNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		rows, err := measureRSS(cfg)
+		if err != nil {
+			return err
+		}
+		if *churn {
+			more, err := measureChurn(ctx, cfg, dyn)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, more...)
+		}
+		printTable(fmt.Sprintf("resident memory — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "informer", "metasync", rows)
+		return nil
+	}
+	return fmt.Errorf("-only %q: warm or rss", *only)
+}
+
+// measureSyncs times the initial sync against a raw LIST, interleaved,
+// median of 5 each, before the informer starts: its heap (half a gigabyte
+// at 100,000 objects) would slow down every garbage collection of the
+// syncs.
+func measureSyncs(ctx context.Context, cfg *rest.Config) (listDur, syncDur time.Duration, err error) {
+	var syncs, lists []time.Duration
+	listBytes := 0
+	for range 5 {
+		d, size, err := rawList(ctx, cfg, 1)
+		if err != nil {
+			return 0, 0, err
+		}
+		lists, listBytes = append(lists, d), size
+		e, stop, err := startEngine(cfg)
+		if err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		if err := e.WaitForSync(ctx); err != nil {
+			return 0, 0, err
+		}
+		syncs = append(syncs, time.Since(start))
+		stop()
+		runtime.GC() // the next run starts without this one's garbage
+	}
+	listDur, syncDur = median(lists), median(syncs)
+	logf("raw LIST %v (median %s, %d bytes); metasync sync %v (median %s)", lists, listDur, listBytes, syncs, syncDur)
+	return listDur, syncDur, nil
+}
+
+// streamRows are the rows of the change streams: the subscribers' latency
+// against metasync's own write → visible, and the cost of open streams.
+func streamRows(ctx context.Context, engine *msync.Engine, srv *streamServer, keys []string, ds [][]float64, lat []percentiles, ms result) ([]row, string, error) {
+	// The subscribers against metasync's own write -> visible, and per
+	// write: each one's notification less the poll's finding.
+	libLate, httpLate := make([]float64, len(ds[1])), make([]float64, len(ds[1]))
+	for w, v := range ds[1] {
+		libLate[w], httpLate[w] = ds[2][w]-v, ds[3][w]-v
+	}
+	l, h := pct(libLate), pct(httpLate)
+	rows := []row{
+		{name: "write → subscriber notified (library) p50", unit: "ms", metasync: lat[2].p50},
+		row{name: "write → subscriber notified (library) p99", unit: "ms", metasync: lat[2].p99, target: atMost(ms.p99+1, "≤ visible + 1 ms")},
+		row{name: "write → subscriber notified (HTTP stream) p50", unit: "ms", metasync: lat[3].p50},
+		row{name: "write → subscriber notified (HTTP stream) p99", unit: "ms", metasync: lat[3].p99, target: atMost(ms.p99+2, "≤ visible + 2 ms")},
+		row{name: "write → gRPC resolver UpdateState p50", unit: "ms", metasync: lat[4].p50},
+		row{name: "write → gRPC resolver UpdateState p99", unit: "ms", metasync: lat[4].p99},
+	}
+	open := min(1000, len(keys))
+	lib, stream, err := measureOpenStreams(ctx, engine, srv, keys, open)
+	if err != nil {
+		return nil, "", err
+	}
+	rows = append(rows,
+		row{name: fmt.Sprintf("heap per key subscription (%d open)", open), unit: "B", metasync: lib.heap},
+		row{name: fmt.Sprintf("heap per idle HTTP stream (%d open)", open), unit: "B", metasync: stream.heap},
+		row{name: "stacks per idle HTTP stream", unit: "B", metasync: stream.stacks},
+		row{name: "goroutines per idle HTTP stream", unit: "count", metasync: stream.goroutines},
+	)
+	summary := fmt.Sprintf("change streams: notified p99 − write → visible p99: library %+.2f ms (target ≤ +1), HTTP %+.2f ms (target ≤ +2); "+
+		"per write, notified − visible: library p50 %+.2f, p99 %+.2f ms; HTTP p50 %+.2f, p99 %+.2f ms\n",
+		lat[2].p99-ms.p99, lat[3].p99-ms.p99, l.p50, l.p99, h.p50, h.p99)
+	return rows, summary, nil
+}
+
+// fanoutRows are the rows of the fan-out: as many engines (and plain
+// informers) in one process, all seeing each write.
+func fanoutRows(ctx context.Context, dyn dynamic.Interface, cfg *rest.Config, base, ms result) ([]row, error) {
+	engines, _, err := measureFanout(ctx, dyn, cfg, "engines", engineFollower)
+	if err != nil {
+		return nil, err
+	}
+	var informers percentiles
+	if *fanoutInformers && *n**fanout <= 1_000_000 {
+		if informers, _, err = measureFanout(ctx, dyn, cfg, "informers", informerFollower); err != nil {
+			return nil, err
+		}
+	} else {
+		logf("fan-out: %d plain informers skipped", *fanout)
+	}
+	return []row{
+		{name: fmt.Sprintf("fan-out: %d of each, p50 all see", *fanout), unit: "ms", baseline: informers.p50, metasync: engines.p50},
+		row{name: fmt.Sprintf("fan-out: %d of each, p99 all see", *fanout), unit: "ms", baseline: informers.p99, metasync: engines.p99},
+		row{name: "fan-out p50 / one's write → visible p50", unit: "x", baseline: informers.p50 / base.p50, metasync: engines.p50 / ms.p50, raw: true},
+		row{name: "fan-out p99 / one's write → visible p99", unit: "x", baseline: informers.p99 / base.p99, metasync: engines.p99 / ms.p99, raw: true, target: atMost(2, "≤ 2")},
+	}, nil
 }
