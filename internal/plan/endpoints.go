@@ -115,20 +115,6 @@ type sliceHints struct {
 	zones, nodes []string // hints.forZones, hints.forNodes
 }
 
-// zones and nodes are the endpoint's hints.
-func (e *sliceEndpoint) zones() []string {
-	if e.hints == nil {
-		return nil
-	}
-	return e.hints.zones
-}
-
-func (e *sliceEndpoint) nodes() []string {
-	if e.hints == nil {
-		return nil
-	}
-	return e.hints.nodes
-}
 
 // lastSlice is the slice parsed last, known by its document's size and
 // seeded hash: a projection evaluates every rule of an object before the

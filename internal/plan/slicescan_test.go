@@ -11,6 +11,21 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+// zones and nodes are an endpoint's hints.
+func (e *sliceEndpoint) zones() []string {
+	if e.hints == nil {
+		return nil
+	}
+	return e.hints.zones
+}
+
+func (e *sliceEndpoint) nodes() []string {
+	if e.hints == nil {
+		return nil
+	}
+	return e.hints.nodes
+}
+
 // sameSlice reports whether two readings of a slice agree.
 func sameSlice(a, b *slice) bool {
 	if !slices.Equal(a.ports, b.ports) || len(a.eps) != len(b.eps) {
