@@ -115,7 +115,6 @@ type sliceHints struct {
 	zones, nodes []string // hints.forZones, hints.forNodes
 }
 
-
 // lastSlice is the slice parsed last, known by its document's size and
 // seeded hash: a projection evaluates every rule of an object before the
 // next object, so the rules of one object after its first find it here.
