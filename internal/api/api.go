@@ -41,6 +41,7 @@ type Engine interface {
 	Answer(t msync.Target) msync.Answer
 	HasIndex(index string) bool
 	HasChain(chain string) bool
+	IndexSynced(index string) bool
 	Stale() bool
 	Status() []msync.ResourceStatus
 	SnapshotStatus() msync.SnapshotStatus
@@ -99,7 +100,11 @@ func New(e Engine, log *slog.Logger) *Server {
 	s.mux.HandleFunc("/v1/indexes", s.get(s.listIndexes))
 	s.mux.HandleFunc("/v1/indexes/{index}/keys", s.get(s.listKeys))
 	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key...}", s.get(s.lookup))
+	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key}/objects", s.get(s.indexObjects))
+	s.mux.HandleFunc("/v1/chains", s.get(s.listChains))
+	s.mux.HandleFunc("/v1/chains/{chain}/keys", s.get(s.chainKeys))
 	s.mux.HandleFunc("/v1/chains/{chain}/keys/{key...}", s.get(s.resolve))
+	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(s.object))
 	s.mux.HandleFunc("/livez", s.get(s.livez))
 	s.mux.HandleFunc("/readyz", s.get(s.readyz))
 	s.mux.Handle("/metrics", s.get(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP))

@@ -26,7 +26,9 @@ import (
 //
 //	/v1/indexes                     the list of indexes
 //	/v1/indexes/{index}/...         /v1/indexes/{index}/*  (every key of the index)
+//	/v1/chains                      the list of chains
 //	/v1/chains/{chain}/...          /v1/chains/{chain}/*   (every key of the chain)
+//	/v1/resources/{resource}/...    /v1/resources/{resource}/*  (every object's fields)
 //	/metrics                        /metrics
 //	/readyz?verbose                 /readyz/verbose        (the reasons, see below)
 //	any other path                  /v1/*                  (one answer for every path)
@@ -255,7 +257,7 @@ func verboseNote(r *http.Request) string {
 // ServeMux matches.
 func accessPath(u *url.URL) string {
 	p := u.EscapedPath()
-	for _, prefix := range []string{"/v1/indexes/", "/v1/chains/"} {
+	for _, prefix := range []string{"/v1/indexes/", "/v1/chains/", "/v1/resources/"} {
 		if rest, ok := strings.CutPrefix(p, prefix); ok {
 			name, _, _ := strings.Cut(rest, "/")
 			if name != "" {
@@ -264,7 +266,7 @@ func accessPath(u *url.URL) string {
 		}
 	}
 	switch u.Path {
-	case "/v1/indexes", "/metrics":
+	case "/v1/indexes", "/v1/chains", "/metrics":
 		return u.Path
 	}
 	return otherPaths

@@ -10,6 +10,8 @@
 // once synced).
 package wire
 
+import "encoding/json"
+
 // The types of a stream's frames.
 const (
 	// FrameSnapshot is a stream's first frame: the target's values (an
@@ -86,4 +88,43 @@ type Indexes struct {
 // Error is the body of every answer that is not 200.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// Chain describes one chain in the answer of GET /v1/chains.
+type Chain struct {
+	Name    string   `json:"name"`
+	Indexes []string `json:"indexes"`
+	// Synced: every index of the chain is synced.
+	Synced bool `json:"synced"`
+}
+
+// Chains is the answer of GET /v1/chains.
+type Chains struct {
+	Chains []Chain `json:"chains"`
+	Stale  bool    `json:"stale,omitempty"`
+}
+
+// Object is the answer of GET /v1/resources/{resource}/objects/{key}: one
+// object's projected fields (its resource entry's `fields`).
+type Object struct {
+	Resource string          `json:"resource"`
+	Key      string          `json:"key"`
+	Fields   json.RawMessage `json:"fields"`
+	Stale    bool            `json:"stale,omitempty"`
+}
+
+// ObjectFields is one object of an Objects answer.
+type ObjectFields struct {
+	Key    string          `json:"key"`
+	Fields json.RawMessage `json:"fields"`
+}
+
+// Objects is the answer of GET /v1/indexes/{index}/keys/{key}/objects: the
+// objects that give the key, sorted by object key.
+type Objects struct {
+	Index   string         `json:"index"`
+	Key     string         `json:"key"`
+	Objects []ObjectFields `json:"objects"`
+	Synced  *bool          `json:"synced,omitempty"`
+	Stale   bool           `json:"stale,omitempty"`
 }

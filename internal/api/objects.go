@@ -1,0 +1,96 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/iidp/metasync/internal/wire"
+)
+
+// The routes of chains and of objects' fields (the design's "Objects and
+// chains over HTTP"): what the library reads, the daemon answers too.
+
+// listChains answers GET /v1/chains.
+func (s *Server) listChains(w http.ResponseWriter, _ *http.Request) {
+	ans := wire.Chains{Chains: []wire.Chain{}, Stale: s.engine.Stale()}
+	for _, c := range s.engine.Chains() {
+		ans.Chains = append(ans.Chains, wire.Chain{Name: c.Name, Indexes: nonNil(c.Indexes), Synced: c.Synced})
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// chainKeys answers GET /v1/chains/{chain}/keys: a chain has no keys of
+// its own; its first index's are the keys it answers.
+func (s *Server) chainKeys(w http.ResponseWriter, r *http.Request) {
+	chain := r.PathValue("chain")
+	for _, c := range s.engine.Chains() {
+		if c.Name == chain && len(c.Indexes) > 0 {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("a chain lists no keys of its own: chain %q answers the keys of its first index, GET /v1/indexes/%s/keys; ask one with /v1/chains/%s/keys/KEY", chain, c.Indexes[0], chain))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
+}
+
+// object answers GET /v1/resources/{resource}/objects/{key}.
+func (s *Server) object(w http.ResponseWriter, r *http.Request) {
+	resource, key := r.PathValue("resource"), r.PathValue("key")
+	if !validKey(w, key) {
+		return
+	}
+	stale := s.engine.Stale()
+	objs, err := s.engine.ResourceFields(resource, key)
+	if err != nil {
+		writeError(w, http.StatusNotFound, s.fieldsError(err))
+		return
+	}
+	if len(objs) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %s has no object %q (an object key is namespace/name, or name when cluster-scoped)", resource, key))
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Object{Resource: resource, Key: objs[0].Key, Fields: json.RawMessage(objs[0].JSON), Stale: stale})
+}
+
+// indexObjects answers GET /v1/indexes/{index}/keys/{key}/objects.
+func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
+	index, key := r.PathValue("index"), r.PathValue("key")
+	if !s.engine.HasIndex(index) {
+		s.unknownIndex(w, "objects", index)
+		return
+	}
+	if !validKey(w, key) {
+		return
+	}
+	// The flags before the objects, as Engine.Answer reads them: never
+	// "synced" of objects read before the resource synced.
+	synced, stale := s.engine.IndexSynced(index), s.engine.Stale()
+	objs, err := s.engine.IndexFields(index, key)
+	if err != nil {
+		writeError(w, http.StatusNotFound, s.fieldsError(err))
+		return
+	}
+	ans := wire.Objects{Index: index, Key: key, Objects: make([]wire.ObjectFields, 0, len(objs)), Synced: notSynced(synced), Stale: stale}
+	for _, o := range objs {
+		ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Fields: json.RawMessage(o.JSON)})
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// fieldsError is the message of an engine's refusal to read fields, with
+// the names a caller may use.
+func (s *Server) fieldsError(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "unknown resource") {
+		var names []string
+		for _, st := range s.engine.Status() {
+			names = append(names, st.Name)
+		}
+		msg += known(names)
+	}
+	if strings.Contains(msg, "declares no fields") {
+		msg += ": add `fields:` to its resource entry in the config"
+	}
+	return msg
+}

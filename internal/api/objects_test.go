@@ -1,0 +1,53 @@
+package api
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestObjectsAndChains: the chains' list, an object's fields by its key,
+// the objects behind an index key, and JSON for every refusal.
+func TestObjectsAndChains(t *testing.T) {
+	s := fedServer(t, map[string][]string{"base": {"model1", "model2"}, "iiot": {"model2"}})
+	for _, c := range []struct {
+		target string
+		code   int
+		body   string
+	}{
+		{"/v1/chains", 200, `{"chains":[{"name":"model-to-addresses","indexes":["model-to-app","service-to-addresses"],"synced":true},{"name":"model-to-endpoints","indexes":["model-to-app","service-to-endpoints"],"synced":true}]}`},
+		{"/v1/resources/appmodels/objects/meta-test%2Fbase", 200, `{"resource":"appmodels","key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}}`},
+		{"/v1/resources/appmodels/objects/meta-test/base", 200, `{"resource":"appmodels","key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}}`},
+		{"/v1/indexes/model-to-app/keys/model2/objects", 200, `{"index":"model-to-app","key":"model2","objects":[{"key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}},{"key":"meta-test/iiot","fields":{"models":["model2"],"name":"iiot"}}]}`},
+		{"/v1/indexes/model-to-app/keys/nope/objects", 200, `{"index":"model-to-app","key":"nope","objects":[]}`},
+		{"/v1/resources/appmodels/objects/meta-test%2Fnope", 404, `{"error":"resource appmodels has no object \"meta-test/nope\" (an object key is namespace/name, or name when cluster-scoped)"}`},
+		{"/v1/resources/widgets/objects/x", 404, `{"error":"unknown resource \"widgets\" (known: appmodels, endpointslices)"}`},
+		{"/v1/resources/endpointslices/objects/x", 404, "declares no fields: add `fields:` to its resource entry in the config"},
+		{"/v1/indexes/nope/keys/k/objects", 404, `{"error":"unknown index \"nope\"`},
+		{"/v1/chains/model-to-addresses/keys", 404, `GET /v1/indexes/model-to-app/keys`},
+		{"/v1/chains/nope/keys", 404, `unknown chain \"nope\"`},
+		{"/v1/chains/model-to-addresses", 404, `{"error":"no such endpoint: /v1/chains/model-to-addresses"}`},
+	} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", c.target, nil))
+		body := strings.TrimSpace(rec.Body.String())
+		if rec.Code != c.code || !strings.Contains(body, c.body) || !strings.HasPrefix(body, "{") {
+			t.Errorf("GET %s = %d %s, want %d with %s", c.target, rec.Code, body, c.code, c.body)
+		}
+	}
+}
+
+// TestAccessPathOfObjects: an object's fields are granted per resource,
+// the list of chains as a path of its own.
+func TestAccessPathOfObjects(t *testing.T) {
+	for target, want := range map[string]string{
+		"/v1/resources/appmodels/objects/meta-test%2Fbase": "/v1/resources/appmodels/*",
+		"/v1/indexes/model-to-app/keys/m/objects":          "/v1/indexes/model-to-app/*",
+		"/v1/chains":                         "/v1/chains",
+		"/v1/chains/model-to-addresses/keys": "/v1/chains/model-to-addresses/*",
+	} {
+		if got := accessPath(httptest.NewRequest("GET", target, nil).URL); got != want {
+			t.Errorf("accessPath(%s) = %s, want %s", target, got, want)
+		}
+	}
+}
