@@ -40,10 +40,19 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	if !validKey(w, key) {
 		return
 	}
+	// Read before the fields, as Engine.Answer reads its flags: a
+	// resource that has not completed a list never answers "no such
+	// object", which it does not know yet.
+	synced := s.resourceSynced(resource)
 	stale := s.engine.Stale()
 	objs, err := s.engine.ResourceFields(resource, key)
 	if err != nil {
 		writeError(w, http.StatusNotFound, s.fieldsError(err))
+		return
+	}
+	if len(objs) == 0 && !synced {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("resource %s has not completed a list yet: object %q is not known yet", resource, key))
 		return
 	}
 	if len(objs) == 0 {
@@ -76,6 +85,16 @@ func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
 		ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Fields: json.RawMessage(o.JSON)})
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// resourceSynced reports whether the named resource has completed a list.
+func (s *Server) resourceSynced(resource string) bool {
+	for _, st := range s.engine.Status() {
+		if st.Name == resource {
+			return st.Synced
+		}
+	}
+	return false
 }
 
 // fieldsError is the message of an engine's refusal to read fields, with

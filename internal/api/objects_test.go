@@ -51,3 +51,14 @@ func TestAccessPathOfObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectBeforeTheFirstList: a resource that has not completed a list
+// does not say "no such object" (it does not know yet): 503, Retry-After.
+func TestObjectBeforeTheFirstList(t *testing.T) {
+	s := offlineServer(t)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/resources/appmodels/objects/meta-test%2Fbase", nil))
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "not known yet") {
+		t.Errorf("GET before the first list = %d %s", rec.Code, rec.Body)
+	}
+}
