@@ -28,6 +28,9 @@ type object struct {
 	// offline feed, which reports them (a watch logs and counts them, and
 	// records nothing here).
 	skipped []error
+	// failed holds the rules that fail for the object, for the set of
+	// objects failing now (failingSet), nil when none does.
+	failed []ruleFailure
 }
 
 func (o *object) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyObjectKind }

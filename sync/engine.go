@@ -160,6 +160,13 @@ type ResourceStatus struct {
 	// RuleErrors counts, per index, objects whose rule could not be
 	// evaluated (an object where a string was wanted, say).
 	RuleErrors map[string]int64 `json:"ruleErrors"`
+	// Failing counts, per index, the objects whose rule fails now: they
+	// add nothing to it until an event or a list gives them again with
+	// rules that work, or they are deleted. LastRuleError is the latest
+	// failure of each of those indexes. An index none of whose objects
+	// fails is in neither.
+	Failing       map[string]int         `json:"failing,omitempty"`
+	LastRuleError map[string]RuleFailure `json:"lastRuleError,omitempty"`
 }
 
 // New builds an Engine. It checks the plan against nothing remote: a

@@ -189,6 +189,13 @@ func (f offline) Apply(resource string, objects ...[]byte) error {
 		}
 	}
 	tx.Commit()
+	for _, p := range ps {
+		if p.o == nil {
+			w.failing.note(p.key, nil)
+		} else {
+			w.failing.note(p.o.ix.Key, p.o.failed)
+		}
+	}
 	return skipped
 }
 
@@ -203,6 +210,9 @@ func (f offline) Delete(resource string, objectKeys ...string) error {
 		w.deleted.Add(1)
 	}
 	tx.Commit()
+	for _, key := range objectKeys {
+		w.failing.note(key, nil)
+	}
 	return nil
 }
 

@@ -70,6 +70,7 @@ func (w *watcher) project(raw string) *object {
 				err = fmt.Errorf("over maxEntriesPerObject (%d entries, %d bytes): %w; the object adds nothing to this index", ix.MaxEntries, ix.MaxBytes, err)
 			}
 			w.ruleError(i, key, err)
+			o.fail(ix.Public(), err)
 			if w.reportSkipped {
 				o.skip(&ix, err, keysErr != nil)
 			}
@@ -154,6 +155,17 @@ func (w *watcher) ruleError(i int, key string, err error) {
 	w.ruleLog.Do(func() {
 		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Public(), "object", key, "error", err.Error())
 	})
+}
+
+// fail records that a rule of index (a public name) fails for the
+// object; the first error of an index stands for it.
+func (o *object) fail(index string, err error) {
+	for _, rf := range o.failed {
+		if rf.index == index {
+			return
+		}
+	}
+	o.failed = append(o.failed, ruleFailure{index: index, err: err.Error()})
 }
 
 // skip records, for the offline feed, that a rule of ix skipped the

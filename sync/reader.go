@@ -62,6 +62,14 @@ type IndexInfo struct {
 	// Synced: the resource has completed a list, so that an empty answer
 	// means "no values", not "not known yet".
 	Synced bool `json:"synced"`
+	// Stale: its resource answers from a snapshot that its watch has not
+	// caught up with yet, or has gone without a watch for too long.
+	Stale bool `json:"stale,omitempty"`
+	// Failing is the number of objects whose rule fails now for this
+	// index (they add nothing to it), LastRuleError the latest of those
+	// failures; nil when none fails.
+	Failing       int          `json:"failing"`
+	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
 }
 
 // ChainInfo describes one chain.
@@ -267,7 +275,12 @@ func (e *Engine) Indexes() []IndexInfo {
 	out := make([]IndexInfo, 0, len(v.byIndex))
 	for name, w := range v.byIndex {
 		ix, _ := snap.Index(name)
-		out = append(out, IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.indexSynced(name)})
+		info := IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.indexSynced(name), Stale: w.stale()}
+		if n, last := w.failing.counts(); n[name] > 0 {
+			rf := last[name]
+			info.Failing, info.LastRuleError = n[name], &rf
+		}
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b IndexInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out

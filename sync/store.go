@@ -29,6 +29,7 @@ func (w *watcher) put(obj any) error {
 	tx := w.src.Begin()
 	tx.Put(o.ix)
 	tx.Commit()
+	w.failing.note(o.ix.Key, o.failed)
 	w.rv.Store(&o.rv)
 	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
 	return nil
@@ -64,6 +65,7 @@ func (w *watcher) Delete(obj any) error {
 	tx := w.src.Begin()
 	tx.Delete(key)
 	tx.Commit()
+	w.failing.note(key, nil)
 	if rv != nil {
 		w.rv.Store(rv)
 	}
@@ -72,15 +74,23 @@ func (w *watcher) Delete(obj any) error {
 
 func (w *watcher) Replace(list []any, rv string) error {
 	objs := make([]indexer.Object, 0, len(list))
+	var failed map[string][]ruleFailure
 	for _, it := range list {
 		o, ok := it.(*object)
 		if !ok {
 			return fmt.Errorf("unexpected %T in the list of %s", it, w.plan.Name)
 		}
 		objs = append(objs, o.ix)
+		if len(o.failed) > 0 {
+			if failed == nil {
+				failed = map[string][]ruleFailure{}
+			}
+			failed[o.ix.Key] = o.failed
+		}
 	}
 	start := time.Now()
 	w.src.Replace(objs)
+	w.failing.replace(failed)
 	w.rv.Store(&rv)
 	w.log.Debug("replaced", "objects", len(objs), "took", time.Since(start).String())
 	w.relists.Add(1)

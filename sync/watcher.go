@@ -96,6 +96,8 @@ type watcher struct {
 	lists, listNanos, watchesEnded, watchNanos atomic.Int64
 	ruleErrors                                 []atomic.Int64 // per index of the resource
 	ruleLog                                    rate.Sometimes
+	// failing: the objects whose rule fails now, per index.
+	failing failingSet
 }
 
 // The contracts of client-go that a watcher fulfils for its reflector.
@@ -182,6 +184,7 @@ func (w *watcher) inherit(old *watcher) {
 			}
 		}
 	}
+	w.failing.keep(&old.failing, func(index string) bool { return w.kept[index] })
 }
 
 // run keeps the resource listed and watched until ctx ends. A resync period
@@ -320,6 +323,9 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	st.Stale = w.stale()
 	for i, ix := range w.plan.Indexes {
 		st.RuleErrors[ix.Public()] += w.ruleErrors[i].Load()
+	}
+	if n, last := w.failing.counts(); len(n) > 0 {
+		st.Failing, st.LastRuleError = n, last
 	}
 	w.mu.Lock()
 	if w.lastErr != nil {

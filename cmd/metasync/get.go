@@ -31,7 +31,10 @@ func get(args []string, stdout, stderr io.Writer) error {
 	watch := fs.Bool("watch", false, "print each answer as it changes, one JSON line each, until interrupted (with INDEX alone: every key's)")
 	zone := fs.String("zone", "", "with a KEY: ask as a caller in this zone (topology-aware answers, from an index's hints)")
 	node := fs.String("node", "", "with a KEY: ask as a caller on this node (topology-aware answers, from an index's hints)")
-	if err := fs.Parse(args); err != nil {
+	objects := fs.Bool("objects", false, "with INDEX KEY: print the objects behind the key, with their projected fields, one JSON line each")
+	resource := fs.String("resource", "", "with a KEY: print the projected fields of the object of this resource entry whose key (namespace/name, or name) is KEY, one JSON line")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return exitError{2}
 	}
 	if err := envForFlags(fs, stderr); err != nil {
@@ -49,15 +52,29 @@ func get(args []string, stdout, stderr io.Writer) error {
 			c.query.Set(k, v)
 		}
 	}
+	switch {
+	case *resource != "" || *objects:
+		switch {
+		case *watch || *chain != "" || *resource != "" && *objects:
+			fmt.Fprintln(stderr, "metasync get: --objects and --resource read objects now: not with --watch, --chain or each other")
+			return exitError{2}
+		case *resource != "" && len(pos) == 1:
+			return c.printObject(*resource, pos[0], stdout, stderr)
+		case *objects && len(pos) == 2:
+			return c.printObjects(pos[0], pos[1], stdout, stderr)
+		}
+		fmt.Fprintln(stderr, "usage: metasync get [--server URL] --objects INDEX KEY   or   metasync get [--server URL] --resource RESOURCE KEY")
+		return exitError{2}
+	}
 	if *watch {
 		var path string
 		switch {
-		case *chain != "" && fs.NArg() == 1:
-			path = "/v1/chains/" + pathSegment(*chain) + "/keys/" + pathSegment(fs.Arg(0))
-		case *chain == "" && fs.NArg() == 2:
-			path = "/v1/indexes/" + pathSegment(fs.Arg(0)) + "/keys/" + pathSegment(fs.Arg(1))
-		case *chain == "" && fs.NArg() == 1:
-			path = "/v1/indexes/" + pathSegment(fs.Arg(0)) + "/keys"
+		case *chain != "" && len(pos) == 1:
+			path = "/v1/chains/" + pathSegment(*chain) + "/keys/" + pathSegment(pos[0])
+		case *chain == "" && len(pos) == 2:
+			path = "/v1/indexes/" + pathSegment(pos[0]) + "/keys/" + pathSegment(pos[1])
+		case *chain == "" && len(pos) == 1:
+			path = "/v1/indexes/" + pathSegment(pos[0]) + "/keys"
 		}
 		if path != "" {
 			ctx, stop := watchContext()
@@ -66,31 +83,34 @@ func get(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	switch {
-	case *chain != "" && fs.NArg() == 1:
-		return c.printValues("/v1/chains/"+pathSegment(*chain)+"/keys/"+pathSegment(fs.Arg(0)), stdout, stderr)
-	case *chain == "" && fs.NArg() == 2:
-		return c.printValues("/v1/indexes/"+pathSegment(fs.Arg(0))+"/keys/"+pathSegment(fs.Arg(1)), stdout, stderr)
-	case *chain == "" && fs.NArg() == 1:
-		return c.printKeys(fs.Arg(0), *limit, stdout, stderr)
+	case *chain != "" && len(pos) == 1:
+		return c.printValues("/v1/chains/"+pathSegment(*chain)+"/keys/"+pathSegment(pos[0]), stdout, stderr)
+	case *chain == "" && len(pos) == 2:
+		return c.printValues("/v1/indexes/"+pathSegment(pos[0])+"/keys/"+pathSegment(pos[1]), stdout, stderr)
+	case *chain == "" && len(pos) == 1:
+		return c.printKeys(pos[0], *limit, stdout, stderr)
 	default:
-		fmt.Fprintln(stderr, "usage: metasync get [--server URL] [--watch] INDEX KEY   or   metasync get [--server URL] [--watch] --chain CHAIN KEY   or   metasync get [--server URL] [--watch] INDEX")
+		fmt.Fprintln(stderr, "usage: metasync get [--server URL] [--watch] INDEX KEY   or   metasync get [--server URL] [--watch] --chain CHAIN KEY   or   metasync get [--server URL] [--watch] INDEX   or   metasync get [--server URL] --objects INDEX KEY   or   metasync get [--server URL] --resource RESOURCE KEY")
 		return exitError{2}
 	}
 }
 
-// indexes prints every index of a running daemon: name, resource, number
-// of keys, and whether its resource has synced.
+// indexes prints every index of a running daemon (name, resource, number
+// of keys, whether its resource has synced, whether it is stale, how many
+// objects fail its rule now), then every chain, then the last rule error
+// of each index whose rule fails.
 func indexes(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("indexes", stderr)
 	server := fs.String("server", defaultServer, "URL of a running metasync serve (env METASYNC_SERVER)")
 	cf := addClientFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return exitError{2}
 	}
 	if err := envForFlags(fs, stderr); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
+	if len(pos) > 0 {
 		fmt.Fprintln(stderr, "usage: metasync indexes [--server URL]")
 		return exitError{2}
 	}
@@ -102,12 +122,115 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 	if err := c.getJSON("indexes", "/v1/indexes", &ans, stderr); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRESOURCE\tKEYS\tSYNCED")
-	for _, ix := range ans.Indexes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\n", ix.Name, ix.Resource, ix.Keys, ix.Synced)
+	var chains wire.Chains
+	if err := c.getJSON("indexes", "/v1/chains", &chains, stderr); err != nil {
+		return err
 	}
-	return tw.Flush()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tRESOURCE\tKEYS\tSYNCED\tSTALE\tFAILING")
+	for _, ix := range ans.Indexes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%t\t%d\n", ix.Name, ix.Resource, ix.Keys, ix.Synced, ix.Stale, ix.Failing)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(chains.Chains) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "CHAIN\tINDEXES\tSYNCED")
+		for _, ch := range chains.Chains {
+			fmt.Fprintf(tw, "%s\t%s\t%t\n", ch.Name, strings.Join(ch.Indexes, " -> "), ch.Synced)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	first := true
+	for _, ix := range ans.Indexes {
+		if rf := ix.LastRuleError; rf != nil {
+			if first {
+				fmt.Fprintln(stdout, "\nFAILING: objects that add nothing to an index, its rule failing for them; the last of each index:")
+				first = false
+			}
+			fmt.Fprintf(stdout, "  %s: %d object(s); last %s at %s: %s\n", ix.Name, ix.Failing, rf.Object, rf.At.Format(time.RFC3339), rf.Error)
+		}
+	}
+	if ans.Stale {
+		fmt.Fprintln(stderr, staleNote)
+	}
+	return nil
+}
+
+// staleNote is what get and indexes say of an answer marked stale.
+const staleNote = "metasync: note: stale: the daemon answers from data that may be behind the apiserver (a snapshot not caught up, or no watch for too long); see /readyz?verbose"
+
+// noteState says on stderr what an answer's synced and stale flags mean,
+// for a reader who sees only the values on stdout.
+func noteState(synced *bool, stale bool, stderr io.Writer) {
+	if synced != nil && !*synced {
+		fmt.Fprintln(stderr, "metasync: note: not synced: the daemon has not completed its first list of this resource; an empty answer means not known yet")
+	}
+	if stale {
+		fmt.Fprintln(stderr, staleNote)
+	}
+}
+
+// printObject prints one object's projected fields as a JSON line,
+// {"key":...,"fields":{...}}.
+func (c *client) printObject(resource, key string, stdout, stderr io.Writer) error {
+	var ans wire.Object
+	if err := c.getJSON("get", "/v1/resources/"+pathSegment(resource)+"/objects/"+pathSegment(key), &ans, stderr); err != nil {
+		return err
+	}
+	if ans.Fields == nil {
+		fmt.Fprintf(stderr, "metasync get: %s answered without fields: not an object\n", c.base)
+		return exitError{1}
+	}
+	line, _ := json.Marshal(wire.ObjectFields{Key: ans.Key, Fields: ans.Fields})
+	fmt.Fprintf(stdout, "%s\n", line)
+	noteState(nil, ans.Stale, stderr)
+	return nil
+}
+
+// printObjects prints the objects behind an index key, a JSON line each.
+func (c *client) printObjects(index, key string, stdout, stderr io.Writer) error {
+	var ans wire.Objects
+	path := "/v1/indexes/" + pathSegment(index) + "/keys/" + pathSegment(key) + "/objects"
+	if err := c.getJSON("get", path, &ans, stderr); err != nil {
+		return err
+	}
+	if ans.Objects == nil {
+		fmt.Fprintf(stderr, "metasync get: %s answered %s without objects\n", c.base, path)
+		return exitError{1}
+	}
+	for _, o := range ans.Objects {
+		line, _ := json.Marshal(o)
+		if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+			return err
+		}
+	}
+	noteState(ans.Synced, ans.Stale, stderr)
+	return nil
+}
+
+// parseInterspersed parses args with fs, flags before, between and after
+// the positional arguments, which it returns; after "--" every argument
+// is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
 }
 
 // pathSegment escapes s as one segment of a URL path (see
@@ -146,6 +269,9 @@ type client struct {
 // on stderr after "metasync cmd:".
 func newClient(server string, cf clientFlags, cmd string, stderr io.Writer) (*client, error) {
 	base := strings.TrimRight(server, "/")
+	if !strings.Contains(base, "://") && base != "" {
+		base = "http://" + base // HOST:PORT, as --listen takes it
+	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		fmt.Fprintf(stderr, "metasync %s: --server %q: want http://HOST:PORT or https://HOST:PORT\n", cmd, server)
@@ -236,6 +362,7 @@ func (c *client) printValues(path string, stdout, stderr io.Writer) error {
 	for _, v := range *ans.Values {
 		fmt.Fprintln(stdout, v)
 	}
+	noteState(ans.Synced, ans.Stale, stderr)
 	return nil
 }
 
@@ -270,6 +397,7 @@ func (c *client) printKeys(index string, limit int, stdout, stderr io.Writer) er
 			}
 		}
 		if ans.Continue == "" {
+			noteState(ans.Synced, ans.Stale, stderr)
 			return nil
 		}
 		if ans.Continue == after || len(*ans.Keys) == 0 {

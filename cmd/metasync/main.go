@@ -55,7 +55,9 @@ const usage = `usage:
   metasync validate --config FILE [--cluster] [--diff OLD]    (or: metasync validate [flags] FILE)
   metasync get      [--server URL] [--watch] INDEX KEY     (or: --chain CHAIN KEY)
   metasync get      [--server URL] INDEX         every key of the index, one per line
-  metasync indexes  [--server URL]               every index: name, resource, keys, synced
+  metasync get      [--server URL] --objects INDEX KEY      the objects behind the key, with their fields
+  metasync get      [--server URL] --resource RESOURCE KEY  one object's fields
+  metasync indexes  [--server URL]               every index (keys, synced, stale, rules failing), every chain
   metasync version
 Run 'metasync COMMAND --help' for the flags of a command.
 `
@@ -64,8 +66,9 @@ Run 'metasync COMMAND --help' for the flags of a command.
 var synopses = map[string]string{
 	"serve":    "metasync serve --config FILE [--kubeconfig FILE] [--context NAME] [--listen ADDR]",
 	"validate": "metasync validate --config FILE [--cluster] [--diff OLD]\n  metasync validate [flags] FILE",
-	"get":      "metasync get [--server URL] [--watch] INDEX KEY\n  metasync get [--server URL] [--watch] --chain CHAIN KEY\n  metasync get [--server URL] [--watch] INDEX    (every key of the index, one per line)\n  --watch prints each answer as it changes, one JSON line each, until Ctrl-C",
-	"indexes":  "metasync indexes [--server URL]    (every index: name, resource, keys, synced)",
+	"get":      "metasync get [--server URL] [--watch] INDEX KEY\n  metasync get [--server URL] [--watch] --chain CHAIN KEY\n  metasync get [--server URL] [--watch] INDEX    (every key of the index, one per line)\n  metasync get [--server URL] --objects INDEX KEY    (the objects behind the key, with their fields, a JSON line each)\n  metasync get [--server URL] --resource RESOURCE KEY    (one object's fields, a JSON line)\n  --watch prints each answer as it changes, one JSON line each, until Ctrl-C\n  flags may come before or after the arguments; a stale or not yet synced answer is noted on stderr",
+	"indexes":  "metasync indexes [--server URL]    (every index: name, resource, keys, synced, stale, objects failing its rule; every chain; the last rule error of each index)",
+	"version":  "metasync version    (the version metasync was built as: a tag, or the commit)",
 }
 
 // command returns the subcommand called name, or nil.
@@ -92,12 +95,24 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "version", "--version", "-version", "-v":
+		if wantsHelp(args[1:]) {
+			fmt.Fprintf(stdout, "usage:\n  %s\n", synopses["version"])
+			return nil
+		}
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "usage:\n  %s\n", synopses["version"])
+			return exitError{2}
+		}
 		fmt.Fprintln(stdout, "metasync", version)
 		return nil
 	case "help", "--help", "-help", "-h":
 		if len(args) > 1 {
 			if command(args[1]) != nil {
 				return help(args[1], stdout)
+			}
+			if args[1] == "version" {
+				fmt.Fprintf(stdout, "usage:\n  %s\n", synopses["version"])
+				return nil
 			}
 		}
 		fmt.Fprint(stdout, usage)

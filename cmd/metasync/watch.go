@@ -23,7 +23,8 @@ func watchContext() (context.Context, context.CancelFunc) {
 var errGone = errors.New("the index or chain was removed from the daemon's config")
 
 // follow prints the answers of a change stream (path, without ?watch), one
-// JSON line each (the stream's snapshot, update and reset frames), until
+// JSON line each (the stream's snapshot, synced, update, reset and gone
+// frames: a synced frame says that the values before it are now known), until
 // ctx ends. A broken stream is resumed with the last version, after a
 // backoff; the daemon then sends only what changed, or a reset and a
 // fresh snapshot.
@@ -38,7 +39,7 @@ func (c *client) follow(ctx context.Context, path string, stdout, stderr io.Writ
 		},
 	}, func(f streamclient.Frame) error {
 		switch f.Type {
-		case wire.FrameSnapshot, wire.FrameUpdate, wire.FrameReset, wire.FrameGone:
+		case wire.FrameSnapshot, wire.FrameSynced, wire.FrameUpdate, wire.FrameReset, wire.FrameGone:
 			if _, err := fmt.Fprintf(stdout, "%s\n", f.Raw); err != nil {
 				return err
 			}

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -198,7 +200,11 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
 	ans := wire.Indexes{Indexes: []wire.Index{}, Stale: s.engine.Stale()}
 	for _, ix := range s.engine.Indexes() {
-		ans.Indexes = append(ans.Indexes, wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced})
+		wi := wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced, Stale: ix.Stale, Failing: ix.Failing}
+		if rf := ix.LastRuleError; rf != nil {
+			wi.LastRuleError = &wire.RuleFailure{Object: rf.Object, Error: rf.Error, At: rf.At}
+		}
+		ans.Indexes = append(ans.Indexes, wi)
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -384,6 +390,15 @@ type resourceHealth struct {
 	Reason  string `json:"reason,omitempty"`
 	Syncing bool   `json:"syncing,omitempty"`
 	Stale   bool   `json:"stale,omitempty"`
+	// Indexes: each index of the resource, with the objects whose rule
+	// fails now and the latest of those failures.
+	Indexes []indexHealth `json:"indexes,omitempty"`
+}
+
+type indexHealth struct {
+	Name          string             `json:"name"`
+	Failing       int                `json:"failing"`
+	LastRuleError *msync.RuleFailure `json:"lastRuleError,omitempty"`
 }
 
 // readyz is 200 once every resource is ready, else 503. Its short form
@@ -404,7 +419,17 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
-		resources = append(resources, resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale})
+		rh := resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale}
+		if verbose {
+			for _, index := range slices.Sorted(maps.Keys(st.RuleErrors)) {
+				ih := indexHealth{Name: index, Failing: st.Failing[index]}
+				if rf, ok := st.LastRuleError[index]; ok {
+					ih.LastRuleError = &rf
+				}
+				rh.Indexes = append(rh.Indexes, ih)
+			}
+		}
+		resources = append(resources, rh)
 		if st.Ready || st.Syncing && !st.Synced {
 			continue // a resource a reload added counts once it has listed
 		}

@@ -12,10 +12,10 @@ import (
 type engineCollector struct {
 	e Engine
 
-	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors *prometheus.Desc
-	subsOpen, subsCoalesced, subsResets                                                         *prometheus.Desc
-	syncing, listDuration, watchDuration                                                        *prometheus.Desc
-	stale, snapAge, snapDuration, snapBytes, snapWrites, snapLoads                              *prometheus.Desc
+	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors, failing *prometheus.Desc
+	subsOpen, subsCoalesced, subsResets                                                                  *prometheus.Desc
+	syncing, listDuration, watchDuration                                                                 *prometheus.Desc
+	stale, snapAge, snapDuration, snapBytes, snapWrites, snapLoads                                       *prometheus.Desc
 }
 
 func newEngineCollector(e Engine) *engineCollector {
@@ -32,6 +32,7 @@ func newEngineCollector(e Engine) *engineCollector {
 		watchErrors: prometheus.NewDesc("metasync_watch_errors_total", "Failed watch requests.", res, nil),
 		watches:     prometheus.NewDesc("metasync_watch_starts_total", "Watch requests started (the first and every restart).", res, nil),
 		ruleErrors:  prometheus.NewDesc("metasync_rule_errors_total", "Objects whose rule could not be evaluated, per index.", []string{"resource", "index"}, nil),
+		failing:     prometheus.NewDesc("metasync_rule_failing_objects", "Objects whose rule fails now, per index: they add nothing to it.", []string{"resource", "index"}, nil),
 
 		syncing:       prometheus.NewDesc("metasync_resource_syncing", "1 while a resource that a config reload started has not completed its first list (and still may).", res, nil),
 		listDuration:  prometheus.NewDesc("metasync_list_duration_seconds", "List requests to the apiserver that ended, and their time.", res, nil),
@@ -49,7 +50,7 @@ func newEngineCollector(e Engine) *engineCollector {
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration, c.stale, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads} {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.failing, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration, c.stale, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads} {
 		ch <- d
 	}
 }
@@ -84,6 +85,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.watches, st.Watches, st.Name)
 		for index, n := range st.RuleErrors {
 			counter(c.ruleErrors, n, st.Name, index)
+			gauge(c.failing, float64(st.Failing[index]), st.Name, index)
 		}
 	}
 	if snap := c.e.SnapshotStatus(); snap.Load != "" {

@@ -10,7 +10,10 @@
 // once synced).
 package wire
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The types of a stream's frames.
 const (
@@ -77,6 +80,21 @@ type Index struct {
 	Resource string `json:"resource"`
 	Keys     int    `json:"keys"`
 	Synced   bool   `json:"synced"`
+	// Stale: the index's resource answers from data that may be behind
+	// the apiserver (a snapshot not caught up, or no watch for too long).
+	Stale bool `json:"stale,omitempty"`
+	// Failing: the objects whose rule fails now for the index (they add
+	// nothing to it); LastRuleError the latest of those failures.
+	Failing       int          `json:"failing"`
+	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
+}
+
+// RuleFailure is a rule that fails for an object: which object, what the
+// rule said, and when.
+type RuleFailure struct {
+	Object string    `json:"object"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
 }
 
 // Indexes is the answer of GET /v1/indexes.

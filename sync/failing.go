@@ -1,0 +1,142 @@
+package sync
+
+import (
+	"strings"
+	gosync "sync"
+	"time"
+)
+
+// The objects whose rule fails now: a state, where ruleErrors is a
+// history. An object leaves it when an event or a list gives it again
+// with rules that work, or when it is deleted.
+
+// ruleFailure is what one rule said of one object: the index it failed
+// for (its public name: a fallback's and hints' rules count for the index
+// they serve) and the error.
+type ruleFailure struct {
+	index string
+	err   string
+}
+
+// RuleFailure is the last rule error of an index that still holds: the
+// object it failed for, what it said and when.
+type RuleFailure struct {
+	Object string    `json:"object"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
+}
+
+// failingSet holds, per public index, the objects whose rule fails now.
+// The reflector writes it (put, Delete, Replace), readers read counts.
+type failingSet struct {
+	mu gosync.Mutex
+	// objects: index → object key → failure; nil when nothing fails.
+	objects map[string]map[string]RuleFailure
+	// last: index → the failure last recorded, while its object fails.
+	last map[string]RuleFailure
+}
+
+// note sets what fails now for the object key: failed, possibly none.
+func (f *failingSet) note(key string, failed []ruleFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(failed) == 0 && len(f.objects) == 0 {
+		return
+	}
+	for index := range f.objects {
+		f.remove(index, key)
+	}
+	f.add(key, failed, time.Now())
+}
+
+// replace sets what fails now for a complete list: every object not in
+// it fails no more.
+func (f *failingSet) replace(failed map[string][]ruleFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.objects, f.last = nil, nil
+	now := time.Now()
+	for key, fs := range failed {
+		f.add(key, fs, now)
+	}
+}
+
+// keep takes, from an earlier definition of the resource, the failures of
+// the indexes that it keeps (same name); a list replaces them.
+func (f *failingSet) keep(old *failingSet, indexes func(string) bool) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for index, objs := range old.objects {
+		if !indexes(index) {
+			continue
+		}
+		for key, rf := range objs {
+			f.put(index, key, rf)
+		}
+		if rf, ok := old.last[index]; ok {
+			f.last[index] = rf
+		}
+	}
+}
+
+func (f *failingSet) add(key string, failed []ruleFailure, at time.Time) {
+	for _, rf := range failed {
+		f.put(rf.index, key, RuleFailure{Object: key, Error: rf.err, At: at})
+		f.last[rf.index] = RuleFailure{Object: key, Error: rf.err, At: at}
+	}
+}
+
+func (f *failingSet) put(index, key string, rf RuleFailure) {
+	if f.objects == nil {
+		f.objects, f.last = map[string]map[string]RuleFailure{}, map[string]RuleFailure{}
+	}
+	objs := f.objects[index]
+	if objs == nil {
+		objs = map[string]RuleFailure{}
+		f.objects[index] = objs
+	}
+	objs[strings.Clone(key)] = rf
+}
+
+// remove takes key out of index; when it was the last failure recorded,
+// the latest of those left takes its place.
+func (f *failingSet) remove(index, key string) {
+	objs := f.objects[index]
+	if _, ok := objs[key]; !ok {
+		return
+	}
+	delete(objs, key)
+	if len(objs) == 0 {
+		delete(f.objects, index)
+		delete(f.last, index)
+		if len(f.objects) == 0 {
+			f.objects, f.last = nil, nil
+		}
+		return
+	}
+	if f.last[index].Object == key {
+		var latest RuleFailure
+		for _, rf := range objs {
+			if latest.Object == "" || rf.At.After(latest.At) || rf.At.Equal(latest.At) && rf.Object < latest.Object {
+				latest = rf
+			}
+		}
+		f.last[index] = latest
+	}
+}
+
+// counts returns, per index with failures, how many objects fail and the
+// last failure.
+func (f *failingSet) counts() (map[string]int, map[string]RuleFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := make(map[string]int, len(f.objects))
+	last := make(map[string]RuleFailure, len(f.last))
+	for index, objs := range f.objects {
+		n[index] = len(objs)
+		last[index] = f.last[index]
+	}
+	return n, last
+}
