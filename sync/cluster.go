@@ -153,6 +153,7 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 			if w.unverified() && !w.dropped.Swap(true) {
 				w.src.Replace(nil)
 				w.rv.Store(nil)
+				w.noteFresh()
 			}
 		}
 		other = true

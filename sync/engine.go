@@ -74,6 +74,10 @@ type Engine struct {
 	runCtx  context.Context
 	stopped bool
 	running gosync.WaitGroup // every watcher's run
+
+	// staleCh is closed when Stale may have changed (see StaleChanged).
+	staleMu gosync.Mutex
+	staleCh chan struct{}
 }
 
 // view is one configuration of the engine: the plan and its watchers and
@@ -361,6 +365,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		}
 		w := newWatcher(r, e.log)
 		w.reloaded, w.cluster = reload, e.checkCluster
+		w.freshened = e.staleMayHaveChanged
 		if e.clientFor != nil {
 			if err := e.clientFor(w); err != nil {
 				return changes, err
@@ -435,6 +440,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		testHookPublished()
 	}
 	e.hub.reconfigure(e, retired)
+	e.staleMayHaveChanged()
 	for _, r := range plan.Resources {
 		if w := fresh[r.Name]; w != nil {
 			e.launch(w)

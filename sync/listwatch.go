@@ -248,6 +248,7 @@ func (w *watcher) caughtUp(rv string) {
 			"snapshot", w.resumeRV, "resourceVersion", rv)
 		w.syncedAt.Store(time.Now().UnixNano())
 		close(w.synced)
+		w.noteFresh()
 	})
 }
 

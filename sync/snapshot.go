@@ -516,3 +516,28 @@ func (e *Engine) WaitForData(ctx context.Context) error {
 		}
 	}
 }
+
+// StaleChanged returns a channel that is closed when Stale may have
+// changed: a resource caught up with the apiserver (by a list, or by a
+// watch resumed from the snapshot's resourceVersion), dropped a snapshot
+// of another cluster, or a reload changed the resources. Ask Stale again
+// then, and StaleChanged for the next change. A change stream uses it to
+// tell its client at once that its answers are current.
+func (e *Engine) StaleChanged() <-chan struct{} {
+	e.staleMu.Lock()
+	defer e.staleMu.Unlock()
+	if e.staleCh == nil {
+		e.staleCh = make(chan struct{})
+	}
+	return e.staleCh
+}
+
+// staleMayHaveChanged closes the channel of StaleChanged.
+func (e *Engine) staleMayHaveChanged() {
+	e.staleMu.Lock()
+	defer e.staleMu.Unlock()
+	if e.staleCh != nil {
+		close(e.staleCh)
+		e.staleCh = nil
+	}
+}

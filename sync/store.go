@@ -105,6 +105,7 @@ func (w *watcher) Replace(list []any, rv string) error {
 			msg = "resource caught up by a list: the snapshot's resourceVersion could not be resumed; only the differences were applied"
 		}
 		w.log.Info(msg, "objects", len(objs), "resourceVersion", rv)
+		w.noteFresh()
 	})
 	return nil
 }

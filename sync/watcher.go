@@ -98,6 +98,16 @@ type watcher struct {
 	ruleLog                                    rate.Sometimes
 	// failing: the objects whose rule fails now, per index.
 	failing failingSet
+	// freshened, if set, is called when the resource may no longer be
+	// stale: its first list or catch-up, a snapshot dropped.
+	freshened func()
+}
+
+// noteFresh calls freshened, if set.
+func (w *watcher) noteFresh() {
+	if w.freshened != nil {
+		w.freshened()
+	}
 }
 
 // The contracts of client-go that a watcher fulfils for its reflector.

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,9 @@ func TestWarmStartDaemon(t *testing.T) {
 	proxy.Close() // and the apiserver cannot be reached
 
 	started := time.Now()
-	d = start(t, []string{"METASYNC_SNAPSHOT_DIR=" + snapDir}, args...)
+	// No heartbeat in the test's time: a stream hears that the daemon
+	// caught up from the catch-up itself.
+	d = start(t, []string{"METASYNC_SNAPSHOT_DIR=" + snapDir}, append(args, "--stream-heartbeat", "1h")...)
 	waitHTTP(t, d, addr)
 	t.Logf("answering %v after the start", time.Since(started).Round(time.Millisecond))
 	a := call(t, "GET", base(addr)+"/v1/chains/model-to-addresses/keys/model1")
@@ -119,6 +122,14 @@ func TestWarmStartDaemon(t *testing.T) {
 		`{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5"]}`)
 	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/warm-model"), 200,
 		`{"index":"model-to-app","key":"warm-model","values":["warm"]}`)
+	testenv.Eventually(t, "the stream hears that the daemon caught up", func() string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if last := s.frames[len(s.frames)-1]; last["type"] == "heartbeat" && last["stale"] == nil {
+			return ""
+		}
+		return fmt.Sprint(s.frames)
+	})
 	if got := metric(t, base(addr), `metasync_relists_total{resource="appmodels"}`); got != "0" {
 		t.Errorf("%s relists of appmodels: the watch should have resumed", got)
 	}

@@ -45,6 +45,7 @@ type Engine interface {
 	HasChain(chain string) bool
 	IndexSynced(index string) bool
 	Stale() bool
+	StaleChanged() <-chan struct{}
 	Status() []msync.ResourceStatus
 	SnapshotStatus() msync.SnapshotStatus
 	Subscriptions() msync.SubscriptionStats

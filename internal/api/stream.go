@@ -119,6 +119,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	recheck, _ := r.Context().Value(recheckKey{}).(func() int)
 	checked := time.Now()
 	var failingSince time.Time
+	stale := false // the last frame sent said "stale"
 	for {
 		if recheck != nil && time.Since(checked) >= s.heartbeat {
 			checked = time.Now()
@@ -137,18 +138,36 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 			}
 		}
 		wait, done := context.WithTimeout(ctx, s.heartbeat)
+		if stale {
+			// The client holds answers marked stale: once the daemon
+			// has caught up, it hears so at once, from a heartbeat
+			// without "stale", not a heartbeat period later.
+			changed := s.engine.StaleChanged()
+			if !s.engine.Stale() {
+				done()
+			} else {
+				go func() {
+					select {
+					case <-changed:
+						done()
+					case <-wait.Done():
+					}
+				}()
+			}
+		}
 		ev, err := sub.Next(wait)
 		done()
 		var f wire.Frame
 		switch {
 		case err == nil:
 			f = s.frameOf(t, ev)
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		case ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 			f = wire.Frame{Type: wire.FrameHeartbeat, Version: sub.Version()}
 		default:
 			return // the client went, or the server drains
 		}
 		f.Stale = s.engine.Stale()
+		stale = f.Stale
 		buf.Reset()
 		_ = enc.Encode(f) // a frame always encodes; Encode ends the line
 		if ctx.Err() != nil {
