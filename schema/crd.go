@@ -89,9 +89,12 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 			continue
 		}
 		root := version.Schema.OpenAPIV3Schema
-		checkRule := func(field string, rule *plan.Rule) {
+		// A field may be any JSON; an index's key and value must be
+		// strings (or arrays of them): a path to an object fails for
+		// every object at run time.
+		checkRule := func(field string, rule *plan.Rule, scalar bool) {
 			for _, path := range rule.Paths() {
-				problem, note := checkPath(root, path)
+				problem, note := checkPath(root, path, scalar)
 				if problem != "" {
 					probs.add(field, "%s: %s in CRD %s %s", path, problem, crd.Name, r.GVR.Version)
 				}
@@ -101,7 +104,7 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 			}
 		}
 		for _, f := range r.Fields {
-			checkRule(fmt.Sprintf("%s.fields.%s", at, f.Name), f.Rule)
+			checkRule(fmt.Sprintf("%s.fields.%s", at, f.Name), f.Rule, false)
 		}
 		j := -1 // the position of the index in the config
 		for _, ix := range r.Indexes {
@@ -111,14 +114,14 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 					field = "hints"
 				}
 				if ix.Value != nil {
-					checkRule(fmt.Sprintf("%s.indexes[%d].%s", at, j, field), ix.Value)
+					checkRule(fmt.Sprintf("%s.indexes[%d].%s", at, j, field), ix.Value, true)
 				}
 				continue
 			}
 			j++
-			checkRule(fmt.Sprintf("%s.indexes[%d].key", at, j), ix.Key)
+			checkRule(fmt.Sprintf("%s.indexes[%d].key", at, j), ix.Key, true)
 			if ix.Value != nil {
-				checkRule(fmt.Sprintf("%s.indexes[%d].value", at, j), ix.Value)
+				checkRule(fmt.Sprintf("%s.indexes[%d].value", at, j), ix.Value, true)
 			}
 		}
 	}
@@ -157,8 +160,10 @@ func pathSegments(path string) (segs []string, complete bool) {
 	return append(segs, cur.String()), true
 }
 
-// checkPath follows path through an OpenAPI schema.
-func checkPath(root *apiextensionsv1.JSONSchemaProps, path string) (problem, note string) {
+// checkPath follows path through an OpenAPI schema. scalar: the path
+// must end at a string, number or boolean (or an array of them), not at
+// an object.
+func checkPath(root *apiextensionsv1.JSONSchemaProps, path string, scalar bool) (problem, note string) {
 	segs, complete := pathSegments(path)
 	if len(segs) > 0 && (segs[0] == "metadata" || segs[0] == "apiVersion" || segs[0] == "kind") {
 		return "", "" // the same for every object; not in CRD schemas
@@ -211,6 +216,24 @@ func checkPath(root *apiextensionsv1.JSONSchemaProps, path string) (problem, not
 	}
 	if !complete {
 		return "", "checked up to a gjson query or modifier"
+	}
+	if scalar {
+		end, what := s, "an object"
+		if (s.Type == "array" || s.Items != nil) && s.Items != nil && s.Items.Schema != nil {
+			end, what = s.Items.Schema, "an array of objects"
+		}
+		if end.Type == "object" || end.Type == "" && len(end.Properties) > 0 {
+			fields := make([]string, 0, len(end.Properties))
+			for name := range end.Properties {
+				fields = append(fields, name)
+			}
+			sort.Strings(fields)
+			hint := ""
+			if len(fields) > 0 {
+				hint = fmt.Sprintf("; name a field inside it (fields: %s)", strings.Join(fields, ", "))
+			}
+			return fmt.Sprintf("is %s, and an index key or value must be a string or an array of strings: the rule would fail for every object%s", what, hint), ""
+		}
 	}
 	return "", ""
 }

@@ -32,6 +32,12 @@ type LoadOptions struct {
 	// Flags override everything else: config key (such as "server.listen")
 	// to value. Only the flags that were set belong here.
 	Flags map[string]any
+	// CheckAll is for a validator: when every problem is one of policy
+	// (a Secrets entry without allowSecrets), LoadPlan returns the plan
+	// with the error, so that the checks that need a plan (CRD schemas,
+	// the cluster) report their problems in the same run. Such a plan
+	// must not be started.
+	CheckAll bool
 }
 
 // Load reads the config file at path, layered as defaults < file <
@@ -104,6 +110,9 @@ func load(path string, opts LoadOptions) (*Config, *Plan, error) {
 		p.list.Add(err)
 	}
 	if err := p.result(); err != nil {
+		if opts.CheckAll && decodeErr == nil && len(Problems(err)) == v.policy {
+			return nil, compiled, err
+		}
 		return nil, nil, err
 	}
 	return &c, compiled, nil

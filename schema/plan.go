@@ -125,6 +125,7 @@ func (r *Resource) compile(p *problems, at string, resources, indexes map[string
 	}
 	if r.Group == "" && r.Resource == "secrets" && !r.AllowSecrets {
 		p.add(at+".resource", "watching Secrets puts their content in memory and behind the HTTP API; set allowSecrets: true to do it on purpose")
+		p.policy++
 	}
 	if r.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {

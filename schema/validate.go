@@ -21,7 +21,12 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 
 // problems collects FieldErrors.
-type problems struct{ list plist.List }
+type problems struct {
+	list plist.List
+	// policy counts the problems of policy (a Secrets entry without
+	// allowSecrets): the plan compiled despite them is whole.
+	policy int
+}
 
 func (p *problems) add(path, format string, args ...any) {
 	p.list.Add(&FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})

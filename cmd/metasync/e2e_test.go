@@ -741,3 +741,44 @@ subjects:
 		t.Fatalf("beyond loopback without --auth: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestValidateClusterWithCRDFiles: a resource whose CRD the config lists
+// under crds: is not "not served" while the CRD is not installed (serve
+// installs it first): validate --cluster notes it, checks its paths
+// against the file, and checks that the caller may install CRDs.
+func TestValidateClusterWithCRDFiles(t *testing.T) {
+	testenv.Need(t, env)
+	dir := t.TempDir()
+	crd := strings.ReplaceAll(testenv.LooseCRD("files.iidp.com", "Gizmo", "gizmos"), "x-kubernetes-preserve-unknown-fields: true",
+		"properties: {size: {type: string}, parts: {type: object, properties: {n: {type: integer}}}}")
+	config := `
+crds: [gizmo-crd.yaml]
+resources:
+  - name: gizmos
+    group: files.iidp.com
+    version: v1
+    resource: gizmos
+    indexes:
+      - name: gizmo-size
+        key: spec.size
+`
+	for name, body := range map[string]string{"gizmo-crd.yaml": crd, "config.yaml": config, "bad.yaml": strings.Replace(config, "key: spec.size", "key: spec.parts", 1)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := metasync(t, "validate", filepath.Join(dir, "config.yaml"), "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""))
+	if code != 0 || !strings.Contains(out, "note: resources[0]: gizmos is not served by the cluster yet: serve installs CRD gizmos.files.iidp.com from the crds: list first") {
+		t.Errorf("validate --cluster of a config that installs its CRD: exit %d\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = metasync(t, "validate", filepath.Join(dir, "bad.yaml"), "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""))
+	if code != 1 || !strings.Contains(errOut, "resources[0].indexes[0].key: spec.parts: is an object") {
+		t.Errorf("validate --cluster of a key that is an object: exit %d\n%s", code, errOut)
+	}
+	// A caller who may not install CRDs is told so.
+	kubeconfig, _ := env.UserKubeconfig(t, "no-crds")
+	_, errOut, code = metasync(t, "validate", filepath.Join(dir, "config.yaml"), "--cluster", "--kubeconfig", kubeconfig)
+	if code != 1 || !strings.Contains(errOut, "crds: RBAC denies patch on customresourcedefinitions.apiextensions.k8s.io") {
+		t.Errorf("validate --cluster by a user without CRD rights: exit %d\n%s", code, errOut)
+	}
+}

@@ -47,15 +47,19 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "metasync validate: one config file is required (--config FILE, or FILE), and nothing else")
 		return exitError{2}
 	}
-	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ()})
-	if err != nil {
+	plan, err := schema.LoadPlan(*config, schema.LoadOptions{Environ: os.Environ(), CheckAll: true})
+	if err != nil && plan == nil {
 		printProblems(stderr, err)
 		return exitError{1}
 	}
-	var problems []error
+	// A plan with problems of policy only is checked on: every problem
+	// is reported in one run.
+	problems := schema.Problems(err)
 	var notes []string
+	var crds []*schema.CRD
 	if len(plan.CRDs()) > 0 {
-		crds, err := schema.ReadCRDs(plan.CRDs())
+		var err error
+		crds, err = schema.ReadCRDs(plan.CRDs())
 		problems = append(problems, schema.Problems(err)...)
 		n, err := schema.CheckPaths(plan, crds)
 		notes = append(notes, n...)
@@ -69,12 +73,15 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		n, err := cluster.CheckCluster(ctx, plan, cfg)
+		n, err := cluster.CheckCluster(ctx, plan, cfg, crds)
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
 	for _, n := range notes {
 		fmt.Fprintln(stdout, "note:", n)
+	}
+	for _, w := range schema.Warnings(plan, crds) {
+		fmt.Fprintln(stdout, "warning:", w)
 	}
 	if len(problems) > 0 {
 		for _, p := range problems {

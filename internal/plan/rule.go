@@ -332,3 +332,19 @@ func (r *Rule) Paths() []string {
 	}
 	return out
 }
+
+// Joins reports whether the rule is a template that joins two or more
+// paths with sep in a literal between them (as '${metadata.namespace}/${metadata.name}'
+// joins with "/").
+func (r *Rule) Joins(sep string) bool {
+	paths, joined := 0, false
+	for _, p := range r.parts {
+		switch {
+		case p.path != "":
+			paths++
+		case paths > 0 && strings.Contains(p.literal, sep):
+			joined = true
+		}
+	}
+	return paths >= 2 && joined
+}

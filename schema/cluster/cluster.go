@@ -79,7 +79,13 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, time
 // caller may list and watch each (SelfSubjectAccessReview); and each path
 // fits the CRD's schema where a CRD defines the resource. It reports every
 // problem at once; notes are things it could not check.
-func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (notes []string, err error) {
+//
+// files are the CRDs of the config's crds: list, which serve installs
+// before it watches: a resource one of them defines need not be served
+// yet (a note says it is not), its paths are checked against the file
+// (CheckPaths, by the caller), not against the cluster's copy, and the
+// caller must be allowed to apply CRDs.
+func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*schema.CRD) (notes []string, err error) {
 	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
@@ -95,7 +101,10 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 		}
 		list := &metav1.APIResourceList{}
 		err := kube.Get(ctx, apiPath, list)
+		file := fileCRD(files, r.GVR.Group, r.GVR.Resource)
 		switch {
+		case file != nil && (apierrors.IsNotFound(err) || err == nil && !servesResource(list, r.GVR.Resource)):
+			notes = append(notes, fmt.Sprintf("%s: %s is not served by the cluster yet: serve installs CRD %s from the crds: list first; its paths are checked against that file", at, r.GVR.Resource, file.Name))
 		case apierrors.IsNotFound(err):
 			p.add(at, "%s is not served by the cluster: no API %s", r.GVR.Resource, gv)
 		case err != nil:
@@ -127,32 +136,21 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 			}
 		}
 		for _, verb := range []string{"list", "watch"} {
-			review := &authorizationv1.SelfSubjectAccessReview{
-				TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectAccessReview"},
-				Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
-					},
-				},
-			}
-			got := &authorizationv1.SelfSubjectAccessReview{}
-			if err := kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, got); err != nil {
+			allowed, reason, err := selfAllowed(ctx, kube, authorizationv1.ResourceAttributes{
+				Namespace: r.Namespace, Verb: verb, Group: r.GVR.Group, Version: r.GVR.Version, Resource: r.GVR.Resource,
+			})
+			switch {
+			case err != nil:
 				p.add(at, "access review of %s %s: %v", verb, r.GVR.Resource, err)
-				continue
-			}
-			if !got.Status.Allowed {
+			case !allowed:
 				scope := "in all namespaces"
 				if r.Namespace != "" {
 					scope = "in namespace " + r.Namespace
 				}
-				reason := got.Status.Reason
-				if reason == "" {
-					reason = "no RBAC rule allows it"
-				}
 				p.add(at, "RBAC denies %s on %s %s: %s", verb, r.GVR.GroupResource(), scope, reason)
 			}
 		}
-		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") {
+		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") && file == nil {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			err := kube.Get(ctx, crdPath(r.GVR.Resource+"."+r.GVR.Group), crd)
 			switch {
@@ -161,6 +159,17 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config) (not
 			case apierrors.IsNotFound(err):
 			default:
 				notes = append(notes, fmt.Sprintf("%s: cannot read CRD %s.%s to check paths: %v", at, r.GVR.Resource, r.GVR.Group, err))
+			}
+		}
+	}
+	if len(files) > 0 {
+		for _, verb := range []string{"get", "create", "patch"} {
+			allowed, reason, err := selfAllowed(ctx, kube, authorizationv1.ResourceAttributes{Verb: verb, Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"})
+			switch {
+			case err != nil:
+				p.add("crds", "access review of %s customresourcedefinitions: %v", verb, err)
+			case !allowed:
+				p.add("crds", "RBAC denies %s on customresourcedefinitions.apiextensions.k8s.io (%s), which serve needs to install the crds: files; or install them beforehand and drop crds:", verb, reason)
 			}
 		}
 	}
@@ -180,3 +189,41 @@ func (p *problems) add(path, format string, args ...any) {
 }
 
 func (p *problems) result() error { return p.list.Err("with the cluster") }
+
+// fileCRD is the CRD among files that defines group/resource, or nil.
+func fileCRD(files []*schema.CRD, group, resource string) *schema.CRD {
+	for _, c := range files {
+		if c.Spec.Group == group && c.Spec.Names.Plural == resource {
+			return c
+		}
+	}
+	return nil
+}
+
+// servesResource reports whether a discovery list holds resource.
+func servesResource(list *metav1.APIResourceList, resource string) bool {
+	for _, res := range list.APIResources {
+		if res.Name == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// selfAllowed asks the apiserver whether the caller may do what attrs
+// say (a SelfSubjectAccessReview); reason is why not, when it is not.
+func selfAllowed(ctx context.Context, kube *kubejson.Client, attrs authorizationv1.ResourceAttributes) (allowed bool, reason string, err error) {
+	review := &authorizationv1.SelfSubjectAccessReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SelfSubjectAccessReview"},
+		Spec:     authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs},
+	}
+	got := &authorizationv1.SelfSubjectAccessReview{}
+	if err := kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, got); err != nil {
+		return false, "", err
+	}
+	reason = got.Status.Reason
+	if reason == "" {
+		reason = "no RBAC rule allows it"
+	}
+	return got.Status.Allowed, reason, nil
+}
