@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run bench bench-micro chaos image
+.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run apply bench bench-micro chaos image
 
 ## all: the default: build.
 all: build
@@ -91,16 +91,25 @@ clean:
 	rm -rf $(BIN)
 
 ## run: a local control plane with the AppModel example, and metasync serve
-## on LISTEN (127.0.0.1:8080; port 0 picks a free one). The first run builds
+## on LISTEN (127.0.0.1:8080; port 0 picks a free one) with CONFIG
+## (examples/appmodel/config.yaml; edit it while it runs to try a live
+## reload, or serve a copy of your own). The first run builds
 ## kube-apiserver and etcd (minutes). Ctrl-C stops everything, also when the
 ## output is piped (make run 2>&1 | tee run.log).
 LISTEN ?= 127.0.0.1:8080
+CONFIG ?= examples/appmodel/config.yaml
 run: build
 	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
 	  echo "==> first run: building kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 5 minutes on 2 cores; later runs start in seconds)"; fi
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
-	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN)
+	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN) --config $(CONFIG) --kubeconfig-out $(BIN)/dev-kubeconfig
+
+## apply: applies the YAML files FILE (space-separated) to the cluster of a
+## running `make run`, with server-side apply: no kubectl needed.
+FILE ?=
+apply:
+	@$(GO) build -o $(BIN)/devcluster ./hack/devcluster && $(BIN)/devcluster apply --kubeconfig $(BIN)/dev-kubeconfig $(FILE)
 
 ## bench: metasync side by side with the plain informer on one control
 ## plane; N=100000 for the large run (see BENCHMARKS.md). BENCH_FLAGS

@@ -16,6 +16,11 @@
 // Before it starts anything, devcluster checks that the address of
 // metasync serve (--listen, `make run LISTEN=...`) is free; port 0 picks a
 // free one.
+//
+// While it runs, the control plane's kubeconfig is also at
+// --kubeconfig-out (bin/dev-kubeconfig), removed at the stop, and
+// `devcluster apply FILE...` (`make apply FILE=...`) applies YAML to that
+// cluster with server-side apply: no kubectl is needed to change data.
 package main
 
 import (
@@ -35,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/iidp/metasync/internal/kubeapply"
@@ -76,12 +82,20 @@ const (
 	controlPlaneStop  = 15 * time.Second
 )
 
+// defaultKubeconfigOut is where a running devcluster leaves its
+// kubeconfig for `devcluster apply` and kubectl.
+const defaultKubeconfigOut = "bin/dev-kubeconfig"
+
 func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "apply" {
+		return apply(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("metasync", "bin/metasync", "the metasync binary")
-	config := fs.String("config", "examples/appmodel/config.yaml", "config for metasync serve")
+	config := fs.String("config", "examples/appmodel/config.yaml", "config for metasync serve (edit it while it runs: metasync reloads it)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
+	kubeconfigOut := fs.String("kubeconfig-out", "", "also write the control plane's kubeconfig here while it runs (for `devcluster apply` and kubectl; make run writes "+defaultKubeconfigOut+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -151,6 +165,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err
 	}
+	if *kubeconfigOut != "" {
+		if err := os.MkdirAll(filepath.Dir(*kubeconfigOut), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*kubeconfigOut, env.KubeConfig, 0o600); err != nil {
+			return err
+		}
+		kubeconfig = *kubeconfigOut
+		defer os.Remove(*kubeconfigOut)
+	}
 	say("==> control plane at %s, kubeconfig %s", cfg.Host, kubeconfig)
 
 	applyCtx, applied := context.WithTimeout(ctx, 60*time.Second)
@@ -205,8 +229,13 @@ func run(args []string, stdout, stderr io.Writer) error {
   %[2]s get --server %[1]s model-to-app
   %[2]s get --server %[1]s model-to-app model2
   %[2]s get --server %[1]s --chain model-to-addresses iiot_dataservice
-  KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl
-Ctrl-C stops everything.`, url, *bin, kubeconfig)
+  %[2]s get --server %[1]s --objects model-to-app model1
+  %[2]s get --server %[1]s --watch model-to-app model1     # then, in another terminal:
+  make apply FILE=my-appmodel.yaml    # applies YAML to this cluster (server-side apply); no kubectl needed
+  KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl (deleting needs it)
+Live reload: edit %[4]s while this runs, and metasync reloads it when
+it is saved (make run CONFIG=my.yaml serves a copy of your own).
+Ctrl-C stops everything.`, url, *bin, kubeconfig, *config)
 	}
 
 	select {
@@ -311,4 +340,39 @@ func childEnv() []string {
 		}
 	}
 	return env
+}
+
+// apply applies YAML files to the cluster of a running devcluster (its
+// --kubeconfig-out), as `make apply FILE=...` asks.
+func apply(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("devcluster apply", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kubeconfig := fs.String("kubeconfig", defaultKubeconfigOut, "the kubeconfig of the cluster (a running devcluster writes it)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("apply: name one YAML file or more (make apply FILE=x.yaml)")
+	}
+	raw, err := os.ReadFile(*kubeconfig)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("apply: no %s: is `make run` running? (or pass --kubeconfig)", *kubeconfig)
+	}
+	if err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		return fmt.Errorf("apply: %s: %w", *kubeconfig, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := kubeapply.Files(ctx, cfg, fs.Args()...); err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	fmt.Fprintf(stdout, "applied %s\n", strings.Join(fs.Args(), ", "))
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,9 +321,36 @@ func TestCtrlCWithOutputPiped(t *testing.T) {
 	needControlPlane(t)
 	_, metasync := binaries(t)
 	addr := testenv.FreeAddr(t)
-	d := startDevcluster(t, "--metasync", metasync, "--listen", addr)
+	kubeconfig := filepath.Join(t.TempDir(), "dev-kubeconfig")
+	d := startDevcluster(t, "--metasync", metasync, "--listen", addr, "--kubeconfig-out", kubeconfig)
 	d.waitFor(t, "==> metasync serves on http://"+addr, 2*time.Minute)
 	kids := wantChildren(t, d, "kube-apiserver", "etcd", "metasync")
+	if out := d.out.String(); !strings.Contains(out, "Live reload: edit examples/appmodel/config.yaml") || !strings.Contains(out, "make apply FILE=") {
+		t.Errorf("devcluster does not say how to change data and the config:\n%s", out)
+	}
+
+	// `make apply` changes the data without kubectl.
+	app := filepath.Join(t.TempDir(), "app.yaml")
+	_ = os.WriteFile(app, []byte("apiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: mine, namespace: meta-test, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [my-model]}\n"), 0o600)
+	bin, _ := binaries(t)
+	if out, err := exec.Command(bin, "apply", "--kubeconfig", kubeconfig, app).CombinedOutput(); err != nil || !strings.Contains(string(out), "applied "+app) {
+		t.Errorf("devcluster apply: %v %s", err, out)
+	}
+	testenv.Eventually(t, "the applied AppModel served", func() string {
+		resp, err := http.Get("http://" + addr + "/v1/indexes/model-to-app/keys/my-model")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), `"values":["mine"]`) {
+			return string(body)
+		}
+		return ""
+	})
+	if out, err := exec.Command(bin, "apply", "--kubeconfig", filepath.Join(t.TempDir(), "none"), app).CombinedOutput(); err == nil || !strings.Contains(string(out), "is `make run` running?") {
+		t.Errorf("devcluster apply without a cluster: %v %s", err, out)
+	}
 
 	second := startDevcluster(t, "--metasync", metasync, "--listen", addr)
 	ps := second.wait(t, 20*time.Second)
@@ -341,6 +369,9 @@ func TestCtrlCWithOutputPiped(t *testing.T) {
 	}
 	wantAllGone(t, kids, d.tmp)
 	wantEmpty(t, d.tmp)
+	if _, err := os.Stat(kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("the kubeconfig of a stopped cluster is left: %v", err)
+	}
 }
 
 // TestKilledDevclusterTakesItsChildren: when devcluster is killed
