@@ -361,11 +361,13 @@ func (e *Engine) loadSnapshot() {
 		if errors.As(err, &se) {
 			reason = se.Reason
 		}
-		level := "no snapshot yet: cold start"
-		if reason != "missing" {
-			level = "snapshot ignored: cold start"
+		// No snapshot is what a first start finds: normal, so INFO; one
+		// that cannot be used is worth a WARN.
+		if reason == "missing" {
+			e.log.Info("no snapshot yet: cold start (a first start; snapshots are written from now on)", "path", path)
+		} else {
+			e.log.Warn("snapshot ignored: cold start", "path", path, "reason", reason, "error", err.Error())
 		}
-		e.log.Warn(level, "path", path, "reason", reason, "error", err.Error())
 	} else {
 		e.log.Info("warm start from the snapshot", "path", path, "bytes", len(data), "writtenAt", writtenAt.UTC().Format(time.RFC3339),
 			"age", time.Since(writtenAt).Round(time.Millisecond).String(), "took", time.Since(start).Round(time.Microsecond).String(),

@@ -52,6 +52,9 @@ func TestWarmStartDaemon(t *testing.T) {
 	if got := metric(t, base(addr), `metasync_snapshot_loads_total{outcome="cold",reason="missing"}`); got != "1" {
 		t.Errorf("first start: cold load metric %q", got)
 	}
+	if log := d.stderr.String(); !strings.Contains(log, `"level":"INFO","msg":"no snapshot yet: cold start`) || strings.Contains(log, `"level":"WARN"`) {
+		t.Errorf("a first start with --snapshot-dir logs a warning, or not the cold start at INFO:\n%s", log)
+	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	<-d.done
 	if d.err != nil {
