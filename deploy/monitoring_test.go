@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/iidp/metasync/internal/testenv"
@@ -204,4 +206,79 @@ func TestAlertRules(t *testing.T) {
 	}
 	_ = os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), tests, 0o644)
 	run("test", "rules", "alerts_test.yaml")
+}
+
+// TestServiceMonitorScrapesTheService: monitoring/servicemonitor.yaml
+// selects base's Service (labels, namespace, port) and verifies the
+// serving certificate that cert-manager makes (name, CA Secret).
+func TestServiceMonitorScrapesTheService(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("monitoring", "servicemonitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sm struct {
+		Kind     string
+		Metadata struct{ Namespace string }
+		Spec     struct {
+			Selector          struct{ MatchLabels map[string]string }
+			NamespaceSelector struct{ MatchNames []string }
+			Endpoints         []struct {
+				Port, Scheme, Path string
+				TLSConfig          struct {
+					ServerName string
+					CA         struct{ Secret struct{ Name, Key string } }
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &sm); err != nil {
+		t.Fatal(err)
+	}
+	if sm.Kind != "ServiceMonitor" || len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("servicemonitor.yaml: kind %q, %d endpoints", sm.Kind, len(sm.Spec.Endpoints))
+	}
+	ep := sm.Spec.Endpoints[0]
+	var svc *unstructured.Unstructured
+	for _, o := range render(t, "base") {
+		if o.GetKind() == "Service" && o.GetName() == "metasync" {
+			svc = o
+		}
+	}
+	if svc == nil {
+		t.Fatal("base has no Service metasync")
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s; the Service's labels are %v", k, v, svc.GetLabels())
+		}
+	}
+	if !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{svc.GetNamespace()}) || sm.Metadata.Namespace != svc.GetNamespace() {
+		t.Errorf("the ServiceMonitor looks in %v (and is in %s); the Service is in %s", sm.Spec.NamespaceSelector.MatchNames, sm.Metadata.Namespace, svc.GetNamespace())
+	}
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	found := false
+	for _, p := range ports {
+		if m, _ := p.(map[string]any); m["name"] == ep.Port {
+			found = true
+		}
+	}
+	if !found || ep.Scheme != "https" || ep.Path != "/metrics" {
+		t.Errorf("endpoint %+v: the Service's ports are %v; want its port by name, https, /metrics", ep, ports)
+	}
+	var names []string
+	caSecret := false
+	for _, o := range render(t, "cert-manager") {
+		if o.GetKind() != "Certificate" {
+			continue
+		}
+		secret, _, _ := unstructured.NestedString(o.Object, "spec", "secretName")
+		dns, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+		names = append(names, dns...)
+		if secret == ep.TLSConfig.CA.Secret.Name && o.GetNamespace() == svc.GetNamespace() {
+			caSecret = true
+		}
+	}
+	if !slices.Contains(names, ep.TLSConfig.ServerName) || !caSecret || ep.TLSConfig.CA.Secret.Key != "ca.crt" {
+		t.Errorf("tlsConfig %+v: the certificates name %v; want one of them, and the CA Secret that cert-manager makes in %s", ep.TLSConfig, names, svc.GetNamespace())
+	}
 }
