@@ -232,6 +232,7 @@ func run(args []string, stdout, stderr io.Writer) error {
   %[2]s get --server %[1]s --objects model-to-app model1
   %[2]s get --server %[1]s --watch model-to-app model1     # then, in another terminal:
   make apply FILE=my-appmodel.yaml    # applies YAML to this cluster (server-side apply); no kubectl needed
+  go run ./examples/appmodel/grpcclient --kubeconfig %[3]s --demo --daemon %[1]s --calls 6   # gRPC calls routed by this daemon
   KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl (deleting needs it)
 Live reload: edit %[4]s while this runs, and metasync reloads it when
 it is saved (make run CONFIG=my.yaml serves a copy of your own).

@@ -11,6 +11,13 @@
 // ready pod: UNAVAILABLE at once). With --daemon URL it resolves through a
 // metasync daemon's change streams instead of watching the cluster itself
 // (--token-file and --ca-file for a daemon that reviews tokens over TLS).
+//
+// With --demo it needs nothing but `make run`'s cluster: it starts two
+// local gRPC servers, writes an AppModel serving model grpc-demo-model
+// and a Service with an EndpointSlice per server, calls the model, and
+// deletes what it wrote when it ends:
+//
+//	go run ./examples/appmodel/grpcclient --kubeconfig bin/dev-kubeconfig --demo --calls 6
 package main
 
 import (
@@ -30,6 +37,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iidp/metasync/grpcresolver"
@@ -56,8 +64,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	model := flags.String("model", "model1", "model to call")
 	port := flags.Int("port", 0, "resolve bare IPs (chain model-to-addresses) with this port instead of the slices' own IP:PORT (chain model-to-endpoints)")
 	calls := flags.Int("calls", 0, "stop after this many calls (0: until Ctrl-C)")
+	demo := flags.Bool("demo", false, "start two local gRPC servers, write an AppModel, a Service and EndpointSlices that point at them (deleted at the end), and call their model: for make run's cluster")
 	if err := flags.Parse(args); err != nil {
 		return err
+	}
+	if *demo {
+		restConfig, err := restConfigOf(*kubeconfig)
+		if err != nil {
+			return err
+		}
+		cleanup, err := startDemo(ctx, restConfig, out)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		*model = demoModel
 	}
 	var builder resolver.Builder
 	if *daemon != "" {
@@ -86,11 +107,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // startEngine runs an engine of the config until stop is called.
 func startEngine(ctx context.Context, kubeconfig, config string) (*msync.Engine, func(), error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	restConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	restConfig, err := restConfigOf(kubeconfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, err
 	}
 	plan, err := schema.LoadPlan(config, schema.LoadOptions{Environ: os.Environ()})
 	if err != nil {
@@ -111,6 +130,18 @@ func startEngine(ctx context.Context, kubeconfig, config string) (*msync.Engine,
 		return nil, nil, err
 	}
 	return engine, stop, nil
+}
+
+// restConfigOf finds the cluster as kubectl does: the file kubeconfig,
+// else KUBECONFIG, else ~/.kube/config, else in-cluster.
+func restConfigOf(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
 }
 
 // callLoop dials target and calls the health service every interval,
