@@ -301,6 +301,10 @@ func (e *Engine) Chains() []ChainInfo {
 // the named index, ordered by object key, on one snapshot.
 func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
 	v, snap := e.view()
+	return indexFields(v, snap, index, key)
+}
+
+func indexFields(v *view, snap *indexer.Snapshot, index, key string) ([]ObjectFields, error) {
 	w, ok := v.byIndex[index]
 	if !ok {
 		return nil, fmt.Errorf("unknown index %q", index)
@@ -324,6 +328,10 @@ func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
 // on one snapshot.
 func (e *Engine) ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error) {
 	v, snap := e.view()
+	return resourceFields(v, snap, resource, objectKeys...)
+}
+
+func resourceFields(v *view, snap *indexer.Snapshot, resource string, objectKeys ...string) ([]ObjectFields, error) {
 	w, ok := v.byName[resource]
 	if !ok {
 		return nil, fmt.Errorf("unknown resource %q", resource)
@@ -344,6 +352,51 @@ func (e *Engine) ResourceFields(resource string, objectKeys ...string) ([]Object
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key }), nil
+}
+
+// FieldsAnswer is objects' projected fields with the flags that say how
+// far to trust them, read as Answer reads values with theirs.
+type FieldsAnswer struct {
+	Objects []ObjectFields
+	// Synced: the index (or the resource) has completed a list, so that
+	// no object means none, not "not known yet".
+	Synced bool
+	// Stale: the engine answers from data that may be behind the
+	// apiserver (see Stale).
+	Stale bool
+}
+
+// AnswerIndexFields is IndexFields with its flags, read first and under
+// the same config as the objects (again after a reload between them):
+// never "synced" of objects read before the index synced.
+func (e *Engine) AnswerIndexFields(index, key string) (FieldsAnswer, error) {
+	return e.answerFields(func(v *view) bool { return v.indexSynced(index) },
+		func(v *view, snap *indexer.Snapshot) ([]ObjectFields, error) { return indexFields(v, snap, index, key) })
+}
+
+// AnswerResourceFields is ResourceFields of one object with its flags,
+// read as AnswerIndexFields reads them; Synced is the resource's.
+func (e *Engine) AnswerResourceFields(resource, objectKey string) (FieldsAnswer, error) {
+	return e.answerFields(func(v *view) bool {
+		w := v.byName[resource]
+		return w != nil && w.isSynced()
+	}, func(v *view, snap *indexer.Snapshot) ([]ObjectFields, error) {
+		return resourceFields(v, snap, resource, objectKey)
+	})
+}
+
+func (e *Engine) answerFields(synced func(*view) bool, read func(*view, *indexer.Snapshot) ([]ObjectFields, error)) (FieldsAnswer, error) {
+	for {
+		v, _ := e.view()
+		a := FieldsAnswer{Synced: synced(v), Stale: v.stale()}
+		snap := e.store.Snapshot()
+		if snap.Meta().(*view) != v {
+			continue // a reload came between: read the flags again
+		}
+		objs, err := read(v, snap)
+		a.Objects = objs
+		return a, err
+	}
 }
 
 // decode unmarshals each object's fields into a T.

@@ -41,6 +41,8 @@ const MaxKeys = 10000
 type Engine interface {
 	msync.Reader
 	Answer(t msync.Target) msync.Answer
+	AnswerIndexFields(index, key string) (msync.FieldsAnswer, error)
+	AnswerResourceFields(resource, objectKey string) (msync.FieldsAnswer, error)
 	HasIndex(index string) bool
 	HasChain(chain string) bool
 	IndexSynced(index string) bool

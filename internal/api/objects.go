@@ -40,12 +40,11 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	if !validKey(w, key) {
 		return
 	}
-	// Read before the fields, as Engine.Answer reads its flags: a
+	// The flags are read before the fields, under the same config: a
 	// resource that has not completed a list never answers "no such
 	// object", which it does not know yet.
-	synced := s.resourceSynced(resource)
-	stale := s.engine.Stale()
-	objs, err := s.engine.ResourceFields(resource, key)
+	a, err := s.engine.AnswerResourceFields(resource, key)
+	objs, synced, stale := a.Objects, a.Synced, a.Stale
 	if err != nil {
 		writeError(w, http.StatusNotFound, s.fieldsError(err))
 		return
@@ -72,10 +71,11 @@ func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
 	if !validKey(w, key) {
 		return
 	}
-	// The flags before the objects, as Engine.Answer reads them: never
-	// "synced" of objects read before the resource synced.
-	synced, stale := s.engine.IndexSynced(index), s.engine.Stale()
-	objs, err := s.engine.IndexFields(index, key)
+	// The flags before the objects, under the same config, as
+	// Engine.Answer reads them: never "synced" of objects read before the
+	// resource synced.
+	a, err := s.engine.AnswerIndexFields(index, key)
+	objs, synced, stale := a.Objects, a.Synced, a.Stale
 	if err != nil {
 		writeError(w, http.StatusNotFound, s.fieldsError(err))
 		return
@@ -85,16 +85,6 @@ func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
 		ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Fields: json.RawMessage(o.JSON)})
 	}
 	writeJSON(w, http.StatusOK, ans)
-}
-
-// resourceSynced reports whether the named resource has completed a list.
-func (s *Server) resourceSynced(resource string) bool {
-	for _, st := range s.engine.Status() {
-		if st.Name == resource {
-			return st.Synced
-		}
-	}
-	return false
 }
 
 // fieldsError is the message of an engine's refusal to read fields, with
