@@ -95,7 +95,9 @@ clean:
 ## (examples/appmodel/config.yaml; edit it while it runs to try a live
 ## reload, or serve a copy of your own). The first run builds
 ## kube-apiserver and etcd (minutes). Ctrl-C stops everything, also when the
-## output is piped (make run 2>&1 | tee run.log).
+## output is piped (make run 2>&1 | tee run.log); with tee -i (make run
+## 2>&1 | tee -i run.log) tee ignores the Ctrl-C and keeps the stop's
+## messages too.
 LISTEN ?= 127.0.0.1:8080
 CONFIG ?= examples/appmodel/config.yaml
 run: build
