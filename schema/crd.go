@@ -217,7 +217,9 @@ func checkPath(root *apiextensionsv1.JSONSchemaProps, path string, scalar bool) 
 	if !complete {
 		return "", "checked up to a gjson query or modifier"
 	}
-	if scalar {
+	// A path that ends with # is a count (a number), whatever the
+	// elements are.
+	if scalar && segs[len(segs)-1] != "#" {
 		end, what := s, "an object"
 		if (s.Type == "array" || s.Items != nil) && s.Items != nil && s.Items.Schema != nil {
 			end, what = s.Items.Schema, "an array of objects"

@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	gosync "sync"
 	"time"
@@ -56,8 +58,10 @@ func (f *failingSet) replace(failed map[string][]ruleFailure) {
 	defer f.mu.Unlock()
 	f.objects, f.last = nil, nil
 	now := time.Now()
-	for key, fs := range failed {
-		f.add(key, fs, now)
+	// In key order: the last failure of a list is its greatest key's,
+	// the same at every list.
+	for _, key := range slices.Sorted(maps.Keys(failed)) {
+		f.add(key, failed[key], now)
 	}
 }
 
@@ -125,6 +129,13 @@ func (f *failingSet) remove(index, key string) {
 		}
 		f.last[index] = latest
 	}
+}
+
+// any reports whether an object fails a rule now.
+func (f *failingSet) any() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.objects) > 0
 }
 
 // counts returns, per index with failures, how many objects fail and the

@@ -90,16 +90,20 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 		// of it or newer, and a watch that resumes from it misses nothing
 		// (events it repeats change nothing).
 		rv := w.resourceVersion()
+		// Objects whose rule fails are not in the snapshot's data: a
+		// resource with any is listed at the next start, so that they
+		// are found failing again (a resumed watch would not see them).
+		failing := w.failing.any()
 		switch c := w.carried; {
 		case rv == "":
 		case w.listed1():
-			rs = append(rs, resource{w, rv, false})
+			rs = append(rs, resource{w, rv, failing})
 		case w.warm():
 			// Data of a snapshot whose cluster was not found to be this
 			// one: listed, never resumed, at the next start.
-			rs = append(rs, resource{w, rv, w.restoredRelist || !verified})
+			rs = append(rs, resource{w, rv, w.restoredRelist || !verified || failing})
 		case c != nil && !w.dropped.Load():
-			rs = append(rs, resource{w, c.rv, c.relist || c.unverified && !verified})
+			rs = append(rs, resource{w, c.rv, c.relist || c.unverified && !verified || failing})
 		}
 	}
 	if len(rs) == 0 {

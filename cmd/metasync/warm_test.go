@@ -27,6 +27,7 @@ func TestWarmStartDaemon(t *testing.T) {
 	testenv.Need(t, env)
 	setupCluster(t)
 	env.InstallCRD(t, lateCRD)
+	applyWidget(t, "odd", map[string]any{"r": 255}) // fails widget-color's rule
 	ctx := context.Background()
 	apiAddr, addr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
@@ -52,7 +53,7 @@ func TestWarmStartDaemon(t *testing.T) {
 	if got := metric(t, base(addr), `metasync_snapshot_loads_total{outcome="cold",reason="missing"}`); got != "1" {
 		t.Errorf("first start: cold load metric %q", got)
 	}
-	if log := d.stderr.String(); !strings.Contains(log, `"level":"INFO","msg":"no snapshot yet: cold start`) || strings.Contains(log, `"level":"WARN"`) {
+	if log := d.stderr.String(); !strings.Contains(log, `"level":"INFO","msg":"no snapshot yet: cold start`) || strings.Contains(log, `"level":"WARN","msg":"no snapshot`) || strings.Contains(log, `"level":"WARN","msg":"snapshot ignored`) {
 		t.Errorf("a first start with --snapshot-dir logs a warning, or not the cold start at INFO:\n%s", log)
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
@@ -125,6 +126,14 @@ func TestWarmStartDaemon(t *testing.T) {
 		`{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5"]}`)
 	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/warm-model"), 200,
 		`{"index":"model-to-app","key":"warm-model","values":["warm"]}`)
+	// The widget that fails its rule is not in the snapshot's data: its
+	// resource lists at the warm start, and finds it failing again.
+	testenv.Eventually(t, "the failing widget counted after the warm start", func() string {
+		if got := metric(t, base(addr), `metasync_rule_failing_objects{index="widget-color",resource="widgets"}`); got != "1" {
+			return "metasync_rule_failing_objects " + got
+		}
+		return ""
+	})
 	testenv.Eventually(t, "the stream hears that the daemon caught up", func() string {
 		s.mu.Lock()
 		defer s.mu.Unlock()
