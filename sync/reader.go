@@ -63,7 +63,7 @@ type IndexInfo struct {
 	// means "no values", not "not known yet".
 	Synced bool `json:"synced"`
 	// Stale: its resource answers from a snapshot that its watch has not
-	// caught up with yet, or has gone without a watch for too long.
+	// caught up with yet (a warm start, see Stale).
 	Stale bool `json:"stale,omitempty"`
 	// Failing is the number of objects whose rule fails now for this
 	// index (they add nothing to it), LastRuleError the latest of those

@@ -161,7 +161,7 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 }
 
 // staleNote is what get and indexes say of an answer marked stale.
-const staleNote = "metasync: note: stale: the daemon answers from data that may be behind the apiserver (a snapshot not caught up, or no watch for too long); see /readyz?verbose"
+const staleNote = "metasync: note: stale: the daemon answers from data that may be behind the apiserver (a warm start's snapshot that its watch has not caught up with yet); see /readyz?verbose"
 
 // noteState says on stderr what an answer's synced and stale flags mean,
 // for a reader who sees only the values on stdout.

@@ -81,7 +81,7 @@ type Index struct {
 	Keys     int    `json:"keys"`
 	Synced   bool   `json:"synced"`
 	// Stale: the index's resource answers from data that may be behind
-	// the apiserver (a snapshot not caught up, or no watch for too long).
+	// the apiserver: a warm start's snapshot its watch has not caught up with.
 	Stale bool `json:"stale,omitempty"`
 	// Failing: the objects whose rule fails now for the index (they add
 	// nothing to it); LastRuleError the latest of those failures.
