@@ -57,6 +57,33 @@ func TestGetObjects(t *testing.T) {
 	}
 }
 
+// TestGetObjectsOfAnyKey: --objects reaches the objects of every key,
+// "/" included (ServeMux routes its escaped form elsewhere), and flags may
+// take "--" as their value.
+func TestGetObjectsOfAnyKey(t *testing.T) {
+	srv := apiServer(t, oddKeys)
+	for i, k := range oddKeys {
+		out, errOut, code := cli("get", "--server", srv.URL, "--objects", "model-to-app", k)
+		if code != 0 || !strings.HasPrefix(out, `{"key":"meta-test/`+appName(i)+`"`) || strings.Count(out, "\n") != 1 {
+			t.Errorf("get --objects model-to-app %q = exit %d %q %q", k, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{
+		{"get", "--server", srv.URL, "--resource", "", "x"},
+		{"get", "--server", srv.URL, "--objects", "", "x"},
+		{"get", "--server", srv.URL, "--objects", "model-to-app", ""},
+	} {
+		if out, errOut, code := cli(args...); code != 2 || out != "" || !strings.Contains(errOut, "non-empty") {
+			t.Errorf("%q = exit %d %q %q", args, code, out, errOut)
+		}
+	}
+	// --zone's value is "--", not the end of the flags: --node n after
+	// the arguments is a flag.
+	if out, errOut, code := cli("get", "--server", srv.URL, "--zone", "--", "model-to-app", "a?b=c", "--node", "n"); code != 1 || !strings.Contains(errOut, "zone") {
+		t.Errorf("get --zone -- ... --node n = exit %d %q %q", code, out, errOut)
+	}
+}
+
 // TestGetNotesNotSynced: values read before a resource's first list are
 // printed as they are, and stderr says what an empty answer means then.
 func TestGetNotesNotSynced(t *testing.T) {

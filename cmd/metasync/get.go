@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,9 +53,14 @@ func get(args []string, stdout, stderr io.Writer) error {
 			c.query.Set(k, v)
 		}
 	}
+	resourceSet := false
+	fs.Visit(func(f *flag.Flag) { resourceSet = resourceSet || f.Name == "resource" })
 	switch {
-	case *resource != "" || *objects:
+	case *resource != "" || *objects || resourceSet:
 		switch {
+		case slices.Contains(pos, "") || resourceSet && *resource == "":
+			fmt.Fprintln(stderr, "metasync get: --objects and --resource need a non-empty INDEX (or RESOURCE) and KEY")
+			return exitError{2}
 		case *watch || *chain != "" || *resource != "" && *objects:
 			fmt.Fprintln(stderr, "metasync get: --objects and --resource read objects now: not with --watch, --chain or each other")
 			return exitError{2}
@@ -214,8 +220,22 @@ func (c *client) printObjects(index, key string, stdout, stderr io.Writer) error
 
 // parseInterspersed parses args with fs, flags before, between and after
 // the positional arguments, which it returns; after "--" every argument
-// is positional.
+// is positional ("--" as the value of a flag, --zone --, is a value).
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var after []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			args, after = args[:i], args[i+1:]
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && a != "-" && !hasValue {
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) {
+				i++ // its value, whatever it looks like
+			}
+		}
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -223,14 +243,17 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
+			return append(pos, after...), nil
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// isBoolFlag reports whether f takes no value (-watch, not -zone Z).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // pathSegment escapes s as one segment of a URL path (see

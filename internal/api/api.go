@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -313,6 +314,13 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	index, key := r.PathValue("index"), r.PathValue("key")
+	if objectsOf, ok := objectsKey(r); ok {
+		// ServeMux routes .../keys/%2F/objects here, with key "//objects"
+		// (every other key reaches indexObjects): the objects of key "/".
+		r.SetPathValue("key", objectsOf)
+		s.indexObjects(w, r)
+		return
+	}
 	if !s.engine.HasIndex(index) {
 		s.unknownIndex(w, "index", index)
 		return
@@ -334,6 +342,23 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	s.count("index", index, ans.Values)
 	values := nonNil(ans.Values)
 	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale})
+}
+
+// objectsKey returns the key of a request for the objects behind a key
+// (/v1/indexes/{index}/keys/{key}/objects, the key one escaped segment),
+// read from the escaped path.
+func objectsKey(r *http.Request) (string, bool) {
+	p := r.URL.EscapedPath()
+	_, rest, ok := strings.Cut(strings.TrimPrefix(p, "/v1/indexes/"), "/keys/")
+	if !ok || !strings.HasPrefix(p, "/v1/indexes/") {
+		return "", false
+	}
+	seg, ok := strings.CutSuffix(rest, "/objects")
+	if !ok || seg == "" || strings.Contains(seg, "/") {
+		return "", false
+	}
+	key, err := url.PathUnescape(seg)
+	return key, err == nil
 }
 
 // notSynced returns a pointer to false when synced is false, else nil: an

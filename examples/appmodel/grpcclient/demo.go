@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -77,8 +79,18 @@ func startDemo(ctx context.Context, cfg *rest.Config, out io.Writer) (cleanup fu
 	}
 	applyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// Never over another's objects: the demo writes only names that are
+	// free, and deletes only what it wrote.
+	if taken, err := existing(applyCtx, cfg, objs); err != nil || taken != "" {
+		stop()
+		if err == nil {
+			err = fmt.Errorf("%s exists already; the demo does not touch it (delete it, or run the demo on make run's cluster)", taken)
+		}
+		return nil, fmt.Errorf("demo: %w", err)
+	}
 	if err := kubeapply.Apply(applyCtx, cfg, objs...); err != nil {
 		stop()
+		_ = deleteAll(cfg, objs)
 		return nil, fmt.Errorf("demo: write its AppModel, Service and slices (is this make run's cluster, with the AppModel CRD?): %w", err)
 	}
 	fmt.Fprintf(out, "demo: backends %v serve model %s (AppModel, Service and EndpointSlices %s in %s)\n", addrs, demoModel, demoApp, demoNamespace)
@@ -103,7 +115,33 @@ func obj(apiVersion, kind, name string, labels map[string]any, fields map[string
 	return &unstructured.Unstructured{Object: o}
 }
 
-// deleteAll deletes the demo's objects.
+// demoResources are the resources of the demo's kinds.
+var demoResources = map[string]k8sschema.GroupVersionResource{
+	"AppModel":      {Group: "iidp.com", Version: "v1", Resource: "appmodels"},
+	"Service":       {Version: "v1", Resource: "services"},
+	"EndpointSlice": {Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
+}
+
+// existing names the first of objs that exists already ("" if none).
+func existing(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) (string, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range objs {
+		_, err := dyn.Resource(demoResources[o.GetKind()]).Namespace(demoNamespace).Get(ctx, o.GetName(), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Sprintf("%s %s/%s", o.GetKind(), demoNamespace, o.GetName()), nil
+		case !apierrors.IsNotFound(err):
+			return "", err
+		}
+	}
+	return "", nil
+}
+
+// deleteAll deletes the demo's objects, each it can: one already gone is
+// no error.
 func deleteAll(cfg *rest.Config, objs []*unstructured.Unstructured) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -111,17 +149,14 @@ func deleteAll(cfg *rest.Config, objs []*unstructured.Unstructured) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resources := map[string]k8sschema.GroupVersionResource{
-		"AppModel":      {Group: "iidp.com", Version: "v1", Resource: "appmodels"},
-		"Service":       {Version: "v1", Resource: "services"},
-		"EndpointSlice": {Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
-	}
+	var errs []error
 	for _, o := range objs {
-		if err := dyn.Resource(resources[o.GetKind()]).Namespace(demoNamespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil {
-			return err
+		err := dyn.Resource(demoResources[o.GetKind()]).Namespace(demoNamespace).Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // localIPv4 is this machine's first IPv4 address that an EndpointSlice
