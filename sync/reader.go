@@ -68,7 +68,7 @@ type IndexInfo struct {
 	// Failing is the number of objects whose rule fails now for this
 	// index (they add nothing to it), LastRuleError the latest of those
 	// failures; nil when none fails.
-	Failing       int          `json:"failing"`
+	Failing       int          `json:"failing,omitempty"`
 	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
 }
 

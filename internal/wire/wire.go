@@ -85,7 +85,7 @@ type Index struct {
 	Stale bool `json:"stale,omitempty"`
 	// Failing: the objects whose rule fails now for the index (they add
 	// nothing to it); LastRuleError the latest of those failures.
-	Failing       int          `json:"failing"`
+	Failing       int          `json:"failing,omitempty"`
 	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
 }
 
