@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/internal/tlsfiles"
 	"github.com/iidp/metasync/schema"
@@ -35,6 +37,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		"kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
 		"kubeconfig context (default: the current context)")
 	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
+	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); loopback only, unless --auth=none")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	heartbeat := fs.Duration("stream-heartbeat", api.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
@@ -159,6 +162,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		ln.Close()
 		return err
 	}
+	var xdsLn net.Listener
+	if *xdsListen != "" {
+		if xdsLn, err = listenXDS(*xdsListen, *auth, stderr); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -200,6 +210,20 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		go installLater(engineCtx, crdsLater, restCfg, log)
 	}
 	go reload.run(engineCtx, hup)
+	var xdsSrv *http.Server
+	if xdsLn != nil {
+		// gRPC is HTTP/2: unencrypted (h2c), as an xDS bootstrap's
+		// "insecure" channel credentials dial it.
+		xdsSrv = &http.Server{Handler: xds.New(engine, log.With("face", "xds"), handler.Registerer()), ReadHeaderTimeout: 10 * time.Second}
+		xdsSrv.Protocols = new(http.Protocols)
+		xdsSrv.Protocols.SetUnencryptedHTTP2(true)
+		go func() {
+			if err := xdsSrv.Serve(xdsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("xDS server failed", "error", err.Error())
+			}
+		}()
+		log.Info("serving xDS", "address", xdsLn.Addr().String())
+	}
 	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
 
@@ -223,6 +247,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("HTTP drain incomplete", "error", err.Error())
+	}
+	if xdsSrv != nil {
+		_ = xdsSrv.Close() // ADS streams last: end them (clients reconnect elsewhere)
 	}
 	stopEngine()
 	select {
@@ -273,3 +300,23 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 }
 
 var _ http.Handler = (*api.Server)(nil)
+
+// listenXDS listens for xDS on addr: a loopback address, or any with
+// --auth=none (xDS clients are not authenticated yet).
+func listenXDS(addr, auth string, stderr io.Writer) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "metasync serve: --xds-listen %q: %v\n", addr, err)
+		return nil, exitError{2}
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && auth != "none" {
+		fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: xDS clients are not authenticated yet: listen on loopback (127.0.0.1:PORT: clients on the same host or in the same pod), or say --auth=none to serve xDS beyond it on purpose\n", addr)
+		return nil, exitError{2}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "metasync serve: --xds-listen: %v\n", err)
+		return nil, exitError{1}
+	}
+	return ln, nil
+}

@@ -138,6 +138,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // MustRegister adds collectors to the server's /metrics.
 func (s *Server) MustRegister(cs ...prometheus.Collector) { s.registry.MustRegister(cs...) }
 
+// Registerer is the registry of /metrics, for other faces of the daemon.
+func (s *Server) Registerer() prometheus.Registerer { return s.registry }
+
 // SetStopping makes /readyz fail from now on: the process is shutting down.
 func (s *Server) SetStopping() { s.stopping.Store(true) }
 

@@ -1,0 +1,205 @@
+package xds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/xds" // the xds:/// resolver and its balancers
+
+	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// The tests' daemon side: an engine of examples/appmodel's config, fed
+// without a cluster, served over xDS on a loopback port that the
+// bootstrap of grpc-go's own xDS client names (the bootstrap is read
+// once per process: one server for every test).
+var (
+	feeder   feed.Feeder
+	xdsSrv   *Server
+	resolved resolver.Builder // grpc-go's xds resolver, with the bootstrap
+)
+
+func TestMain(m *testing.M) {
+	plan, err := schema.LoadPlan(filepath.Join("..", "..", "..", "..", "examples", "appmodel", "config.yaml"), schema.LoadOptions{})
+	if err != nil {
+		panic(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, f, err := feed.New(plan, quiet)
+	if err != nil {
+		panic(err)
+	}
+	feeder = f
+	xdsSrv = New(e.(*msync.Engine), quiet, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: xdsSrv}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = srv.Serve(ln) }()
+	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":"xds-test","locality":{"zone":"zone-a"}}}`, ln.Addr().String())
+	// grpc-go reads GRPC_XDS_BOOTSTRAP_CONFIG when it starts: too early
+	// for a port picked here. Its resolver takes the same bootstrap.
+	if resolved, err = xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap)); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	srv.Close()
+	os.Exit(code)
+}
+
+// backend is a gRPC health server on a loopback port.
+func backend(t *testing.T) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return ln.Addr().String(), s.Stop
+}
+
+// route makes model answer the addresses, through an AppModel of app and
+// one EndpointSlice of its Service (port named http).
+func route(t *testing.T, app, model string, addrs ...string) {
+	t.Helper()
+	appModel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
+		"spec": map[string]any{"models": []string{model}}})
+	var eps []any
+	port := 0
+	for _, a := range addrs {
+		host, p, _ := net.SplitHostPort(a)
+		fmt.Sscan(p, &port)
+		eps = append(eps, map[string]any{"addresses": []string{host}, "conditions": map[string]any{"ready": true}})
+	}
+	// One slice per port: the test's backends listen on ports of their own.
+	slices := [][]byte{}
+	for i, a := range addrs {
+		host, p, _ := net.SplitHostPort(a)
+		fmt.Sscan(p, &port)
+		s, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": fmt.Sprintf("%s-%d", app, i), "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": app}},
+			"ports":     []any{map[string]any{"name": "http", "port": port}},
+			"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{"ready": true}}}})
+		slices = append(slices, s)
+	}
+	_ = eps
+	if err := feeder.Apply("appmodels", appModel); err != nil {
+		t.Fatal(err)
+	}
+	var keep [][]byte
+	keep = append(keep, slices...)
+	if err := feeder.Replace("endpointslices", keep...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// calls calls the health service n times through target and counts who
+// answered; failures are counted by code.
+func calls(t *testing.T, conn *grpc.ClientConn, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	h := healthpb.NewHealthClient(conn)
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var p peer.Peer
+		_, err := h.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+		cancel()
+		if err != nil {
+			got["error "+status.Code(err).String()]++
+		} else {
+			got[p.Addr.String()]++
+		}
+	}
+	return got
+}
+
+// eventually retries f for up to 10 s.
+func eventually(t *testing.T, what string, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", what, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestGRPCClient: grpc-go's own xDS client, given only a bootstrap that
+// names the server, calls a model's backends through xds:///chains/...:
+// calls spread over the backends, a removed backend gets none, an added
+// one gets calls, an emptied answer fails calls UNAVAILABLE and a new one
+// serves again.
+func TestGRPCClient(t *testing.T) {
+	a, _ := backend(t)
+	b, _ := backend(t)
+	route(t, "xds-app", "xds-model", a, b)
+	conn, err := grpc.NewClient("xds:///chains/model-to-endpoints/xds-model", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, "calls reach both backends", func() string {
+		if got := calls(t, conn, 10); got[a] == 0 || got[b] == 0 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	route(t, "xds-app", "xds-model", a)
+	eventually(t, "a removed backend gets no call", func() string {
+		if got := calls(t, conn, 10); got[a] != 10 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	c, _ := backend(t)
+	route(t, "xds-app", "xds-model", a, c)
+	eventually(t, "an added backend gets calls", func() string {
+		if got := calls(t, conn, 10); got[c] == 0 || got[a] == 0 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	route(t, "xds-app", "xds-model")
+	eventually(t, "an empty answer fails calls", func() string {
+		if got := calls(t, conn, 3); got["error "+codes.Unavailable.String()] != 3 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	route(t, "xds-app", "xds-model", c)
+	eventually(t, "a new answer serves again", func() string {
+		if got := calls(t, conn, 5); got[c] != 5 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+}

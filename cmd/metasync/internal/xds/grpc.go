@@ -1,0 +1,149 @@
+package xds
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The one gRPC method of the server, served over HTTP/2 by net/http: the
+// daemon links no gRPC library. A gRPC message is a 5-byte prefix (a
+// compressed flag, then the length) and the message; the status is in
+// the trailers.
+
+// adsPath is the HTTP/2 path of AggregatedDiscoveryService's
+// StreamAggregatedResources.
+const adsPath = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
+// maxMessage bounds a request: a DiscoveryRequest names resources, it is
+// small.
+const maxMessage = 4 << 20
+
+// gRPC status codes used here.
+const (
+	codeOK            = 0
+	codeInvalid       = 3
+	codeUnimplemented = 12
+	codeInternal      = 13
+	codeUnavailable   = 14
+)
+
+// ServeHTTP serves gRPC requests: StreamAggregatedResources, and
+// UNIMPLEMENTED for any other method.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor != 2 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		http.Error(w, "metasync's xDS port speaks gRPC (HTTP/2, application/grpc) only", http.StatusUnsupportedMediaType)
+		return
+	}
+	w.Header().Set("Content-Type", "application/grpc")
+	w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
+	if r.URL.Path != adsPath {
+		finish(w, codeUnimplemented, "unknown method "+r.URL.Path+": this server serves "+adsPath)
+		return
+	}
+	if enc := r.Header.Get("Grpc-Encoding"); enc != "" && enc != "identity" {
+		finish(w, codeUnimplemented, "compression "+enc+" is not supported")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	st := &grpcStream{w: w, rc: rc, body: r.Body}
+	err := s.serve(r.Context(), st)
+	code, message := codeOK, ""
+	var se *statusError
+	switch {
+	case err == nil, errors.Is(err, io.EOF), r.Context().Err() != nil:
+	case errors.As(err, &se):
+		code, message = se.code, se.message
+	default:
+		code, message = codeInternal, err.Error()
+	}
+	finish(w, code, message)
+}
+
+// finish writes the status trailers.
+func finish(w http.ResponseWriter, code int, message string) {
+	w.Header().Set("Grpc-Status", strconv.Itoa(code))
+	if message != "" {
+		w.Header().Set("Grpc-Message", encodeMessage(message))
+	}
+}
+
+// encodeMessage percent-encodes a status message, as gRPC's HTTP/2
+// mapping says.
+func encodeMessage(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// statusError ends a stream with a gRPC status.
+type statusError struct {
+	code    int
+	message string
+}
+
+func (e *statusError) Error() string { return e.message }
+
+// grpcStream reads and writes the messages of one call.
+type grpcStream struct {
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	body io.Reader
+}
+
+// recv reads one message.
+func (g *grpcStream) recv() ([]byte, error) {
+	var head [5]byte
+	if _, err := io.ReadFull(g.body, head[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &statusError{codeInvalid, "a gRPC message cut short"}
+		}
+		return nil, err
+	}
+	if head[0] != 0 {
+		return nil, &statusError{codeUnimplemented, "compressed messages are not supported"}
+	}
+	n := binary.BigEndian.Uint32(head[1:])
+	if n > maxMessage {
+		return nil, &statusError{codeInvalid, fmt.Sprintf("a request of %d bytes, over %d", n, maxMessage)}
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(g.body, b); err != nil {
+		return nil, &statusError{codeInvalid, "a gRPC message cut short"}
+	}
+	return b, nil
+}
+
+// sendTimeout bounds the write of one message: a client that reads
+// nothing loses its stream.
+const sendTimeout = 30 * time.Second
+
+// send writes one message and flushes it.
+func (g *grpcStream) send(b []byte) error {
+	_ = g.rc.SetWriteDeadline(time.Now().Add(sendTimeout))
+	var head [5]byte
+	binary.BigEndian.PutUint32(head[1:], uint32(len(b)))
+	if _, err := g.w.Write(head[:]); err != nil {
+		return err
+	}
+	if _, err := g.w.Write(b); err != nil {
+		return err
+	}
+	return g.rc.Flush()
+}

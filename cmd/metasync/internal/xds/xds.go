@@ -1,0 +1,459 @@
+// Package xds serves the answers of a metasync engine over xDS v3, the
+// Aggregated Discovery Service in its state-of-the-world form, so that a
+// gRPC client in any language with xDS support (a bootstrap that names
+// the daemon, a target xds:///chains/CHAIN/KEY or
+// xds:///indexes/INDEX/KEY) resolves and balances through metasync with
+// no metasync code in it.
+//
+// For each target a client asks for, the server answers four resources,
+// as gRPC's xDS client reads them: the Listener of the name asked for (an
+// API listener: an HTTP connection manager with the router filter that
+// points at a RouteConfiguration of the same name), the
+// RouteConfiguration (one virtual host for every domain, everything
+// routed to one Cluster), the Cluster (EDS, round robin) and its
+// ClusterLoadAssignment, whose endpoints are the answer's host:port
+// values. A new answer pushes a new assignment; an empty one has no
+// endpoints (calls fail UNAVAILABLE); an unknown index or chain has no
+// Listener. The assignment of a target is not sent before the engine has
+// answered it once: before its resource's first list a client waits.
+//
+// The server is hand-written, on net/http's HTTP/2 and protowire, rather
+// than on go-control-plane's server and snapshot cache: resources are
+// built on demand per target and client (there is no fixed snapshot to
+// publish); a version a client rejects is not sent again until the
+// answer changes, where go-control-plane's cache re-sends a rejected
+// version in a loop; and the daemon links neither gRPC nor the generated
+// xDS packages (about 10 MB of resident memory in every process that
+// imports them, serving xDS or not).
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// The type URLs of the four resources.
+const (
+	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	TypeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
+
+// typeNames are the short names of the types, for metrics and logs.
+var typeNames = map[string]string{TypeListener: "listener", TypeRoute: "route", TypeCluster: "cluster", TypeEndpoint: "endpoint"}
+
+// Engine is what the server reads of the engine.
+type Engine interface {
+	HasIndex(index string) bool
+	HasChain(chain string) bool
+	Subscribe(ctx context.Context, t msync.Target) (*msync.Subscription, error)
+}
+
+// Server is the ADS server of one engine: an http.Handler of HTTP/2
+// (serve it with unencrypted HTTP/2 allowed, or over TLS).
+type Server struct {
+	engine  Engine
+	log     *slog.Logger
+	nackLog rate.Sometimes
+	badLog  rate.Sometimes
+
+	clients prometheus.Gauge
+	pushes  *prometheus.CounterVec
+	nacks   *prometheus.CounterVec
+}
+
+// New returns the server of engine; its metrics are registered with reg.
+func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
+	s := &Server{
+		engine:  engine,
+		log:     log,
+		nackLog: rate.Sometimes{First: 3, Interval: time.Minute},
+		badLog:  rate.Sometimes{First: 3, Interval: time.Minute},
+		clients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
+		pushes:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
+		nacks:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
+	}
+	if reg != nil {
+		reg.MustRegister(s.clients, s.pushes, s.nacks)
+	}
+	return s
+}
+
+// target is what a resource name asks for: a key of an index or a chain.
+type target struct {
+	kind, name, key string // kind: "indexes" or "chains"
+}
+
+// parseTarget reads a Listener name: the first two segments are kind and
+// name, the rest, percent-decoded, the key (grpc-go decodes the target's
+// path, grpc-js keeps it: both read the same).
+func parseTarget(s string) (target, bool) {
+	s = strings.TrimPrefix(s, "/")
+	kind, rest, ok := strings.Cut(s, "/")
+	if !ok || kind != "indexes" && kind != "chains" {
+		return target{}, false
+	}
+	name, key, ok := strings.Cut(rest, "/")
+	if !ok || name == "" || key == "" {
+		return target{}, false
+	}
+	if k, err := url.PathUnescape(key); err == nil {
+		key = k
+	}
+	return target{kind, name, key}, true
+}
+
+// clusterName is the Cluster (and assignment) of a target, one name per
+// target whatever the form its Listener was asked in.
+func (t target) clusterName() string {
+	return t.kind + "/" + t.name + "/" + url.PathEscape(t.key)
+}
+
+func (t target) msync() msync.Target {
+	if t.kind == "chains" {
+		return msync.ChainOf(t.name, t.key)
+	}
+	return msync.KeyOf(t.name, t.key)
+}
+
+// serve serves one client: its requests, and a push of an assignment
+// each time a target's answer changes.
+func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
+	s.clients.Inc()
+	defer s.clients.Dec()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := &client{
+		s:       s,
+		ctx:     ctx,
+		stream:  stream,
+		types:   map[string]*typeState{},
+		follow:  map[string]*follower{},
+		changed: make(chan struct{}, 1),
+	}
+	defer c.stopAll()
+	reqs := make(chan request)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			b, err := stream.recv()
+			if err == nil {
+				var req request
+				if req, err = decodeRequest(b); err == nil {
+					select {
+					case reqs <- req:
+						continue
+					case <-ctx.Done():
+						return
+					}
+				}
+				err = &statusError{codeInvalid, err.Error()}
+			}
+			errc <- err
+			return
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			if err := c.request(req); err != nil {
+				return err
+			}
+		case <-c.changed:
+			if err := c.pushChanged(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// typeState is what one client holds of one type.
+type typeState struct {
+	names   []string // subscribed, sorted
+	version int      // of the last response sent
+	nonce   string   // of the last response sent
+	// sent is what the last response held, by resource name (its
+	// encoded form), to send only what changed: a response the client
+	// rejected is not sent again until something in it changes.
+	sent map[string][]byte
+}
+
+// client is one ADS stream.
+type client struct {
+	s      *Server
+	node   string
+	ctx    context.Context
+	stream *grpcStream
+	types  map[string]*typeState
+
+	mu      gosync.Mutex
+	follow  map[string]*follower // by cluster name
+	changed chan struct{}        // a follower has a new answer
+}
+
+// follower keeps the answer of one target for one client.
+type follower struct {
+	t      target
+	cancel context.CancelFunc
+	// answered: the engine has answered once; values is its last answer
+	// (under client.mu).
+	answered bool
+	values   []string
+	gone     bool // a reload removed the target
+}
+
+func (c *client) state(typeURL string) *typeState {
+	st := c.types[typeURL]
+	if st == nil {
+		st = &typeState{sent: map[string][]byte{}}
+		c.types[typeURL] = st
+	}
+	return st
+}
+
+// request handles one DiscoveryRequest: an ACK, a NACK, or new names.
+func (c *client) request(req request) error {
+	if c.node == "" {
+		c.node = req.nodeID
+	}
+	typeURL := req.typeURL
+	short, known := typeNames[typeURL]
+	if !known {
+		return nil // a type this server does not serve: nothing to say
+	}
+	st := c.state(typeURL)
+	if nonce := req.responseNonce; nonce != "" && nonce != st.nonce {
+		return nil // an answer to an older response: the newer one stands
+	}
+	if req.nack {
+		c.s.nacks.WithLabelValues(short).Inc()
+		c.s.nackLog.Do(func() {
+			c.s.log.Warn("xDS client rejected a response; it is not sent again until the answer changes",
+				"client", c.node, "type", short, "nonce", req.responseNonce, "error", req.nackMessage)
+		})
+	}
+	names := slices.Clone(req.resourceNames)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if slices.Equal(names, st.names) && req.responseNonce != "" {
+		return nil // an ACK or a NACK of what it holds: nothing new to send
+	}
+	st.names = names
+	if typeURL == TypeEndpoint {
+		c.followOnly(names)
+	}
+	return c.respond(typeURL, true)
+}
+
+// respond sends the resources of typeURL for the names subscribed, when
+// they differ from what was sent last, or always when asked (a new
+// subscription is answered even when nothing changed).
+func (c *client) respond(typeURL string, always bool) error {
+	st := c.state(typeURL)
+	sent := map[string][]byte{}
+	for _, name := range st.names {
+		if b := c.resource(typeURL, name); b != nil {
+			sent[name] = b
+		}
+	}
+	same := len(sent) == len(st.sent)
+	for name, b := range sent {
+		if old, ok := st.sent[name]; !ok || string(old) != string(b) {
+			same = false
+		}
+	}
+	if same && !always {
+		return nil
+	}
+	// Listeners and Clusters are answered whole (state of the world): a
+	// response without one says it does not exist. Assignments and route
+	// configurations are answered one by one: one not known yet is left
+	// out, and the client waits for it.
+	if (typeURL == TypeEndpoint || typeURL == TypeRoute) && len(sent) == 0 {
+		st.sent = sent
+		return nil
+	}
+	st.version++
+	st.nonce = strconv.Itoa(st.version)
+	var resources [][]byte
+	for _, name := range slices.Sorted(maps.Keys(sent)) {
+		resources = append(resources, sent[name])
+	}
+	st.sent = sent
+	if err := c.stream.send(encodeResponse(typeURL, st.nonce, st.nonce, resources)); err != nil {
+		return err
+	}
+	c.s.pushes.WithLabelValues(typeNames[typeURL]).Inc()
+	return nil
+}
+
+// resource encodes the resource name of typeURL, or is nil when there is
+// none (an unknown target, an assignment not answered yet).
+func (c *client) resource(typeURL, name string) []byte {
+	switch typeURL {
+	case TypeListener, TypeRoute:
+		t, ok := parseTarget(name)
+		if !ok || !c.exists(t) {
+			return nil
+		}
+		if typeURL == TypeListener {
+			return encodeListener(name)
+		}
+		return encodeRoute(name, t.clusterName())
+	case TypeCluster:
+		t, ok := parseTarget(name)
+		if !ok || !c.exists(t) || t.clusterName() != name {
+			return nil
+		}
+		return encodeCluster(name)
+	case TypeEndpoint:
+		c.mu.Lock()
+		f := c.follow[name]
+		var values []string
+		answered := f != nil && f.answered && !f.gone
+		if answered {
+			values = f.values
+		}
+		c.mu.Unlock()
+		if !answered {
+			return nil
+		}
+		return c.assignment(name, values)
+	}
+	return nil
+}
+
+func (c *client) exists(t target) bool {
+	if t.kind == "chains" {
+		return c.s.engine.HasChain(t.name)
+	}
+	return c.s.engine.HasIndex(t.name)
+}
+
+// followOnly follows the targets of the assignments in names, and stops
+// following the others.
+func (c *client) followOnly(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, f := range c.follow {
+		if !slices.Contains(names, name) {
+			f.cancel()
+			delete(c.follow, name)
+		}
+	}
+	for _, name := range names {
+		if _, ok := c.follow[name]; ok {
+			continue
+		}
+		t, ok := parseTarget(name)
+		if !ok || t.clusterName() != name {
+			continue
+		}
+		ctx, cancel := context.WithCancel(c.ctx)
+		f := &follower{t: t, cancel: cancel}
+		c.follow[name] = f
+		go c.run(ctx, f)
+	}
+}
+
+// run follows one target's answers until ctx ends.
+func (c *client) run(ctx context.Context, f *follower) {
+	sub, err := c.s.engine.Subscribe(ctx, f.t.msync())
+	if err != nil {
+		return // an unknown target: it has no Listener either
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		switch ev.Type {
+		case msync.EventSnapshot, msync.EventUpdate:
+			f.answered, f.values, f.gone = true, ev.Values, false
+		case msync.EventGone:
+			f.gone = true
+		default:
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Unlock()
+		select {
+		case c.changed <- struct{}{}:
+		default:
+		}
+		if ev.Type == msync.EventGone {
+			return
+		}
+	}
+}
+
+// pushChanged sends what changed: assignments, and the Listeners and
+// Clusters of targets that a reload removed.
+func (c *client) pushChanged() error {
+	for _, typeURL := range []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint} {
+		if st := c.types[typeURL]; st != nil && len(st.names) > 0 {
+			if err := c.respond(typeURL, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *client) stopAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.follow {
+		f.cancel()
+	}
+}
+
+// assignment is the ClusterLoadAssignment of values: each host:port once
+// (gRPC rejects a whole assignment with a duplicate address). A value
+// that is not host:port is left out, and logged.
+func (c *client) assignment(name string, values []string) []byte {
+	var eps []endpoint
+	seen := map[string]bool{}
+	for _, v := range values {
+		host, port, err := net.SplitHostPort(v)
+		p, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || perr != nil || host == "" || p == 0 {
+			c.s.badLog.Do(func() {
+				c.s.log.Warn("xDS: a value that is not host:port is left out of the assignment", "target", name, "value", v)
+			})
+			continue
+		}
+		addr := net.JoinHostPort(host, port)
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		eps = append(eps, endpoint{host, uint32(p)})
+	}
+	return encodeAssignment(name, eps)
+}
