@@ -53,7 +53,7 @@ var shapeWord = map[string]string{"joined": "namespace/name", "name": "a name"}
 // "name", or "" when the rule does not show it.
 func valueShape(ix *plan.Index, r *plan.Resource, crds []*CRD) (shape, why string) {
 	if ix.Value == nil {
-		namespaced := r.Namespace != ""
+		namespaced := r.Namespace != "" || builtinNamespaced[r.GVR.Group+"/"+r.GVR.Resource]
 		if crd := findCRD(crds, r.GVR.Group, r.GVR.Resource); crd != nil {
 			namespaced = crd.Spec.Scope == "Namespaced"
 		}
@@ -76,4 +76,13 @@ func ruleShape(r *plan.Rule, what string) (shape, why string) {
 		return "joined", fmt.Sprintf("%s: %s", what, r.String())
 	}
 	return "", ""
+}
+
+// builtinNamespaced are Kubernetes' namespaced built-in resources that a
+// config commonly watches (group/resource): their object key is
+// namespace/name.
+var builtinNamespaced = map[string]bool{
+	"/pods": true, "/services": true, "/endpoints": true, "/configmaps": true, "/secrets": true, "/serviceaccounts": true,
+	"discovery.k8s.io/endpointslices": true, "apps/deployments": true, "apps/statefulsets": true, "apps/daemonsets": true,
+	"apps/replicasets": true, "batch/jobs": true, "batch/cronjobs": true, "networking.k8s.io/ingresses": true,
 }

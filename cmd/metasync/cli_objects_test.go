@@ -49,6 +49,8 @@ func TestGetObjects(t *testing.T) {
 		{[]string{"get", "--server", srv.URL, "--objects", "model-to-app"}, 2, "usage: metasync get"},
 		{[]string{"get", "--server", srv.URL, "--objects", "--watch", "model-to-app", "model1"}, 2, "not with --watch"},
 		{[]string{"get", "--server", "ftp://x", "model-to-app"}, 2, "want http://HOST:PORT"},
+		{[]string{"get", "--server", srv.URL, "--watch", "--limit", "3", "model-to-app", "model1"}, 2, "--limit pages the keys of an index"},
+		{[]string{"get", "--server", srv.URL, "--limit", "3", "model-to-app", "model1"}, 2, "--limit pages the keys of an index"},
 	} {
 		out, errOut, code := cli(c.args...)
 		if code != c.code || out != "" || !strings.Contains(errOut, c.stderr) {
@@ -151,6 +153,9 @@ func TestVersionHelp(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(out, "usage:\n  metasync version") || errOut != "" {
 			t.Errorf("%q = exit %d %q %q", args, code, out, errOut)
 		}
+	}
+	if _, errOut, code := cli("version", "--bogus"); code != 2 || !strings.Contains(errOut, `not "--bogus"`) {
+		t.Errorf("version --bogus = exit %d %q", code, errOut)
 	}
 	if _, errOut, code := cli("version", "extra"); code != 2 || !strings.Contains(errOut, "usage") {
 		t.Errorf("version extra = exit %d %q", code, errOut)

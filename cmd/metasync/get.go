@@ -72,6 +72,10 @@ func get(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: metasync get [--server URL] --objects INDEX KEY   or   metasync get [--server URL] --resource RESOURCE KEY")
 		return exitError{2}
 	}
+	if *limit != 0 && (*watch || *chain != "" || len(pos) != 1) {
+		fmt.Fprintln(stderr, "metasync get: --limit pages the keys of an index: give INDEX alone, without --watch or --chain")
+		return exitError{2}
+	}
 	if *watch {
 		var path string
 		switch {

@@ -100,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		if len(args) > 1 {
-			fmt.Fprintf(stderr, "usage:\n  %s\n", synopses["version"])
+			fmt.Fprintf(stderr, "metasync version: takes no flag or argument, not %q\nusage:\n  %s\n", args[1], synopses["version"])
 			return exitError{2}
 		}
 		fmt.Fprintln(stdout, "metasync", version)
