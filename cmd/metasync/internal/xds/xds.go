@@ -55,6 +55,10 @@ const (
 	TypeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 )
 
+// MaxNames bounds the resources of one type that one client may ask for:
+// each assignment it follows holds a subscription of the engine.
+const MaxNames = 1000
+
 // typeNames are the short names of the types, for metrics and logs.
 var typeNames = map[string]string{TypeListener: "listener", TypeRoute: "route", TypeCluster: "cluster", TypeEndpoint: "endpoint"}
 
@@ -258,6 +262,9 @@ func (c *client) request(req request) error {
 	names := slices.Clone(req.resourceNames)
 	slices.Sort(names)
 	names = slices.Compact(names)
+	if len(names) > MaxNames {
+		return &statusError{codeInvalid, "a request names " + strconv.Itoa(len(names)) + " resources of one type, over " + strconv.Itoa(MaxNames)}
+	}
 	if slices.Equal(names, st.names) && req.responseNonce != "" {
 		return nil // an ACK or a NACK of what it holds: nothing new to send
 	}
