@@ -33,13 +33,17 @@ import (
 // bootstrap of grpc-go's own xDS client names (the bootstrap is read
 // once per process: one server for every test).
 var (
+	engine   *msync.Engine
+	plan     *schema.Plan // examples/appmodel's
 	feeder   feed.Feeder
 	xdsSrv   *Server
 	resolved resolver.Builder // grpc-go's xds resolver, with the bootstrap
+	xdsAddr  string           // where the server listens
 )
 
 func TestMain(m *testing.M) {
-	plan, err := schema.LoadPlan(filepath.Join("..", "..", "..", "..", "examples", "appmodel", "config.yaml"), schema.LoadOptions{})
+	var err error
+	plan, err = schema.LoadPlan(filepath.Join("..", "..", "..", "..", "examples", "appmodel", "config.yaml"), schema.LoadOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -48,8 +52,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	feeder = f
-	xdsSrv = New(e.(*msync.Engine), quiet, nil)
+	feeder, engine = f, e.(*msync.Engine)
+	xdsSrv = New(engine, quiet, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -58,6 +62,7 @@ func TestMain(m *testing.M) {
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go func() { _ = srv.Serve(ln) }()
+	xdsAddr = ln.Addr().String()
 	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":"xds-test","locality":{"zone":"zone-a"}}}`, ln.Addr().String())
 	// grpc-go reads GRPC_XDS_BOOTSTRAP_CONFIG when it starts: too early
 	// for a port picked here. Its resolver takes the same bootstrap.

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,7 +37,8 @@ const (
 // ServeHTTP serves gRPC requests: StreamAggregatedResources, and
 // UNIMPLEMENTED for any other method.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 2 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+	ct := r.Header.Get("Content-Type")
+	if r.ProtoMajor != 2 || ct != "application/grpc" && !strings.HasPrefix(ct, "application/grpc+") && !strings.HasPrefix(ct, "application/grpc;") {
 		http.Error(w, "metasync's xDS port speaks gRPC (HTTP/2, application/grpc) only", http.StatusUnsupportedMediaType)
 		return
 	}
@@ -116,27 +118,36 @@ func (g *grpcStream) recv() ([]byte, error) {
 		}
 		return nil, err
 	}
-	if head[0] != 0 {
+	switch head[0] {
+	case 0:
+	case 1:
 		return nil, &statusError{codeUnimplemented, "compressed messages are not supported"}
+	default:
+		return nil, &statusError{codeInvalid, "not a gRPC message"}
 	}
 	n := binary.BigEndian.Uint32(head[1:])
 	if n > maxMessage {
 		return nil, &statusError{codeInvalid, fmt.Sprintf("a request of %d bytes, over %d", n, maxMessage)}
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(g.body, b); err != nil {
+	// Read as it comes, not allocated as announced: a length alone
+	// reserves nothing.
+	var buf bytes.Buffer
+	if m, err := io.CopyN(&buf, g.body, int64(n)); err != nil || m != int64(n) {
 		return nil, &statusError{codeInvalid, "a gRPC message cut short"}
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 // sendTimeout bounds the write of one message: a client that reads
 // nothing loses its stream.
-const sendTimeout = 30 * time.Second
+var sendTimeout = 30 * time.Second
 
 // send writes one message and flushes it.
 func (g *grpcStream) send(b []byte) error {
+	// The deadline is a timer that resets the stream when it fires,
+	// writing or not: cleared once the message is out.
 	_ = g.rc.SetWriteDeadline(time.Now().Add(sendTimeout))
+	defer g.rc.SetWriteDeadline(time.Time{})
 	var head [5]byte
 	binary.BigEndian.PutUint32(head[1:], uint32(len(b)))
 	if _, err := g.w.Write(head[:]); err != nil {

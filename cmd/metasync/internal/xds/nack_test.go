@@ -4,15 +4,21 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/iidp/metasync/schema"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // adsClient opens a raw ADS stream to the test server, with
@@ -109,5 +115,111 @@ func TestNACK(t *testing.T) {
 	}
 	if r = recv(rs, 5*time.Second); r == nil || r.GetTypeUrl() != TypeListener || len(r.GetResources()) != 0 {
 		t.Errorf("listener of an unknown chain: %v", r)
+	}
+}
+
+// TestReloadAddsAndRestoresTargets: on an open stream, a reload that
+// removes a chain removes its Listener, one that brings it back (and adds
+// another) answers their Listeners and assignments again.
+func TestReloadAddsAndRestoresTargets(t *testing.T) {
+	a, _ := backend(t)
+	route(t, "rl-app", "rl-model", a)
+	s := adsClient(t)
+	rs := responses(s)
+	known, later := "chains/model-to-endpoints/rl-model", "chains/later/rl-model"
+	names := []string{known, later}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeListener, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	listeners := func(r *discoveryv3.DiscoveryResponse) int {
+		if r == nil || r.GetTypeUrl() != TypeListener {
+			return -1
+		}
+		return len(r.GetResources())
+	}
+	r := recv(rs, 5*time.Second)
+	if listeners(r) != 1 {
+		t.Fatalf("listeners at first: %v", r)
+	}
+	ack := func(r *discoveryv3.DiscoveryResponse) {
+		t.Helper()
+		if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeListener, ResourceNames: names, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack(r)
+	reload := func(config string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := schema.LoadPlan(path, schema.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := engine.Reload(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	example, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "examples", "appmodel", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := engine.Reload(plan); err != nil {
+			t.Error(err)
+		}
+	})
+	body, _, _ := strings.Cut(string(example), "chains:")
+	reload(body) // no chain at all
+	if r = recv(rs, 5*time.Second); listeners(r) != 0 {
+		t.Fatalf("listeners once the chain is removed: %v", r)
+	}
+	ack(r)
+	reload(string(example) + "  - name: later\n    indexes: [model-to-app, service-to-endpoints]\n")
+	if r = recv(rs, 5*time.Second); listeners(r) != 2 {
+		t.Fatalf("listeners once the chain is back and another added: %v", r)
+	}
+}
+
+// TestIdleStreamLives: a stream with nothing to push outlives the write
+// deadline of its last push (the deadline, a timer, would reset it).
+func TestIdleStreamLives(t *testing.T) {
+	was := sendTimeout
+	sendTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { sendTimeout = was })
+	a, _ := backend(t)
+	route(t, "idle-app", "idle-model", a)
+	s := adsClient(t)
+	rs := responses(s)
+	name := "chains/model-to-endpoints/idle-model"
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(rs, 5*time.Second)
+	if r == nil {
+		t.Fatal("no assignment")
+	}
+	_ = s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}, ResponseNonce: r.GetNonce()})
+	time.Sleep(time.Second)
+	b, _ := backend(t)
+	route(t, "idle-app", "idle-model", a, b)
+	if r := recv(rs, 5*time.Second); r == nil {
+		t.Fatal("the idle stream was reset: no push after a second of quiet")
+	}
+}
+
+// TestAssignmentOneSpellingEach: an address written two ways is one
+// endpoint (gRPC rejects an assignment with a duplicate address).
+func TestAssignmentOneSpellingEach(t *testing.T) {
+	c := &client{s: xdsSrv}
+	got := &endpointv3.ClusterLoadAssignment{}
+	b := c.assignment("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"})
+	if err := proto.Unmarshal(b, got); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got.GetEndpoints()[0].GetLbEndpoints()); n != 2 {
+		t.Errorf("%d endpoints, want 2: %v", n, got)
 	}
 }

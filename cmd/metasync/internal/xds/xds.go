@@ -67,6 +67,9 @@ type Engine interface {
 	HasIndex(index string) bool
 	HasChain(chain string) bool
 	Subscribe(ctx context.Context, t msync.Target) (*msync.Subscription, error)
+	// StaleChanged is closed at a reload (among other changes): targets
+	// may have come or gone.
+	StaleChanged() <-chan struct{}
 }
 
 // Server is the ADS server of one engine: an http.Handler of HTTP/2
@@ -152,6 +155,7 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 		changed: make(chan struct{}, 1),
 	}
 	defer c.stopAll()
+	reloaded := s.engine.StaleChanged()
 	reqs := make(chan request)
 	errc := make(chan error, 1)
 	go func() {
@@ -187,6 +191,15 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 				return err
 			}
 		case <-c.changed:
+			if err := c.pushChanged(); err != nil {
+				return err
+			}
+		case <-reloaded:
+			// Targets a reload added or brought back: their followers
+			// subscribe again, and Listeners and Clusters are answered
+			// anew.
+			reloaded = s.engine.StaleChanged()
+			c.restartEnded()
 			if err := c.pushChanged(); err != nil {
 				return err
 			}
@@ -227,6 +240,7 @@ type follower struct {
 	answered bool
 	values   []string
 	gone     bool // a reload removed the target
+	ended    bool // its subscription ended (gone, or unknown): restartEnded starts it again
 }
 
 func (c *client) state(typeURL string) *typeState {
@@ -307,7 +321,19 @@ func (c *client) respond(typeURL string, always bool) error {
 	st.nonce = strconv.Itoa(st.version)
 	var resources [][]byte
 	for _, name := range slices.Sorted(maps.Keys(sent)) {
+		// Assignments and route configurations go one by one: a push
+		// holds those that changed, so that one the client rejected
+		// is not sent again with another's change.
+		if old, ok := st.sent[name]; !always && ok && string(old) == string(sent[name]) && (typeURL == TypeEndpoint || typeURL == TypeRoute) {
+			continue
+		}
 		resources = append(resources, sent[name])
+	}
+	if len(resources) == 0 && (typeURL == TypeEndpoint || typeURL == TypeRoute) {
+		st.version-- // nothing to send: a removal only
+		st.nonce = strconv.Itoa(st.version)
+		st.sent = sent
+		return nil
 	}
 	st.sent = sent
 	if err := c.stream.send(encodeResponse(typeURL, st.nonce, st.nonce, resources)); err != nil {
@@ -365,8 +391,12 @@ func (c *client) exists(t target) bool {
 func (c *client) followOnly(names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	want := make(map[string]bool, len(names))
+	for _, name := range names {
+		want[name] = true
+	}
 	for name, f := range c.follow {
-		if !slices.Contains(names, name) {
+		if !want[name] {
 			f.cancel()
 			delete(c.follow, name)
 		}
@@ -386,8 +416,29 @@ func (c *client) followOnly(names []string) {
 	}
 }
 
-// run follows one target's answers until ctx ends.
+// restartEnded subscribes again the followers whose subscription ended.
+func (c *client) restartEnded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.follow {
+		if f.ended {
+			f.cancel()
+			var ctx context.Context
+			ctx, f.cancel = context.WithCancel(c.ctx)
+			f.ended = false
+			go c.run(ctx, f)
+		}
+	}
+}
+
+// run follows one target's answers until ctx ends, or the target is gone
+// or unknown.
 func (c *client) run(ctx context.Context, f *follower) {
+	defer func() {
+		c.mu.Lock()
+		f.ended = ctx.Err() == nil
+		c.mu.Unlock()
+	}()
 	sub, err := c.s.engine.Subscribe(ctx, f.t.msync())
 	if err != nil {
 		return // an unknown target: it has no Listener either
@@ -455,7 +506,10 @@ func (c *client) assignment(name string, values []string) []byte {
 			})
 			continue
 		}
-		addr := net.JoinHostPort(host, port)
+		if ip := net.ParseIP(host); ip != nil {
+			host = ip.String() // one spelling of each address
+		}
+		addr := net.JoinHostPort(host, strconv.FormatUint(p, 10))
 		if seen[addr] {
 			continue
 		}
