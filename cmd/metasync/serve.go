@@ -214,7 +214,9 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if xdsLn != nil {
 		// gRPC is HTTP/2: unencrypted (h2c), as an xDS bootstrap's
 		// "insecure" channel credentials dial it.
-		xdsSrv = &http.Server{Handler: xds.New(engine, log.With("face", "xds"), handler.Registerer()), ReadHeaderTimeout: 10 * time.Second}
+		ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
+		handler.Handle("/v1/xds/clients", ads.StatusHandler())
+		xdsSrv = &http.Server{Handler: ads, ReadHeaderTimeout: 10 * time.Second}
 		xdsSrv.Protocols = new(http.Protocols)
 		xdsSrv.Protocols.SetUnencryptedHTTP2(true)
 		go func() {

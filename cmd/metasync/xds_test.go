@@ -157,6 +157,9 @@ chains:
 	if got := metric(t, base(addr), "metasync_xds_clients"); got != "1" {
 		t.Errorf("metasync_xds_clients %q, want 1", got)
 	}
+	if a := call(t, "GET", base(addr)+"/v1/xds/clients"); a.code != 200 || !strings.Contains(a.raw, `"node":"e2e"`) || !strings.Contains(a.raw, `"chains/model-to-endpoints/xds-model"`) {
+		t.Errorf("GET /v1/xds/clients = %d %s", a.code, a.raw)
+	}
 
 	// The daemon restarts from its snapshot while the apiserver is away:
 	// the calls keep going to the pod it knew.

@@ -138,6 +138,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // MustRegister adds collectors to the server's /metrics.
 func (s *Server) MustRegister(cs ...prometheus.Collector) { s.registry.MustRegister(cs...) }
 
+// Handle serves GET (and HEAD) of pattern with h, beside the API: a page
+// of another face of the daemon (the xDS clients' status). Behind
+// TokenAuth, it asks access to its own path.
+func (s *Server) Handle(pattern string, h http.HandlerFunc) { s.mux.HandleFunc(pattern, s.get(h)) }
+
 // Registerer is the registry of /metrics, for other faces of the daemon.
 func (s *Server) Registerer() prometheus.Registerer { return s.registry }
 

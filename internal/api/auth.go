@@ -30,6 +30,7 @@ import (
 //	/v1/chains/{chain}/...          /v1/chains/{chain}/*   (every key of the chain)
 //	/v1/resources/{resource}/...    /v1/resources/{resource}/*  (every object's fields)
 //	/metrics                        /metrics
+//	/v1/xds/clients                 /v1/xds/clients        (each xDS client's node and versions)
 //	/readyz?verbose                 /readyz/verbose        (the reasons, see below)
 //	any other path                  /v1/*                  (one answer for every path)
 //
@@ -266,7 +267,7 @@ func accessPath(u *url.URL) string {
 		}
 	}
 	switch u.Path {
-	case "/v1/indexes", "/v1/chains", "/metrics":
+	case "/v1/indexes", "/v1/chains", "/metrics", "/v1/xds/clients":
 		return u.Path
 	}
 	return otherPaths

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -206,5 +207,32 @@ func TestGRPCClient(t *testing.T) {
 			return fmt.Sprint(got)
 		}
 		return ""
+	})
+}
+
+// TestClientsStatus: the status names each connected client's node and,
+// per type, what it asked for and acknowledged.
+func TestClientsStatus(t *testing.T) {
+	a, _ := backend(t)
+	route(t, "status-app", "status-model", a)
+	conn, err := grpc.NewClient("xds:///chains/model-to-endpoints/status-model", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, "a call answered", func() string {
+		if got := calls(t, conn, 1); got[a] != 1 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	eventually(t, "the client's status", func() string {
+		for _, c := range xdsSrv.Clients() {
+			eds := c.Types["endpoint"]
+			if c.Node == "xds-test" && c.Zone == "zone-a" && slices.Contains(eds.Names, "chains/model-to-endpoints/status-model") && eds.Acked != "" && eds.Acked == eds.Sent {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%+v", xdsSrv.Clients())
 	})
 }

@@ -29,11 +29,13 @@ package xds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -83,6 +85,9 @@ type Server struct {
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
 	nacks   *prometheus.CounterVec
+
+	mu        gosync.Mutex
+	connected map[*client]struct{} // for Clients
 }
 
 // New returns the server of engine; its metrics are registered with reg.
@@ -148,6 +153,7 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 	defer cancel()
 	c := &client{
 		s:       s,
+		since:   time.Now(),
 		ctx:     ctx,
 		stream:  stream,
 		types:   map[string]*typeState{},
@@ -155,6 +161,17 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 		changed: make(chan struct{}, 1),
 	}
 	defer c.stopAll()
+	s.mu.Lock()
+	if s.connected == nil {
+		s.connected = map[*client]struct{}{}
+	}
+	s.connected[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.connected, c)
+		s.mu.Unlock()
+	}()
 	reloaded := s.engine.StaleChanged()
 	reqs := make(chan request)
 	errc := make(chan error, 1)
@@ -212,6 +229,9 @@ type typeState struct {
 	names   []string // subscribed, sorted
 	version int      // of the last response sent
 	nonce   string   // of the last response sent
+	acked   string   // the last version the client acknowledged
+	nacked  string   // the last version it rejected, and why
+	why     string
 	// sent is what the last response held, by resource name (its
 	// encoded form), to send only what changed: a response the client
 	// rejected is not sent again until something in it changes.
@@ -220,11 +240,16 @@ type typeState struct {
 
 // client is one ADS stream.
 type client struct {
-	s      *Server
-	node   string
-	ctx    context.Context
-	stream *grpcStream
-	types  map[string]*typeState
+	s     *Server
+	since time.Time
+	// statusMu guards what Clients reads: node, zone and each type's
+	// names, versions and last rejection.
+	statusMu gosync.Mutex
+	zone     string
+	node     string
+	ctx      context.Context
+	stream   *grpcStream
+	types    map[string]*typeState
 
 	mu      gosync.Mutex
 	follow  map[string]*follower // by cluster name
@@ -254,8 +279,10 @@ func (c *client) state(typeURL string) *typeState {
 
 // request handles one DiscoveryRequest: an ACK, a NACK, or new names.
 func (c *client) request(req request) error {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
 	if c.node == "" {
-		c.node = req.nodeID
+		c.node, c.zone = req.nodeID, req.zone
 	}
 	typeURL := req.typeURL
 	short, known := typeNames[typeURL]
@@ -265,6 +292,12 @@ func (c *client) request(req request) error {
 	st := c.state(typeURL)
 	if nonce := req.responseNonce; nonce != "" && nonce != st.nonce {
 		return nil // an answer to an older response: the newer one stands
+	}
+	switch {
+	case req.nack:
+		st.nacked, st.why = req.responseNonce, req.nackMessage
+	case req.responseNonce != "":
+		st.acked = req.responseNonce
 	}
 	if req.nack {
 		c.s.nacks.WithLabelValues(short).Inc()
@@ -473,6 +506,8 @@ func (c *client) run(ctx context.Context, f *follower) {
 // pushChanged sends what changed: assignments, and the Listeners and
 // Clusters of targets that a reload removed.
 func (c *client) pushChanged() error {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
 	for _, typeURL := range []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint} {
 		if st := c.types[typeURL]; st != nil && len(st.names) > 0 {
 			if err := c.respond(typeURL, false); err != nil {
@@ -517,4 +552,61 @@ func (c *client) assignment(name string, values []string) []byte {
 		eps = append(eps, endpoint{host, uint32(p)})
 	}
 	return encodeAssignment(name, eps)
+}
+
+// ClientStatus is what one connected xDS client holds, for the status
+// route: its node, and per resource type the names it asked for, the
+// version last sent, the last it acknowledged, and the last it rejected
+// with why.
+type ClientStatus struct {
+	Node      string                `json:"node"`
+	Zone      string                `json:"zone,omitempty"`
+	Connected time.Time             `json:"connected"`
+	Types     map[string]TypeStatus `json:"types"`
+}
+
+// TypeStatus is one resource type of a ClientStatus.
+type TypeStatus struct {
+	Names    []string `json:"names"`
+	Sent     string   `json:"sent,omitempty"`
+	Acked    string   `json:"acked,omitempty"`
+	Rejected string   `json:"rejected,omitempty"`
+	Why      string   `json:"why,omitempty"`
+}
+
+// Clients describes every connected client, ordered by node and time of
+// connection.
+func (s *Server) Clients() []ClientStatus {
+	s.mu.Lock()
+	cs := make([]*client, 0, len(s.connected))
+	for c := range s.connected {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	out := make([]ClientStatus, 0, len(cs))
+	for _, c := range cs {
+		c.statusMu.Lock()
+		st := ClientStatus{Node: c.node, Zone: c.zone, Connected: c.since, Types: map[string]TypeStatus{}}
+		for typeURL, ts := range c.types {
+			st.Types[typeNames[typeURL]] = TypeStatus{Names: slices.Clone(ts.names), Sent: ts.nonce, Acked: ts.acked, Rejected: ts.nacked, Why: ts.why}
+		}
+		c.statusMu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ClientStatus) int {
+		if a.Node != b.Node {
+			return strings.Compare(a.Node, b.Node)
+		}
+		return a.Connected.Compare(b.Connected)
+	})
+	return out
+}
+
+// StatusHandler answers GET with {"clients":[...]} (see Clients), in the
+// spirit of istioctl proxy-status.
+func (s *Server) StatusHandler() http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"clients": s.Clients()})
+	}
 }
