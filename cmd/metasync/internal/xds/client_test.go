@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 }
 
 // backend is a gRPC health server on a loopback port.
-func backend(t *testing.T) (addr string, stop func()) {
+func backend(t testing.TB) (addr string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,7 +91,7 @@ func backend(t *testing.T) (addr string, stop func()) {
 
 // route makes model answer the addresses, through an AppModel of app and
 // one EndpointSlice of its Service (port named http).
-func route(t *testing.T, app, model string, addrs ...string) {
+func route(t testing.TB, app, model string, addrs ...string) {
 	t.Helper()
 	appModel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
 		"spec": map[string]any{"models": []string{model}}})

@@ -23,7 +23,7 @@ import (
 
 // adsClient opens a raw ADS stream to the test server, with
 // go-control-plane's client types.
-func adsClient(t *testing.T) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+func adsClient(t testing.TB) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
