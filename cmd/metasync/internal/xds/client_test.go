@@ -236,3 +236,49 @@ func TestClientsStatus(t *testing.T) {
 		return fmt.Sprintf("%+v", xdsSrv.Clients())
 	})
 }
+
+// TestLocalityPriorities: for a client whose bootstrap says zone-a, the
+// endpoints hinted for zone-a are priority 0 and the others priority 1:
+// calls go to its zone, and fail over to the other when its zone's
+// backend stops.
+func TestLocalityPriorities(t *testing.T) {
+	near, stopNear := backend(t)
+	far, _ := backend(t)
+	appModel, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "zone-app", "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
+		"spec": map[string]any{"models": []string{"zone-model"}}})
+	var slices [][]byte
+	for i, b := range []struct{ addr, zone string }{{near, "zone-a"}, {far, "zone-b"}} {
+		host, p, _ := net.SplitHostPort(b.addr)
+		var port int
+		fmt.Sscan(p, &port)
+		s, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": fmt.Sprintf("zone-app-%d", i), "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "zone-app"}},
+			"ports": []any{map[string]any{"name": "http", "port": port}},
+			"endpoints": []any{map[string]any{"addresses": []string{host}, "conditions": map[string]any{"ready": true}, "zone": b.zone,
+				"hints": map[string]any{"forZones": []any{map[string]any{"name": b.zone}}}}}})
+		slices = append(slices, s)
+	}
+	if err := feeder.Apply("appmodels", appModel); err != nil {
+		t.Fatal(err)
+	}
+	if err := feeder.Replace("endpointslices", slices...); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///chains/model-to-endpoints/zone-model", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, "calls stay in the client's zone", func() string {
+		if got := calls(t, conn, 10); got[near] != 10 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	stopNear()
+	eventually(t, "calls fail over to the other zone", func() string {
+		if got := calls(t, conn, 5); got[far] != 5 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+}

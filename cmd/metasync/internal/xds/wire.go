@@ -94,25 +94,36 @@ type endpoint struct {
 	port uint32
 }
 
-// encodeAssignment is the ClusterLoadAssignment of cluster: the endpoints
-// in one locality at priority 0, locality and endpoints of weight 1
-// (gRPC rejects an endpoint weight of 0 and ignores a locality of weight
-// 0), each endpoint healthy. No endpoint: no locality.
-func encodeAssignment(cluster string, eps []endpoint) []byte {
+// locality is one group of an assignment: a zone ("" for none), its
+// priority (from 0, without gaps) and endpoints.
+type locality struct {
+	zone     string
+	priority uint32
+	eps      []endpoint
+}
+
+// encodeAssignment is the ClusterLoadAssignment of cluster: each group
+// with endpoints a locality, locality and endpoints of weight 1 (gRPC
+// rejects an endpoint weight of 0 and ignores a locality of weight 0),
+// each endpoint healthy. No endpoint: no locality.
+func encodeAssignment(cluster string, groups []locality) []byte {
 	m := msg(nil).str(1, cluster)
-	if len(eps) == 0 {
-		return m
+	for _, g := range groups {
+		if len(g.eps) == 0 {
+			continue
+		}
+		l := msg(nil).bytes(1, msg(nil).str(2, g.zone)) // Locality{zone}
+		for _, e := range g.eps {
+			sock := msg(nil).str(2, e.host).varint(3, uint64(e.port))
+			addr := msg(nil).bytes(1, sock)
+			ep := msg(nil).bytes(1, addr)
+			lb := msg(nil).bytes(1, ep).varint(2, 1).bytes(4, uint32Value(1)) // HEALTHY
+			l = l.bytes(2, lb)
+		}
+		l = l.bytes(3, uint32Value(1)).varint(5, uint64(g.priority))
+		m = m.bytes(2, l)
 	}
-	locality := msg(nil).bytes(1, nil) // an empty Locality
-	for _, e := range eps {
-		sock := msg(nil).str(2, e.host).varint(3, uint64(e.port))
-		addr := msg(nil).bytes(1, sock)
-		ep := msg(nil).bytes(1, addr)
-		lb := msg(nil).bytes(1, ep).varint(2, 1).bytes(4, uint32Value(1)) // HEALTHY
-		locality = locality.bytes(2, lb)
-	}
-	locality = locality.bytes(3, uint32Value(1))
-	return m.bytes(2, locality)
+	return m
 }
 
 // encodeResponse is a DiscoveryResponse of typeURL holding resources (each

@@ -94,7 +94,7 @@ func TestEncodings(t *testing.T) {
 			LoadBalancingWeight: wrapperspb.UInt32(1),
 		}
 	}
-	same(t, "assignment", encodeAssignment("chains/c/k", []endpoint{{"10.0.0.5", 8080}, {"fd00::5", 9090}}), &endpointv3.ClusterLoadAssignment{
+	same(t, "assignment", encodeAssignment("chains/c/k", []locality{{eps: []endpoint{{"10.0.0.5", 8080}, {"fd00::5", 9090}}}}), &endpointv3.ClusterLoadAssignment{
 		ClusterName: "chains/c/k",
 		Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			Locality:            &corev3.Locality{},
@@ -103,6 +103,13 @@ func TestEncodings(t *testing.T) {
 		}},
 	})
 	same(t, "empty assignment", encodeAssignment("chains/c/k", nil), &endpointv3.ClusterLoadAssignment{ClusterName: "chains/c/k"})
+	same(t, "assignment by zone", encodeAssignment("chains/c/k", []locality{{zone: "zone-a", eps: []endpoint{{"10.0.0.5", 8080}}}, {priority: 1, eps: []endpoint{{"10.0.0.6", 8080}}}}), &endpointv3.ClusterLoadAssignment{
+		ClusterName: "chains/c/k",
+		Endpoints: []*endpointv3.LocalityLbEndpoints{
+			{Locality: &corev3.Locality{Zone: "zone-a"}, LbEndpoints: []*endpointv3.LbEndpoint{ep("10.0.0.5", 8080)}, LoadBalancingWeight: wrapperspb.UInt32(1)},
+			{Locality: &corev3.Locality{}, LbEndpoints: []*endpointv3.LbEndpoint{ep("10.0.0.6", 8080)}, LoadBalancingWeight: wrapperspb.UInt32(1), Priority: 1},
+		},
+	})
 	resp := &discoveryv3.DiscoveryResponse{}
 	if err := proto.Unmarshal(encodeResponse(TypeCluster, "3", "3", [][]byte{encodeCluster("a/b/c")}), resp); err != nil {
 		t.Fatal(err)

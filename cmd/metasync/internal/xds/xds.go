@@ -266,6 +266,11 @@ type follower struct {
 	values   []string
 	gone     bool // a reload removed the target
 	ended    bool // its subscription ended (gone, or unknown): restartEnded starts it again
+	// zone is the client's (its bootstrap's node.locality.zone); local
+	// the answer narrowed to it by the index's hints, as LookupAt
+	// narrows it (nil until answered, or without a zone).
+	zone  string
+	local []string
 }
 
 func (c *client) state(typeURL string) *typeState {
@@ -398,16 +403,17 @@ func (c *client) resource(typeURL, name string) []byte {
 	case TypeEndpoint:
 		c.mu.Lock()
 		f := c.follow[name]
-		var values []string
+		var values, local []string
+		var zone string
 		answered := f != nil && f.answered && !f.gone
 		if answered {
-			values = f.values
+			values, local, zone = f.values, f.local, f.zone
 		}
 		c.mu.Unlock()
 		if !answered {
 			return nil
 		}
-		return c.assignment(name, values)
+		return c.assignment(name, values, local, zone)
 	}
 	return nil
 }
@@ -443,7 +449,7 @@ func (c *client) followOnly(names []string) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
-		f := &follower{t: t, cancel: cancel}
+		f := &follower{t: t, cancel: cancel, zone: c.zone}
 		c.follow[name] = f
 		go c.run(ctx, f)
 	}
@@ -477,6 +483,9 @@ func (c *client) run(ctx context.Context, f *follower) {
 		return // an unknown target: it has no Listener either
 	}
 	defer sub.Close()
+	if f.zone != "" {
+		go c.runLocal(ctx, f)
+	}
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {
@@ -499,6 +508,35 @@ func (c *client) run(ctx context.Context, f *follower) {
 		}
 		if ev.Type == msync.EventGone {
 			return
+		}
+	}
+}
+
+// runLocal follows the target's answer for a caller in the client's
+// zone (the endpoints hinted for it, or all when none is), until ctx
+// ends.
+func (c *client) runLocal(ctx context.Context, f *follower) {
+	t := f.t.msync()
+	t.At = msync.Locality{Zone: f.zone}
+	sub, err := c.s.engine.Subscribe(ctx, t)
+	if err != nil {
+		return
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type != msync.EventSnapshot && ev.Type != msync.EventUpdate {
+			continue
+		}
+		c.mu.Lock()
+		f.local = ev.Values
+		c.mu.Unlock()
+		select {
+		case c.changed <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -528,8 +566,35 @@ func (c *client) stopAll() {
 
 // assignment is the ClusterLoadAssignment of values: each host:port once
 // (gRPC rejects a whole assignment with a duplicate address). A value
-// that is not host:port is left out, and logged.
-func (c *client) assignment(name string, values []string) []byte {
+// that is not host:port is left out, and logged. With a zone whose
+// narrowed answer (local) is a part of values, not all of it, the local
+// endpoints are a locality of that zone at priority 0 and the others one
+// at priority 1, so that gRPC fails over by itself; else one locality.
+func (c *client) assignment(name string, values, local []string, zone string) []byte {
+	eps := c.endpoints(name, values)
+	near := c.endpoints(name, local)
+	if zone == "" || len(near) == 0 || len(near) >= len(eps) {
+		return encodeAssignment(name, []locality{{eps: eps}})
+	}
+	isNear := map[endpoint]bool{}
+	for _, e := range near {
+		isNear[e] = true
+	}
+	var far []endpoint
+	for _, e := range eps {
+		if !isNear[e] {
+			far = append(far, e)
+		}
+	}
+	groups := []locality{{zone: zone, eps: near}}
+	if len(far) > 0 {
+		groups = append(groups, locality{priority: 1, eps: far})
+	}
+	return encodeAssignment(name, groups)
+}
+
+// endpoints reads values as host:port, each once, in one spelling.
+func (c *client) endpoints(name string, values []string) []endpoint {
 	var eps []endpoint
 	seen := map[string]bool{}
 	for _, v := range values {
@@ -551,7 +616,7 @@ func (c *client) assignment(name string, values []string) []byte {
 		seen[addr] = true
 		eps = append(eps, endpoint{host, uint32(p)})
 	}
-	return encodeAssignment(name, eps)
+	return eps
 }
 
 // ClientStatus is what one connected xDS client holds, for the status
