@@ -215,8 +215,10 @@ func TestIdleStreamLives(t *testing.T) {
 func TestAssignmentOneSpellingEach(t *testing.T) {
 	c := &client{s: xdsSrv}
 	got := &endpointv3.ClusterLoadAssignment{}
-	b := c.assignment("x", nil, nil, "")
-	b = c.assignment("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}, nil, "")
+	if b := c.assignment("x", nil, nil, ""); len(b) == 0 {
+		t.Error("an empty answer has no assignment")
+	}
+	b := c.assignment("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}, nil, "")
 	if err := proto.Unmarshal(b, got); err != nil {
 		t.Fatal(err)
 	}
