@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,4 +282,41 @@ func TestLocalityPriorities(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestRollingReplacement: a make-before-break rollout (a new backend
+// added, then an old one removed, one at a time) fails no call.
+func TestRollingReplacement(t *testing.T) {
+	old1, _ := backend(t)
+	old2, _ := backend(t)
+	route(t, "roll-app", "roll-model", old1, old2)
+	conn, err := grpc.NewClient("xds:///chains/model-to-endpoints/roll-model", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, "both old backends answer", func() string {
+		if got := calls(t, conn, 10); got[old1] == 0 || got[old2] == 0 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	new1, _ := backend(t)
+	new2, _ := backend(t)
+	steps := [][]string{{old1, old2, new1}, {old2, new1}, {old2, new1, new2}, {new1, new2}}
+	failed := 0
+	for _, step := range steps {
+		route(t, "roll-app", "roll-model", step...)
+		for k, n := range calls(t, conn, 40) {
+			if strings.HasPrefix(k, "error") {
+				failed += n
+			}
+		}
+	}
+	if failed != 0 {
+		t.Errorf("%d calls failed during the rollout", failed)
+	}
+	if got := calls(t, conn, 10); got[new1]+got[new2] != 10 {
+		t.Errorf("after the rollout: %v", got)
+	}
 }

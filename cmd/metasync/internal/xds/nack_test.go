@@ -226,3 +226,29 @@ func TestAssignmentOneSpellingEach(t *testing.T) {
 		t.Errorf("%d endpoints, want 2: %v", n, got)
 	}
 }
+
+// TestRelistPushesNoEmptyAnswer: a relist of the same objects pushes
+// nothing, and never an assignment without endpoints.
+func TestRelistPushesNoEmptyAnswer(t *testing.T) {
+	a, _ := backend(t)
+	route(t, "relist-app", "relist-model", a)
+	s := adsClient(t)
+	rs := responses(s)
+	name := "chains/model-to-endpoints/relist-model"
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(rs, 5*time.Second)
+	if r == nil {
+		t.Fatal("no assignment")
+	}
+	_ = s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}, ResponseNonce: r.GetNonce()})
+	for i := 0; i < 20; i++ {
+		route(t, "relist-app", "relist-model", a) // the same objects, listed again
+	}
+	if r := recv(rs, 500*time.Millisecond); r != nil {
+		cla := &endpointv3.ClusterLoadAssignment{}
+		_ = r.GetResources()[0].UnmarshalTo(cla)
+		t.Errorf("relists of the same objects pushed %v", cla)
+	}
+}
