@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,15 +37,19 @@ type failingSet struct {
 	objects map[string]map[string]RuleFailure
 	// last: index → the failure last recorded, while its object fails.
 	last map[string]RuleFailure
+	// some: objects is not empty (for note's path without a lock).
+	some atomic.Bool
 }
 
 // note sets what fails now for the object key: failed, possibly none.
+// An event of a resource none of whose objects fails takes no lock.
 func (f *failingSet) note(key string, failed []ruleFailure) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(failed) == 0 && len(f.objects) == 0 {
+	if len(failed) == 0 && !f.some.Load() {
 		return
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer func() { f.some.Store(len(f.objects) > 0) }()
 	for index := range f.objects {
 		f.remove(index, key)
 	}
@@ -56,6 +61,7 @@ func (f *failingSet) note(key string, failed []ruleFailure) {
 func (f *failingSet) replace(failed map[string][]ruleFailure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.some.Store(len(f.objects) > 0) }()
 	f.objects, f.last = nil, nil
 	now := time.Now()
 	// In key order: the last failure of a list is its greatest key's,
@@ -72,6 +78,7 @@ func (f *failingSet) keep(old *failingSet, indexes func(string) bool) {
 	defer old.mu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.some.Store(len(f.objects) > 0) }()
 	for index, objs := range old.objects {
 		if !indexes(index) {
 			continue

@@ -191,17 +191,7 @@ func TestIdleStreamLives(t *testing.T) {
 	t.Cleanup(func() { sendTimeout = was })
 	a, _ := backend(t)
 	route(t, "idle-app", "idle-model", a)
-	s := adsClient(t)
-	rs := responses(s)
-	name := "chains/model-to-endpoints/idle-model"
-	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {
-		t.Fatal(err)
-	}
-	r := recv(rs, 5*time.Second)
-	if r == nil {
-		t.Fatal("no assignment")
-	}
-	_ = s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}, ResponseNonce: r.GetNonce()})
+	rs := subscribed(t, "chains/model-to-endpoints/idle-model")
 	time.Sleep(time.Second)
 	b, _ := backend(t)
 	route(t, "idle-app", "idle-model", a, b)
@@ -232,17 +222,7 @@ func TestAssignmentOneSpellingEach(t *testing.T) {
 func TestRelistPushesNoEmptyAnswer(t *testing.T) {
 	a, _ := backend(t)
 	route(t, "relist-app", "relist-model", a)
-	s := adsClient(t)
-	rs := responses(s)
-	name := "chains/model-to-endpoints/relist-model"
-	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {
-		t.Fatal(err)
-	}
-	r := recv(rs, 5*time.Second)
-	if r == nil {
-		t.Fatal("no assignment")
-	}
-	_ = s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}, ResponseNonce: r.GetNonce()})
+	rs := subscribed(t, "chains/model-to-endpoints/relist-model")
 	for i := 0; i < 20; i++ {
 		route(t, "relist-app", "relist-model", a) // the same objects, listed again
 	}
@@ -251,4 +231,23 @@ func TestRelistPushesNoEmptyAnswer(t *testing.T) {
 		_ = r.GetResources()[0].UnmarshalTo(cla)
 		t.Errorf("relists of the same objects pushed %v", cla)
 	}
+}
+
+// subscribed opens a raw ADS stream that asks for the assignment name,
+// waits for it and ACKs it; the stream's later responses come on rs.
+func subscribed(t *testing.T, name string) (rs <-chan *discoveryv3.DiscoveryResponse) {
+	t.Helper()
+	s := adsClient(t)
+	rs = responses(s)
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(rs, 5*time.Second)
+	if r == nil {
+		t.Fatal("no assignment")
+	}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}, ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }
