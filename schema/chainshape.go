@@ -54,7 +54,7 @@ var shapeWord = map[string]string{"joined": "namespace/name", "name": "a name"}
 func valueShape(ix *plan.Index, r *plan.Resource, crds []*CRD) (shape, why string) {
 	if ix.Value == nil {
 		namespaced := r.Namespace != "" || builtinNamespaced[r.GVR.Group+"/"+r.GVR.Resource]
-		if crd := findCRD(crds, r.GVR.Group, r.GVR.Resource); crd != nil {
+		if crd := CRDOf(crds, r.GVR.Group, r.GVR.Resource); crd != nil {
 			namespaced = crd.Spec.Scope == "Namespaced"
 		}
 		if namespaced {

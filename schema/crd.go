@@ -64,7 +64,7 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 	var probs problems
 	for i, r := range p.c.Resources {
-		crd := findCRD(crds, r.GVR.Group, r.GVR.Resource)
+		crd := CRDOf(crds, r.GVR.Group, r.GVR.Resource)
 		if crd == nil {
 			continue
 		}
@@ -128,7 +128,9 @@ func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
 	return notes, probs.result()
 }
 
-func findCRD(crds []*CRD, group, resource string) *CRD {
+// CRDOf returns the CRD among crds that defines group/resource (its
+// plural), or nil.
+func CRDOf(crds []*CRD, group, resource string) *CRD {
 	for _, c := range crds {
 		if c.Spec.Group == group && c.Spec.Names.Plural == resource {
 			return c

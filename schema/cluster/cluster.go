@@ -101,7 +101,7 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 		}
 		list := &metav1.APIResourceList{}
 		err := kube.Get(ctx, apiPath, list)
-		file := fileCRD(files, r.GVR.Group, r.GVR.Resource)
+		file := schema.CRDOf(files, r.GVR.Group, r.GVR.Resource)
 		switch {
 		case file != nil && (apierrors.IsNotFound(err) || err == nil && !servesResource(list, r.GVR.Resource)):
 			notes = append(notes, fmt.Sprintf("%s: %s is not served by the cluster yet: serve installs CRD %s from the crds: list first; its paths are checked against that file", at, r.GVR.Resource, file.Name))
@@ -189,16 +189,6 @@ func (p *problems) add(path, format string, args ...any) {
 }
 
 func (p *problems) result() error { return p.list.Err("with the cluster") }
-
-// fileCRD is the CRD among files that defines group/resource, or nil.
-func fileCRD(files []*schema.CRD, group, resource string) *schema.CRD {
-	for _, c := range files {
-		if c.Spec.Group == group && c.Spec.Names.Plural == resource {
-			return c
-		}
-	}
-	return nil
-}
 
 // servesResource reports whether a discovery list holds resource.
 func servesResource(list *metav1.APIResourceList, resource string) bool {
