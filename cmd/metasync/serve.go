@@ -37,7 +37,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		"kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
 		"kubeconfig context (default: the current context)")
 	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
-	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); loopback only, unless --auth=none")
+	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); with --auth and TLS as the HTTP API: over TLS with --tls-cert-file, clients send bearer tokens with --auth=tokenreview, loopback only without --auth")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	heartbeat := fs.Duration("stream-heartbeat", api.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
@@ -164,7 +164,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	var xdsLn net.Listener
 	if *xdsListen != "" {
-		if xdsLn, err = listenXDS(*xdsListen, *auth, stderr); err != nil {
+		if xdsLn, err = listenXDS(*xdsListen, *auth, authOpts, log, stderr); err != nil {
 			ln.Close()
 			return err
 		}
@@ -212,19 +212,38 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	go reload.run(engineCtx, hup)
 	var xdsSrv *http.Server
 	if xdsLn != nil {
-		// gRPC is HTTP/2: unencrypted (h2c), as an xDS bootstrap's
-		// "insecure" channel credentials dial it.
 		ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
+		if guard != nil {
+			// A client's token and each target's access, as for the
+			// HTTP lookup of the same key.
+			ads.SetAuthorizer(guard.Check)
+		}
 		handler.Handle("/v1/xds/clients", ads.StatusHandler())
 		xdsSrv = &http.Server{Handler: ads, ReadHeaderTimeout: 10 * time.Second}
 		xdsSrv.Protocols = new(http.Protocols)
-		xdsSrv.Protocols.SetUnencryptedHTTP2(true)
+		if cert != nil {
+			// gRPC over TLS: HTTP/2 chosen by ALPN, as a bootstrap's
+			// "tls" channel credentials dial it.
+			xdsSrv.Protocols.SetHTTP2(true)
+			xdsSrv.TLSConfig = cert.ServerConfig()
+			xdsSrv.TLSConfig.NextProtos = []string{"h2"}
+		} else {
+			// Unencrypted HTTP/2 (h2c), as "insecure" channel
+			// credentials dial it.
+			xdsSrv.Protocols.SetUnencryptedHTTP2(true)
+		}
 		go func() {
-			if err := xdsSrv.Serve(xdsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if cert != nil {
+				err = xdsSrv.ServeTLS(xdsLn, "", "")
+			} else {
+				err = xdsSrv.Serve(xdsLn)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("xDS server failed", "error", err.Error())
 			}
 		}()
-		log.Info("serving xDS", "address", xdsLn.Addr().String())
+		log.Info("serving xDS", "address", xdsLn.Addr().String(), "tls", cert != nil, "auth", guard != nil)
 	}
 	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
@@ -303,17 +322,27 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 
 var _ http.Handler = (*api.Server)(nil)
 
-// listenXDS listens for xDS on addr: a loopback address, or any with
-// --auth=none (xDS clients are not authenticated yet).
-func listenXDS(addr, auth string, stderr io.Writer) (net.Listener, error) {
+// listenXDS listens for xDS on addr, under the rules of the HTTP API's
+// address (see authFor): beyond loopback it needs --auth, and with
+// --auth=tokenreview TLS (or --insecure-plaintext-auth), since clients
+// then send their tokens.
+func listenXDS(addr, auth string, o authOptions, log *slog.Logger, stderr io.Writer) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "metasync serve: --xds-listen %q: %v\n", addr, err)
 		return nil, exitError{2}
 	}
-	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && auth != "none" {
-		fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: xDS clients are not authenticated yet: listen on loopback (127.0.0.1:PORT: clients on the same host or in the same pod), or say --auth=none to serve xDS beyond it on purpose\n", addr)
-		return nil, exitError{2}
+	if !isLoopback(host) {
+		switch {
+		case auth == "":
+			fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: beyond loopback xDS clients must authenticate: --auth=tokenreview (with --tls-cert-file: grpc sends call credentials over TLS only), or --auth=none to serve xDS without authentication on purpose\n", addr)
+			return nil, exitError{2}
+		case auth == "none":
+			log.Warn("xDS listens beyond loopback without authentication, as --auth=none asks", "address", addr)
+		case auth == "tokenreview" && !o.tls && !*o.insecurePlaintext:
+			fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: --auth=tokenreview beyond loopback needs TLS (--tls-cert-file and --tls-private-key-file), or --insecure-plaintext-auth to let clients send their bearer tokens in cleartext on purpose\n", addr)
+			return nil, exitError{2}
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

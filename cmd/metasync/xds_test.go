@@ -37,6 +37,66 @@ func localIPv4() string {
 	return ""
 }
 
+// xdsFixture installs, in namespace ns, an AppModel xds-app serving
+// model xds-model, and n gRPC health servers on ip, one EndpointSlice
+// (xds-app-I) each; it returns their addresses and a config whose chain
+// model-to-endpoints answers them.
+func xdsFixture(t *testing.T, ns, ip string, n int) (backends []string, config string) {
+	t.Helper()
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	env.Namespace(t, ns)
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		healthpb.RegisterHealthServer(s, health.NewServer())
+		go func() { _ = s.Serve(ln) }()
+		t.Cleanup(s.Stop)
+		backends = append(backends, ln.Addr().String())
+	}
+	manifest := fmt.Sprintf("apiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: xds-app, namespace: %s, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [xds-model]}\n", ns)
+	for i, b := range backends {
+		_, port, _ := net.SplitHostPort(b)
+		manifest += fmt.Sprintf("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: xds-app-%d, namespace: %s, labels: {kubernetes.io/service-name: xds-app}}\naddressType: IPv4\nports: [{name: grpc, port: %s}]\nendpoints: [{addresses: [%q], conditions: {ready: true}}]\n", i, ns, port, ip)
+	}
+	objects := filepath.Join(t.TempDir(), "objects.yaml")
+	_ = os.WriteFile(objects, []byte(manifest), 0o600)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kubeapply.Files(ctx, env.Config, objects); err != nil {
+		t.Fatal(err)
+	}
+	config = filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(config, []byte(strings.ReplaceAll(`
+resources:
+  - name: appmodels
+    group: iidp.com
+    version: v1
+    resource: appmodels
+    namespace: NS
+    indexes:
+      - name: model-to-app
+        key: spec.models
+        value: metadata.name
+  - name: endpointslices
+    group: discovery.k8s.io
+    version: v1
+    resource: endpointslices
+    namespace: NS
+    labelSelector: kubernetes.io/service-name
+    indexes:
+      - name: service-to-endpoints
+        key: 'metadata.labels.kubernetes\.io/service-name'
+        value: '@endpoints:{"port":"grpc"}'
+chains:
+  - name: model-to-endpoints
+    indexes: [model-to-app, service-to-endpoints]
+`, "NS", ns)), 0o600)
+	return backends, config
+}
+
 // TestXDSOnTheControlPlane: `serve --xds-listen` on the real control
 // plane, and grpc-go's own xDS client given a bootstrap that names it:
 // calls spread over a model's pods (two EndpointSlices), a slice deleted
@@ -48,58 +108,9 @@ func TestXDSOnTheControlPlane(t *testing.T) {
 	if ip == "" {
 		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
 	}
-	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
-	env.Namespace(t, "xds-e2e")
-	var backends []string
-	for i := 0; i < 2; i++ {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Stop)
-		backends = append(backends, ln.Addr().String())
-	}
-	manifest := "apiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: xds-app, namespace: xds-e2e, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [xds-model]}\n"
-	for i, b := range backends {
-		_, port, _ := net.SplitHostPort(b)
-		manifest += fmt.Sprintf("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: xds-app-%d, namespace: xds-e2e, labels: {kubernetes.io/service-name: xds-app}}\naddressType: IPv4\nports: [{name: grpc, port: %s}]\nendpoints: [{addresses: [%q], conditions: {ready: true}}]\n", i, port, ip)
-	}
-	objects := filepath.Join(t.TempDir(), "objects.yaml")
-	_ = os.WriteFile(objects, []byte(manifest), 0o600)
+	backends, config := xdsFixture(t, "xds-e2e", ip, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := kubeapply.Files(ctx, env.Config, objects); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	_ = os.WriteFile(config, []byte(`
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: xds-e2e
-    indexes:
-      - name: model-to-app
-        key: spec.models
-        value: metadata.name
-  - name: endpointslices
-    group: discovery.k8s.io
-    version: v1
-    resource: endpointslices
-    namespace: xds-e2e
-    labelSelector: kubernetes.io/service-name
-    indexes:
-      - name: service-to-endpoints
-        key: 'metadata.labels.kubernetes\.io/service-name'
-        value: '@endpoints:{"port":"grpc"}'
-chains:
-  - name: model-to-endpoints
-    indexes: [model-to-app, service-to-endpoints]
-`), 0o600)
 
 	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
 	apiAddr, addr, xdsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)

@@ -31,6 +31,8 @@ import (
 //	/v1/resources/{resource}/...    /v1/resources/{resource}/*  (every object's fields)
 //	/metrics                        /metrics
 //	/v1/xds/clients                 /v1/xds/clients        (each xDS client's node and versions)
+//	xDS target indexes/{index}/KEY  /v1/indexes/{index}/*  (as its HTTP lookup, see Check)
+//	xDS target chains/{chain}/KEY   /v1/chains/{chain}/*
 //	/readyz?verbose                 /readyz/verbose        (the reasons, see below)
 //	any other path                  /v1/*                  (one answer for every path)
 //
@@ -284,20 +286,43 @@ func bearer(header string) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-// checkRequest authenticates r's bearer token and asks whether its user
-// may get thing.
-func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
+// Check authenticates the bearer token of r and, unless thing is "",
+// asks whether its user may get thing, from the caches and with the
+// limits of the HTTP API's requests: it answers the user's name and 0,
+// or the HTTP status that refuses r (401, 403, or 503 when a review
+// failed or too many are in flight) and why. Faces other than HTTP (the
+// xDS server) authorize through it: an xDS target asks what the HTTP
+// lookup of the same key asks, /v1/indexes/{index}/* or
+// /v1/chains/{chain}/*.
+func (a *TokenAuth) Check(r *http.Request, thing string) (user string, code int, msg string) {
+	var v verdict
+	if thing == "" {
+		v = a.who(r)
+	} else {
+		v = a.checkRequest(r, thing)
+	}
+	return v.user.Username, v.code, v.msg
+}
+
+// who authenticates r's bearer token.
+func (a *TokenAuth) who(r *http.Request) verdict {
 	token, ok := bearer(r.Header.Get("Authorization"))
 	if !ok || token == "" {
 		return verdict{code: http.StatusUnauthorized, msg: msgNoToken}
 	}
-	ctx := r.Context()
-	who := a.decide(ctx, sha256.Sum256([]byte("token\x00"+token)), a.tokenGate, [32]byte{}, a.users, a.badTokens, func(ctx context.Context) (verdict, error) {
+	return a.decide(r.Context(), sha256.Sum256([]byte("token\x00"+token)), a.tokenGate, [32]byte{}, a.users, a.badTokens, func(ctx context.Context) (verdict, error) {
 		return a.authenticate(ctx, token)
 	})
+}
+
+// checkRequest authenticates r's bearer token and asks whether its user
+// may get thing.
+func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
+	who := a.who(r)
 	if who.code != 0 {
 		return who
 	}
+	ctx := r.Context()
 	user := who.user
 	id := identityKey(user)
 	v := a.decide(ctx, accessKey(id, thing), a.accessGate, id, a.allowed, a.forbidden, func(ctx context.Context) (verdict, error) {

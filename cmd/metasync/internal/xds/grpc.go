@@ -27,12 +27,25 @@ const maxMessage = 4 << 20
 
 // gRPC status codes used here.
 const (
-	codeOK            = 0
-	codeInvalid       = 3
-	codeUnimplemented = 12
-	codeInternal      = 13
-	codeUnavailable   = 14
+	codeOK               = 0
+	codeInvalid          = 3
+	codePermissionDenied = 7
+	codeUnimplemented    = 12
+	codeInternal         = 13
+	codeUnavailable      = 14
+	codeUnauthenticated  = 16
 )
+
+// codeOfHTTP is the gRPC status of an HTTP status that refuses access.
+func codeOfHTTP(status int) int {
+	switch status {
+	case http.StatusUnauthorized:
+		return codeUnauthenticated
+	case http.StatusForbidden:
+		return codePermissionDenied
+	}
+	return codeUnavailable
+}
 
 // ServeHTTP serves gRPC requests: StreamAggregatedResources, and
 // UNIMPLEMENTED for any other method.
@@ -52,13 +65,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		finish(w, codeUnimplemented, "compression "+enc+" is not supported")
 		return
 	}
+	var user string
+	if s.authorize != nil {
+		// Who the client is, before anything is sent: a stream without
+		// a valid token ends at once (a review that failed ends it
+		// UNAVAILABLE, and the client tries again).
+		u, code, msg := s.authorize(r, "")
+		if code != 0 {
+			s.deniedLog.Do(func() {
+				s.log.Warn("xDS client refused", "remote", r.RemoteAddr, "status", code, "error", msg)
+			})
+			finish(w, codeOfHTTP(code), msg)
+			return
+		}
+		user = u
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
 		return
 	}
 	st := &grpcStream{w: w, rc: rc, body: r.Body}
-	err := s.serve(r.Context(), st)
+	err := s.serve(r.Context(), st, r, user)
 	code, message := codeOK, ""
 	var se *statusError
 	switch {

@@ -74,6 +74,21 @@ type Engine interface {
 	StaleChanged() <-chan struct{}
 }
 
+// Authorizer decides what a client may read, as api.TokenAuth.Check
+// does for HTTP: whether the caller of r (the bearer token of the
+// stream's "authorization" metadata) is authenticated (thing "") or may
+// get thing, the non-resource URL that the HTTP lookup of the same
+// target asks about (/v1/indexes/INDEX/* or /v1/chains/CHAIN/*). It
+// answers the user's name and 0, or the HTTP status that refuses
+// (401, 403, or 503 when it cannot tell now) and why.
+type Authorizer func(r *http.Request, thing string) (user string, code int, msg string)
+
+// recheckEvery is how often the access of a client with an Authorizer
+// is asked again while its answers do not change: access taken away
+// ends what it reads within about this long (and the Authorizer's own
+// cache time).
+var recheckEvery = 10 * time.Second
+
 // Server is the ADS server of one engine: an http.Handler of HTTP/2
 // (serve it with unencrypted HTTP/2 allowed, or over TLS).
 type Server struct {
@@ -81,6 +96,9 @@ type Server struct {
 	log     *slog.Logger
 	nackLog rate.Sometimes
 	badLog  rate.Sometimes
+
+	authorize Authorizer // nil: every client reads every target
+	deniedLog rate.Sometimes
 
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
@@ -93,19 +111,24 @@ type Server struct {
 // New returns the server of engine; its metrics are registered with reg.
 func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 	s := &Server{
-		engine:  engine,
-		log:     log,
-		nackLog: rate.Sometimes{First: 3, Interval: time.Minute},
-		badLog:  rate.Sometimes{First: 3, Interval: time.Minute},
-		clients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
-		pushes:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
-		nacks:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
+		engine:    engine,
+		log:       log,
+		nackLog:   rate.Sometimes{First: 3, Interval: time.Minute},
+		badLog:    rate.Sometimes{First: 3, Interval: time.Minute},
+		deniedLog: rate.Sometimes{First: 3, Interval: time.Minute},
+		clients:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
+		pushes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
+		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
 	}
 	if reg != nil {
 		reg.MustRegister(s.clients, s.pushes, s.nacks)
 	}
 	return s
 }
+
+// SetAuthorizer makes every client authenticate, and read only the
+// targets that a says it may; call it before the server serves.
+func (s *Server) SetAuthorizer(a Authorizer) { s.authorize = a }
 
 // target is what a resource name asks for: a key of an index or a chain.
 type target struct {
@@ -137,6 +160,12 @@ func (t target) clusterName() string {
 	return t.kind + "/" + t.name + "/" + url.PathEscape(t.key)
 }
 
+// access is the non-resource URL whose "get" reading t needs: that of
+// its HTTP lookup.
+func (t target) access() string {
+	return "/v1/" + t.kind + "/" + url.PathEscape(t.name) + "/*"
+}
+
 func (t target) msync() msync.Target {
 	if t.kind == "chains" {
 		return msync.ChainOf(t.name, t.key)
@@ -146,7 +175,8 @@ func (t target) msync() msync.Target {
 
 // serve serves one client: its requests, and a push of an assignment
 // each time a target's answer changes.
-func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
+// r is its HTTP/2 request, user who it is (with an Authorizer).
+func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request, user string) error {
 	s.clients.Inc()
 	defer s.clients.Dec()
 	ctx, cancel := context.WithCancel(ctx)
@@ -156,6 +186,8 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 		since:   time.Now(),
 		ctx:     ctx,
 		stream:  stream,
+		req:     r,
+		user:    user,
 		types:   map[string]*typeState{},
 		follow:  map[string]*follower{},
 		changed: make(chan struct{}, 1),
@@ -173,6 +205,12 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 		s.mu.Unlock()
 	}()
 	reloaded := s.engine.StaleChanged()
+	var recheck <-chan time.Time
+	if s.authorize != nil {
+		t := time.NewTicker(recheckEvery)
+		defer t.Stop()
+		recheck = t.C
+	}
 	reqs := make(chan request)
 	errc := make(chan error, 1)
 	go func() {
@@ -211,6 +249,12 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream) error {
 			if err := c.pushChanged(); err != nil {
 				return err
 			}
+		case <-recheck:
+			// Access may have been taken away (or granted): answers
+			// are built again, and what changed is sent.
+			if err := c.pushChanged(); err != nil {
+				return err
+			}
 		case <-reloaded:
 			// Targets a reload added or brought back: their followers
 			// subscribe again, and Listeners and Clusters are answered
@@ -232,6 +276,9 @@ type typeState struct {
 	acked   string   // the last version the client acknowledged
 	nacked  string   // the last version it rejected, and why
 	why     string
+	// owed: a new subscription is to be answered, held back while
+	// access could not be told.
+	owed bool
 	// sent is what the last response held, by resource name (its
 	// encoded form), to send only what changed: a response the client
 	// rejected is not sent again until something in it changes.
@@ -250,6 +297,14 @@ type client struct {
 	ctx      context.Context
 	stream   *grpcStream
 	types    map[string]*typeState
+	// req is the stream's request, for the Authorizer; user who the
+	// client is; denied the targets it may not read, by access URL
+	// (under statusMu), for the status route and to log once.
+	req      *http.Request
+	user     string
+	denied   map[string]bool
+	verdicts map[string]verdict // by access URL
+	retry    *time.Timer        // a push again, after an access not told
 
 	mu      gosync.Mutex
 	follow  map[string]*follower // by cluster name
@@ -332,12 +387,36 @@ func (c *client) request(req request) error {
 // subscription is answered even when nothing changed).
 func (c *client) respond(typeURL string, always bool) error {
 	st := c.state(typeURL)
+	always = always || st.owed
 	sent := map[string][]byte{}
+	held, heldNew := false, false
 	for _, name := range st.names {
-		if b := c.resource(typeURL, name); b != nil {
+		b, err := c.resource(typeURL, name)
+		switch {
+		case errors.Is(err, errUnsure):
+			// Access not told now: the client keeps what it holds.
+			held = true
+			if old, ok := st.sent[name]; ok {
+				sent[name] = old
+			} else {
+				heldNew = true
+			}
+		case err != nil:
+			return err
+		case b != nil:
 			sent[name] = b
 		}
 	}
+	if held {
+		c.retryLater()
+		// A Listener or Cluster left out of a response does not exist:
+		// not said of one whose access is not told.
+		if heldNew && (typeURL == TypeListener || typeURL == TypeCluster) {
+			st.owed = always
+			return nil
+		}
+	}
+	st.owed = false
 	same := len(sent) == len(st.sent)
 	for name, b := range sent {
 		if old, ok := st.sent[name]; !ok || string(old) != string(b) {
@@ -381,25 +460,105 @@ func (c *client) respond(typeURL string, always bool) error {
 	return nil
 }
 
+// verdict is what the Authorizer said of one target, kept for
+// verdictTTL: a push to many clients asks it once a second per client
+// and target, not once per resource type and push.
+type verdict struct {
+	code  int
+	msg   string
+	until time.Time
+}
+
+const verdictTTL = time.Second
+
+// errUnsure says that a target's access could not be told now (a review
+// failed, or too many were in flight): its resources wait.
+var errUnsure = errors.New("access not told now")
+
+// retryLater pushes what changed again in a second: access that could
+// not be told is asked again (under statusMu).
+func (c *client) retryLater() {
+	if c.retry != nil {
+		c.retry.Reset(time.Second)
+		return
+	}
+	c.retry = time.AfterFunc(time.Second, func() {
+		select {
+		case c.changed <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// may tells whether the client may read t: always without an
+// Authorizer; errUnsure when it cannot be told now; a statusError that
+// ends the stream when the client's token is no longer valid. A denial
+// is logged (at most three times a minute) and shown by the status
+// route (under statusMu).
+func (c *client) may(t target) (bool, error) {
+	if c.s.authorize == nil {
+		return true, nil
+	}
+	thing := t.access()
+	now := time.Now()
+	v, ok := c.verdicts[thing]
+	if !ok || now.After(v.until) {
+		_, code, msg := c.s.authorize(c.req, thing)
+		v = verdict{code: code, msg: msg, until: now.Add(verdictTTL)}
+		if code == 0 || code == http.StatusForbidden {
+			if c.verdicts == nil {
+				c.verdicts = map[string]verdict{}
+			}
+			c.verdicts[thing] = v
+		}
+	}
+	code, msg := v.code, v.msg
+	switch code {
+	case 0:
+		delete(c.denied, thing)
+		return true, nil
+	case http.StatusForbidden:
+		if !c.denied[thing] {
+			if c.denied == nil {
+				c.denied = map[string]bool{}
+			}
+			c.denied[thing] = true
+			c.s.deniedLog.Do(func() {
+				c.s.log.Warn("xDS client may not read a target: its Listener does not exist for it",
+					"client", c.node, "user", c.user, "access", thing, "error", msg)
+			})
+		}
+		return false, nil
+	case http.StatusUnauthorized:
+		return false, &statusError{codeUnauthenticated, msg}
+	}
+	return false, errUnsure
+}
+
 // resource encodes the resource name of typeURL, or is nil when there is
-// none (an unknown target, an assignment not answered yet).
-func (c *client) resource(typeURL, name string) []byte {
+// none (an unknown target, one the client may not read, an assignment
+// not answered yet); the error is may's.
+func (c *client) resource(typeURL, name string) ([]byte, error) {
+	t, ok := parseTarget(name)
+	if !ok {
+		return nil, nil
+	}
 	switch typeURL {
-	case TypeListener, TypeRoute:
-		t, ok := parseTarget(name)
-		if !ok || !c.exists(t) {
-			return nil
+	case TypeListener, TypeRoute, TypeCluster:
+		if !c.exists(t) || typeURL == TypeCluster && t.clusterName() != name {
+			return nil, nil
 		}
-		if typeURL == TypeListener {
-			return encodeListener(name)
-		}
-		return encodeRoute(name, t.clusterName())
+	}
+	if ok, err := c.may(t); !ok {
+		return nil, err
+	}
+	switch typeURL {
+	case TypeListener:
+		return encodeListener(name), nil
+	case TypeRoute:
+		return encodeRoute(name, t.clusterName()), nil
 	case TypeCluster:
-		t, ok := parseTarget(name)
-		if !ok || !c.exists(t) || t.clusterName() != name {
-			return nil
-		}
-		return encodeCluster(name)
+		return encodeCluster(name), nil
 	case TypeEndpoint:
 		c.mu.Lock()
 		f := c.follow[name]
@@ -411,11 +570,11 @@ func (c *client) resource(typeURL, name string) []byte {
 		}
 		c.mu.Unlock()
 		if !answered {
-			return nil
+			return nil, nil
 		}
-		return c.assignment(name, values, local, zone)
+		return c.assignment(name, values, local, zone), nil
 	}
-	return nil
+	return nil, nil
 }
 
 func (c *client) exists(t target) bool {
@@ -557,6 +716,11 @@ func (c *client) pushChanged() error {
 }
 
 func (c *client) stopAll() {
+	c.statusMu.Lock()
+	if c.retry != nil {
+		c.retry.Stop()
+	}
+	c.statusMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range c.follow {
@@ -624,7 +788,11 @@ func (c *client) endpoints(name string, values []string) []endpoint {
 // version last sent, the last it acknowledged, and the last it rejected
 // with why.
 type ClientStatus struct {
-	Node      string                `json:"node"`
+	Node string `json:"node"`
+	// User is who the client authenticated as; Denied the access URLs
+	// of the targets it asked for and may not read (with an Authorizer).
+	User      string                `json:"user,omitempty"`
+	Denied    []string              `json:"denied,omitempty"`
 	Zone      string                `json:"zone,omitempty"`
 	Connected time.Time             `json:"connected"`
 	Types     map[string]TypeStatus `json:"types"`
@@ -651,7 +819,10 @@ func (s *Server) Clients() []ClientStatus {
 	out := make([]ClientStatus, 0, len(cs))
 	for _, c := range cs {
 		c.statusMu.Lock()
-		st := ClientStatus{Node: c.node, Zone: c.zone, Connected: c.since, Types: map[string]TypeStatus{}}
+		st := ClientStatus{Node: c.node, User: c.user, Zone: c.zone, Connected: c.since, Types: map[string]TypeStatus{}}
+		if len(c.denied) > 0 {
+			st.Denied = slices.Sorted(maps.Keys(c.denied))
+		}
 		for typeURL, ts := range c.types {
 			st.Types[typeNames[typeURL]] = TypeStatus{Names: slices.Clone(ts.names), Sent: ts.nonce, Acked: ts.acked, Rejected: ts.nacked, Why: ts.why}
 		}
