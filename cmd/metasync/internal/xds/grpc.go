@@ -176,12 +176,12 @@ func (g *grpcStream) send(b []byte) error {
 	// writing or not: cleared once the message is out.
 	_ = g.rc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	defer g.rc.SetWriteDeadline(time.Time{})
-	var head [5]byte
-	binary.BigEndian.PutUint32(head[1:], uint32(len(b)))
-	if _, err := g.w.Write(head[:]); err != nil {
-		return err
-	}
-	if _, err := g.w.Write(b); err != nil {
+	// One write of prefix and message: each write is a hand-off to the
+	// connection's writer.
+	msg := make([]byte, 5+len(b))
+	binary.BigEndian.PutUint32(msg[1:5], uint32(len(b)))
+	copy(msg[5:], b)
+	if _, err := g.w.Write(msg); err != nil {
 		return err
 	}
 	return g.rc.Flush()

@@ -191,6 +191,7 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request,
 		types:   map[string]*typeState{},
 		follow:  map[string]*follower{},
 		changed: make(chan struct{}, 1),
+		again:   make(chan struct{}, 1),
 	}
 	defer c.stopAll()
 	s.mu.Lock()
@@ -246,6 +247,11 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request,
 				return err
 			}
 		case <-c.changed:
+			// An answer changed: only assignments can differ.
+			if err := c.pushChanged(TypeEndpoint); err != nil {
+				return err
+			}
+		case <-c.again:
 			if err := c.pushChanged(); err != nil {
 				return err
 			}
@@ -309,6 +315,7 @@ type client struct {
 	mu      gosync.Mutex
 	follow  map[string]*follower // by cluster name
 	changed chan struct{}        // a follower has a new answer
+	again   chan struct{}        // access not told before: ask again
 }
 
 // follower keeps the answer of one target for one client.
@@ -484,7 +491,7 @@ func (c *client) retryLater() {
 	}
 	c.retry = time.AfterFunc(time.Second, func() {
 		select {
-		case c.changed <- struct{}{}:
+		case c.again <- struct{}{}:
 		default:
 		}
 	})
@@ -700,12 +707,16 @@ func (c *client) runLocal(ctx context.Context, f *follower) {
 	}
 }
 
-// pushChanged sends what changed: assignments, and the Listeners and
-// Clusters of targets that a reload removed.
-func (c *client) pushChanged() error {
+// pushChanged sends what changed of the types given (all four when
+// none): assignments, and the Listeners and Clusters of targets that a
+// reload removed or whose access changed.
+func (c *client) pushChanged(types ...string) error {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
-	for _, typeURL := range []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint} {
+	if len(types) == 0 {
+		types = []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint}
+	}
+	for _, typeURL := range types {
 		if st := c.types[typeURL]; st != nil && len(st.names) > 0 {
 			if err := c.respond(typeURL, false); err != nil {
 				return err
