@@ -168,6 +168,11 @@ func TestXDSOnTheControlPlane(t *testing.T) {
 	if got := metric(t, base(addr), "metasync_xds_clients"); got != "1" {
 		t.Errorf("metasync_xds_clients %q, want 1", got)
 	}
+	for _, typ := range []string{"listener", "route", "cluster", "endpoint"} {
+		if got := metric(t, base(addr), `metasync_xds_resources{type="`+typ+`"}`); got != "1" {
+			t.Errorf("metasync_xds_resources of %s %q, want 1 (one client, one target)", typ, got)
+		}
+	}
 	if a := call(t, "GET", base(addr)+"/v1/xds/clients"); a.code != 200 || !strings.Contains(a.raw, `"node":"e2e"`) || !strings.Contains(a.raw, `"chains/model-to-endpoints/xds-model"`) {
 		t.Errorf("GET /v1/xds/clients = %d %s", a.code, a.raw)
 	}

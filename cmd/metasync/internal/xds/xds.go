@@ -121,9 +121,37 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.clients, s.pushes, s.nacks)
+		reg.MustRegister(s.clients, s.pushes, s.nacks, resourcesCollector{s})
 	}
 	return s
+}
+
+// resourcesDesc is metasync_xds_resources: what the connected clients
+// follow, counted when scraped.
+var resourcesDesc = prometheus.NewDesc("metasync_xds_resources", "xDS resources that the connected clients follow (each client's names, summed), by resource type.", []string{"type"}, nil)
+
+type resourcesCollector struct{ s *Server }
+
+func (c resourcesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- resourcesDesc }
+
+func (c resourcesCollector) Collect(ch chan<- prometheus.Metric) {
+	n := map[string]int{}
+	c.s.mu.Lock()
+	cs := make([]*client, 0, len(c.s.connected))
+	for cl := range c.s.connected {
+		cs = append(cs, cl)
+	}
+	c.s.mu.Unlock()
+	for _, cl := range cs {
+		cl.statusMu.Lock()
+		for typeURL, st := range cl.types {
+			n[typeURL] += len(st.names)
+		}
+		cl.statusMu.Unlock()
+	}
+	for _, typeURL := range []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint} {
+		ch <- prometheus.MustNewConstMetric(resourcesDesc, prometheus.GaugeValue, float64(n[typeURL]), typeNames[typeURL])
+	}
 }
 
 // SetAuthorizer makes every client authenticate, and read only the
