@@ -17,6 +17,7 @@ import (
 
 	compiled "github.com/iidp/metasync/internal/plan"
 
+	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
@@ -219,7 +220,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			ads.SetAuthorizer(guard.Check)
 		}
 		handler.Handle("/v1/xds/clients", ads.StatusHandler())
-		xdsSrv = &http.Server{Handler: ads, ReadHeaderTimeout: 10 * time.Second}
+		// A gRPC client holds one ADS stream on a connection: a
+		// connection without one is closed after IdleTimeout, and at
+		// most xdsMaxConnections are open (beyond, they wait to be
+		// accepted).
+		xdsSrv = &http.Server{Handler: ads, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4}}
+		xdsLn = netutil.LimitListener(xdsLn, xdsMaxConnections)
 		xdsSrv.Protocols = new(http.Protocols)
 		if cert != nil {
 			// gRPC over TLS: HTTP/2 chosen by ALPN, as a bootstrap's
@@ -322,6 +329,9 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 
 var _ http.Handler = (*api.Server)(nil)
 
+// xdsMaxConnections bounds the xDS server's open connections.
+const xdsMaxConnections = 4096
+
 // listenXDS listens for xDS on addr, under the rules of the HTTP API's
 // address (see authFor): beyond loopback it needs --auth, and with
 // --auth=tokenreview TLS (or --insecure-plaintext-auth), since clients
@@ -341,6 +351,16 @@ func listenXDS(addr, auth string, o authOptions, log *slog.Logger, stderr io.Wri
 			log.Warn("xDS listens beyond loopback without authentication, as --auth=none asks", "address", addr)
 		case auth == "tokenreview" && !o.tls && !*o.insecurePlaintext:
 			fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: --auth=tokenreview beyond loopback needs TLS (--tls-cert-file and --tls-private-key-file), or --insecure-plaintext-auth to let clients send their bearer tokens in cleartext on purpose\n", addr)
+			return nil, exitError{2}
+		case auth == "tokenreview":
+			if !o.tls {
+				log.Warn("xDS clients' bearer tokens cross the network in cleartext, as --insecure-plaintext-auth asks", "address", addr)
+			}
+			if *o.audience == "" {
+				log.Warn("without --auth-audience, xDS clients send tokens that the apiserver accepts too: give them projected tokens of an audience of metasync's own and set --auth-audience", "address", addr)
+			}
+		default:
+			fmt.Fprintf(stderr, "metasync serve: --auth %q: must be \"tokenreview\" or \"none\"\n", auth)
 			return nil, exitError{2}
 		}
 	}

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -200,5 +201,74 @@ func TestAuthTokens(t *testing.T) {
 	}
 	if _, err := full.Recv(); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("stream of a token no longer valid ended with %v, want UNAUTHENTICATED", err)
+	}
+}
+
+// TestAuthDeniedCostsNothing: a client denied every target follows none
+// (no engine subscription) however many names it asks for; made-up
+// names cost no review; what it is denied is forgotten when it stops
+// asking; a name longer than MaxNameLength ends the stream.
+func TestAuthDeniedCostsNothing(t *testing.T) {
+	f := &fakeAccess{users: map[string]string{"t-none": "none"}, grants: map[string]map[string]bool{}}
+	s, addr := authedServer(t, f)
+	st := tokenStream(t, addr, "t-none")
+	rs := responses(st)
+	open := engine.Subscriptions().Open
+	var names []string
+	for i := range MaxNames {
+		names = append(names, fmt.Sprintf("chains/model-to-endpoints/m%d", i))
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	made := []string{}
+	for i := range 500 {
+		made = append(made, fmt.Sprintf("indexes/no-such-%d/k", i))
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeListener, ResourceNames: made}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(rs, 5*time.Second); r == nil || r.GetTypeUrl() != TypeListener || len(r.GetResources()) != 0 {
+		t.Fatalf("Listeners of made-up indexes: %v", r)
+	}
+	if got := engine.Subscriptions().Open - open; got != 0 {
+		t.Errorf("a client denied everything holds %d engine subscriptions, want 0", got)
+	}
+	f.mu.Lock()
+	reviews := f.reviews
+	f.mu.Unlock()
+	if reviews > 3 { // the stream's authentication, and one review of the chain
+		t.Errorf("%d reviews for 1000 names of one chain and 500 made-up indexes, want at most 3", reviews)
+	}
+	denied := func() []string {
+		for _, c := range s.Clients() {
+			return c.Denied
+		}
+		return nil
+	}
+	if d := denied(); len(d) != 1 {
+		t.Errorf("denied %v, want the chain's access once", d)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	testenvEventually(t, func() bool { return len(denied()) == 0 })
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeListener, ResourceNames: []string{"indexes/model-to-app/" + strings.Repeat("k", MaxNameLength)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range rs {
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a name over MaxNameLength: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// testenvEventually waits up to 5 s for ok.
+func testenvEventually(t *testing.T, ok func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("not within 5 s")
+		}
 	}
 }

@@ -61,6 +61,9 @@ const (
 // each assignment it follows holds a subscription of the engine.
 const MaxNames = 1000
 
+// MaxNameLength bounds a resource name: kind, index or chain, and key.
+const MaxNameLength = 1024
+
 // typeNames are the short names of the types, for metrics and logs.
 var typeNames = map[string]string{TypeListener: "listener", TypeRoute: "route", TypeCluster: "cluster", TypeEndpoint: "endpoint"}
 
@@ -284,8 +287,12 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request,
 				return err
 			}
 		case <-recheck:
-			// Access may have been taken away (or granted): answers
-			// are built again, and what changed is sent.
+			// The token may have gone, access may have been taken away
+			// (or granted): answers are built again, and what changed
+			// is sent.
+			if _, code, msg := s.authorize(r, ""); code == http.StatusUnauthorized {
+				return &statusError{codeUnauthenticated, msg}
+			}
 			if err := c.pushChanged(); err != nil {
 				return err
 			}
@@ -401,6 +408,11 @@ func (c *client) request(req request) error {
 				"client", c.node, "type", short, "nonce", req.responseNonce, "error", req.nackMessage)
 		})
 	}
+	for _, name := range req.resourceNames {
+		if len(name) > MaxNameLength {
+			return &statusError{codeInvalid, "a resource name of " + strconv.Itoa(len(name)) + " bytes, over " + strconv.Itoa(MaxNameLength)}
+		}
+	}
 	names := slices.Clone(req.resourceNames)
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -414,6 +426,7 @@ func (c *client) request(req request) error {
 	if typeURL == TypeEndpoint {
 		c.followOnly(names)
 	}
+	c.pruneAccess()
 	return c.respond(typeURL, true)
 }
 
@@ -506,6 +519,32 @@ type verdict struct {
 
 const verdictTTL = time.Second
 
+// pruneAccess keeps the verdicts and denials of the targets that some
+// type's names still ask for, and forgets the others (under statusMu).
+func (c *client) pruneAccess() {
+	if len(c.verdicts) == 0 && len(c.denied) == 0 {
+		return
+	}
+	asked := map[string]bool{}
+	for _, st := range c.types {
+		for _, name := range st.names {
+			if t, ok := parseTarget(name); ok {
+				asked[t.access()] = true
+			}
+		}
+	}
+	for thing := range c.verdicts {
+		if !asked[thing] {
+			delete(c.verdicts, thing)
+		}
+	}
+	for thing := range c.denied {
+		if !asked[thing] {
+			delete(c.denied, thing)
+		}
+	}
+}
+
 // errUnsure says that a target's access could not be told now (a review
 // failed, or too many were in flight): its resources wait.
 var errUnsure = errors.New("access not told now")
@@ -578,14 +617,17 @@ func (c *client) resource(typeURL, name string) ([]byte, error) {
 	if !ok {
 		return nil, nil
 	}
-	switch typeURL {
-	case TypeListener, TypeRoute, TypeCluster:
-		if !c.exists(t) || typeURL == TypeCluster && t.clusterName() != name {
-			return nil, nil
-		}
+	if !c.exists(t) || (typeURL == TypeCluster || typeURL == TypeEndpoint) && t.clusterName() != name {
+		return nil, nil
 	}
 	if ok, err := c.may(t); !ok {
+		if typeURL == TypeEndpoint {
+			c.unfollow(name) // what it may not read, it does not follow
+		}
 		return nil, err
+	}
+	if typeURL == TypeEndpoint {
+		c.followOne(name, t)
 	}
 	switch typeURL {
 	case TypeListener:
@@ -619,8 +661,8 @@ func (c *client) exists(t target) bool {
 	return c.s.engine.HasIndex(t.name)
 }
 
-// followOnly follows the targets of the assignments in names, and stops
-// following the others.
+// followOnly stops following the assignments not in names (those in
+// names are followed once resource finds them readable: see followOne).
 func (c *client) followOnly(names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -634,18 +676,28 @@ func (c *client) followOnly(names []string) {
 			delete(c.follow, name)
 		}
 	}
-	for _, name := range names {
-		if _, ok := c.follow[name]; ok {
-			continue
-		}
-		t, ok := parseTarget(name)
-		if !ok || t.clusterName() != name {
-			continue
-		}
-		ctx, cancel := context.WithCancel(c.ctx)
-		f := &follower{t: t, cancel: cancel, zone: c.zone}
-		c.follow[name] = f
-		go c.run(ctx, f)
+}
+
+// followOne follows the target t of the assignment name, unless it does.
+func (c *client) followOne(name string, t target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.follow[name]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	f := &follower{t: t, cancel: cancel, zone: c.zone}
+	c.follow[name] = f
+	go c.run(ctx, f)
+}
+
+// unfollow stops following the assignment name.
+func (c *client) unfollow(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.follow[name]; ok {
+		f.cancel()
+		delete(c.follow, name)
 	}
 }
 
