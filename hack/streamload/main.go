@@ -335,19 +335,7 @@ func describe(codes map[string]int) string {
 }
 
 // rss is the resident memory of process pid, in bytes.
-func rss(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func rss(pid int) uint64 { return testenv.Resident(pid) }
 
 func openFDs(pid int) int {
 	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
