@@ -39,8 +39,9 @@ func localIPv4() string {
 
 // xdsFixture installs, in namespace ns, an AppModel xds-app serving
 // model xds-model, and n gRPC health servers on ip, one EndpointSlice
-// (xds-app-I) each; it returns their addresses and a config whose chain
-// model-to-endpoints answers them.
+// (xds-app-I) each; it returns their addresses and the reference
+// setup's config, watching ns, whose chain model-to-endpoints answers
+// them.
 func xdsFixture(t *testing.T, ns, ip string, n int) (backends []string, config string) {
 	t.Helper()
 	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
@@ -59,7 +60,7 @@ func xdsFixture(t *testing.T, ns, ip string, n int) (backends []string, config s
 	manifest := fmt.Sprintf("apiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: xds-app, namespace: %s, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [xds-model]}\n", ns)
 	for i, b := range backends {
 		_, port, _ := net.SplitHostPort(b)
-		manifest += fmt.Sprintf("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: xds-app-%d, namespace: %s, labels: {kubernetes.io/service-name: xds-app}}\naddressType: IPv4\nports: [{name: grpc, port: %s}]\nendpoints: [{addresses: [%q], conditions: {ready: true}}]\n", i, ns, port, ip)
+		manifest += fmt.Sprintf("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: xds-app-%d, namespace: %s, labels: {kubernetes.io/service-name: xds-app}}\naddressType: IPv4\nports: [{name: http, port: %s}]\nendpoints: [{addresses: [%q], conditions: {ready: true}}]\n", i, ns, port, ip)
 	}
 	objects := filepath.Join(t.TempDir(), "objects.yaml")
 	_ = os.WriteFile(objects, []byte(manifest), 0o600)
@@ -68,32 +69,12 @@ func xdsFixture(t *testing.T, ns, ip string, n int) (backends []string, config s
 	if err := kubeapply.Files(ctx, env.Config, objects); err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := testenv.ReferenceConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
 	config = filepath.Join(t.TempDir(), "config.yaml")
-	_ = os.WriteFile(config, []byte(strings.ReplaceAll(`
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: NS
-    indexes:
-      - name: model-to-app
-        key: spec.models
-        value: metadata.name
-  - name: endpointslices
-    group: discovery.k8s.io
-    version: v1
-    resource: endpointslices
-    namespace: NS
-    labelSelector: kubernetes.io/service-name
-    indexes:
-      - name: service-to-endpoints
-        key: 'metadata.labels.kubernetes\.io/service-name'
-        value: '@endpoints:{"port":"grpc"}'
-chains:
-  - name: model-to-endpoints
-    indexes: [model-to-app, service-to-endpoints]
-`, "NS", ns)), 0o600)
+	_ = os.WriteFile(config, cfg, 0o600)
 	return backends, config
 }
 

@@ -2,7 +2,8 @@
 // many xDS clients on a real control plane (the pinned binaries of the
 // tests: KUBEBUILDER_ASSETS). It creates -targets AppModels (model-I
 // served by app-I) and an EndpointSlice per app, starts the given
-// metasync binary with the reference chain model-to-endpoints, and
+// metasync binary with the reference setup's config (its chain
+// model-to-endpoints), and
 // connects -clients raw ADS clients (go-control-plane's types over
 // grpc-go, each on a connection of its own, in this process), client C
 // following target C mod -targets as a gRPC client does: its Listener,
@@ -151,7 +152,7 @@ func run(bin string, clients, targets, rate int, dur time.Duration) error {
 	var manifest strings.Builder
 	for i := range targets {
 		fmt.Fprintf(&manifest, "---\napiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: app-%d, namespace: %s, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [model-%d]}\n", i, ns, i)
-		fmt.Fprintf(&manifest, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: app-%d, namespace: %s, labels: {kubernetes.io/service-name: app-%d}}\naddressType: IPv4\nports: [{name: grpc, port: 8080}]\nendpoints: [{addresses: [10.100.0.1], conditions: {ready: true}}]\n", i, ns, i)
+		fmt.Fprintf(&manifest, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: app-%d, namespace: %s, labels: {kubernetes.io/service-name: app-%d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.100.0.1], conditions: {ready: true}}]\n", i, ns, i)
 	}
 	objects := filepath.Join(dir, "objects.yaml")
 	if err := os.WriteFile(objects, []byte(manifest.String()), 0o600); err != nil {
@@ -170,32 +171,11 @@ func run(bin string, clients, targets, rate int, dur time.Duration) error {
 	addr, xdsAddr := freeAddr(), freeAddr()
 	config := filepath.Join(dir, "config.yaml")
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cfg := strings.ReplaceAll(`
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: NS
-    indexes:
-      - name: model-to-app
-        key: spec.models
-        value: metadata.name
-  - name: endpointslices
-    group: discovery.k8s.io
-    version: v1
-    resource: endpointslices
-    namespace: NS
-    labelSelector: kubernetes.io/service-name
-    indexes:
-      - name: service-to-endpoints
-        key: 'metadata.labels.kubernetes\.io/service-name'
-        value: '@endpoints:{"port":"grpc"}'
-chains:
-  - name: model-to-endpoints
-    indexes: [model-to-app, service-to-endpoints]
-`, "NS", ns)
-	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+	cfg, err := testenv.ReferenceConfig(ns)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(config, cfg, 0o600); err != nil {
 		return err
 	}
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {

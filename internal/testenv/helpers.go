@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,4 +58,18 @@ func Resident(pid int) uint64 {
 		}
 	}
 	return 0
+}
+
+// ReferenceConfig is the reference setup's config
+// (examples/appmodel/config.yaml) watching namespace ns instead of
+// meta-test.
+func ReferenceConfig(ns string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(Root(), "examples", "appmodel", "config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(b, []byte("namespace: meta-test")) {
+		return nil, fmt.Errorf("examples/appmodel/config.yaml watches no namespace meta-test")
+	}
+	return bytes.ReplaceAll(b, []byte("namespace: meta-test"), []byte("namespace: "+ns)), nil
 }

@@ -102,6 +102,7 @@ type Server struct {
 
 	authorize Authorizer // nil: every client reads every target
 	deniedLog rate.Sometimes
+	unsureLog rate.Sometimes
 
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
@@ -119,6 +120,7 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		nackLog:   rate.Sometimes{First: 3, Interval: time.Minute},
 		badLog:    rate.Sometimes{First: 3, Interval: time.Minute},
 		deniedLog: rate.Sometimes{First: 3, Interval: time.Minute},
+		unsureLog: rate.Sometimes{First: 3, Interval: time.Minute},
 		clients:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
 		pushes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
@@ -606,6 +608,10 @@ func (c *client) may(t target) (bool, error) {
 	case http.StatusUnauthorized:
 		return false, &statusError{codeUnauthenticated, msg}
 	}
+	c.s.unsureLog.Do(func() {
+		c.s.log.Warn("xDS: a client's access could not be told: it keeps the resources it holds, not updated, until a review answers",
+			"client", c.node, "user", c.user, "access", thing, "status", code, "error", msg)
+	})
 	return false, errUnsure
 }
 
