@@ -99,7 +99,9 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 	done := make(chan struct{})
 	s := src.s
 	s.mu.Lock()
-	if src.removed || len(src.objects) > 0 || len(indexes) != len(src.indexes) {
+	// A unique index answers what its claims choose, which its saved
+	// table alone cannot tell: such a source is built from its objects.
+	if src.removed || len(src.objects) > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) {
 		s.mu.Unlock()
 		src.Replace(objects())
 		close(done)

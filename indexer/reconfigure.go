@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -59,6 +60,14 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			}
 			backs[fb] = primary
 		}
+		for _, name := range spec.Unique {
+			switch {
+			case !slices.Contains(spec.Indexes, name):
+				return nil, fmt.Errorf("source %q: unique index %q is not one of its indexes", spec.Name, name)
+			case spec.Fallbacks[name] != "" || spec.Hints[name] != "" || backs[name] != "" || slices.Contains(slices.Collect(maps.Values(spec.Hints)), name):
+				return nil, fmt.Errorf("source %q: unique index %q has a fallback or hints, or is one", spec.Name, name)
+			}
+		}
 		for primary, h := range spec.Hints {
 			switch {
 			case !slices.Contains(spec.Indexes, primary):
@@ -88,6 +97,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		}
 	}
 	live := map[int]bool{} // index ids that stay
+	var changes []Change   // of answers, by indexes becoming unique or not
 	srcNames := map[string]int{}
 	for _, spec := range specs {
 		var src *Source
@@ -99,6 +109,10 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			next.sources = append(next.sources, &sourceSnap{})
 		}
 		srcNames[spec.Name] = src.id
+		unique := make([]bool, len(spec.Indexes))
+		for i, name := range spec.Indexes {
+			unique[i] = slices.Contains(spec.Unique, name)
+		}
 		ids := make([]int, len(spec.Indexes))
 		for i, name := range spec.Indexes {
 			if id, ok := kept[name]; ok && slices.Contains(src.indexes, id) {
@@ -113,7 +127,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			names[name] = ids[i]
 			live[ids[i]] = true
 		}
-		src.relayout(next, ids, spec.Objects)
+		changes = append(changes, src.relayout(next, ids, spec.Objects, unique)...)
 	}
 	for name, id := range s.srcName {
 		if _, stays := srcNames[name]; stays {
@@ -124,6 +138,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		src.indexes = nil
 		src.width.Store(0)
 		src.objects, src.dups, src.dupsPeak, src.objectsPeak = map[string]string{}, nil, nil, 0
+		src.unique, src.claims = nil, nil
 		next.sources[id] = &sourceSnap{}
 	}
 	for _, id := range old.conf.names {
@@ -165,7 +180,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		}
 		next.conf.meta = meta(live, next)
 	}
-	s.publish(next, nil)
+	s.publish(next, changes)
 	return retired, nil
 }
 
@@ -182,10 +197,17 @@ func (s *Store) nameOf(snap *Snapshot, id int) string {
 // relayout gives the source the index ids ids (each either one of its
 // own, whose contents stay, or a new, empty one), and keeps object keys
 // per index key when withObjects. It re-encodes every object's entries
-// for the new order of indexes; under s.mu, for next.
-func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool) {
-	if slices.Equal(ids, src.indexes) && withObjects == src.withObjects {
-		return
+// for the new order of indexes, and chooses the answers of the indexes
+// that become unique (unique[i]: the i-th is), returning the keys whose
+// answers that changes; under s.mu, for next.
+func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique []bool) []Change {
+	wasUnique := map[int]bool{}
+	for i, id := range src.indexes {
+		wasUnique[id] = src.unique[i]
+	}
+	sameUnique := slices.Equal(unique, src.unique)
+	if slices.Equal(ids, src.indexes) && withObjects == src.withObjects && sameUnique {
+		return nil
 	}
 	pos := map[int]int{} // old index id -> its position in the old order
 	for i, id := range src.indexes {
@@ -209,10 +231,18 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool) {
 					now[i] = was[p]
 				}
 			}
-			src.objects[key] = encode(key, now)
+			head, _ := splitMeta(enc)
+			src.objects[key] = encodeAfter([]byte(head), key, now)
+		}
+	}
+	claims := make([]map[string][]claim, len(ids))
+	for i, id := range ids {
+		if p, ok := pos[id]; ok && unique[i] && wasUnique[id] {
+			claims[i] = src.claims[p]
 		}
 	}
 	src.indexes, src.dups, src.dupsPeak = ids, dups, dupsPeak
+	src.unique, src.claims = unique, claims
 	src.width.Store(int32(len(ids)))
 	if withObjects != src.withObjects {
 		src.withObjects = withObjects
@@ -239,6 +269,25 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool) {
 			next.indexes[id] = is
 		}
 	}
+	var changes []Change
+	for i, id := range ids {
+		if unique[i] == wasUnique[id] {
+			continue
+		}
+		is := *next.indexes[id]
+		was := is.chosen
+		is.chosen = nil
+		if unique[i] {
+			src.claims[i] = map[string][]claim{}
+			src.chooseAll(i, &is)
+			was = is.chosen
+		}
+		next.indexes[id] = &is
+		if len(was) > 0 {
+			changes = append(changes, Change{Index: src.s.handle(id), Keys: slices.Collect(maps.Keys(was))})
+		}
+	}
+	return changes
 }
 
 // objectsTable builds, from the source's objects, the object keys behind

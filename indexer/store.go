@@ -48,11 +48,24 @@ type Object struct {
 	Key     string
 	Payload any
 	Entries [][]Entry
+	// Meta is where the object's entries come from, kept with them for
+	// Explain and for the oldest-claimant rule of unique indexes.
+	Meta Meta
 
 	// Set by Source.Prepare, which then drops Entries: a prepared object
 	// holds its entries in this one string only.
 	enc      string
 	prepared bool
+}
+
+// Meta is an object's provenance: the version its entries were read from
+// (metasync keeps the resourceVersion) and when the object was created.
+type Meta struct {
+	Version string
+	// Created is in seconds since 1970 (0: unknown). Of the claimants of
+	// a key of a unique index, the object created first is answered (see
+	// SourceSpec.Unique).
+	Created int64
 }
 
 // SourceSpec declares a source and the names of the indexes it feeds.
@@ -69,6 +82,13 @@ type SourceSpec struct {
 	// written as any index is; a fallback is the fallback of one index
 	// and has none of its own.
 	Fallbacks map[string]string
+	// Unique names indexes of the source whose keys each answer one
+	// object's values: when several objects give a key different values
+	// (a conflict), the key answers the values of the object created
+	// first (Meta.Created), of the smallest object key among those created
+	// in the same second, never a mix; when that object withdraws them,
+	// the next oldest answers. A unique index has no fallback or hints.
+	Unique []string
 	// Hints maps an index of the source to another of its indexes, its
 	// hints: under each index key, strings "VALUE\tKIND=NAME" that tag
 	// the key's values (for instance "10.0.0.5:8080\tzone=a"), which
@@ -128,6 +148,11 @@ type Source struct {
 	// current state, not the history of writes.
 	objects  map[string]string
 	dups     []map[Entry]*int32 // per source index: extra contributors of an entry
+	// unique[i]: the i-th index is unique (SourceSpec.Unique). claims[i],
+	// of a unique index, holds the claims on each of its keys that have
+	// more than one value (see settle).
+	unique []bool
+	claims []map[string][]claim
 	payloads bool               // some object has had a payload
 
 	// The largest count of objects, of each dups map and of each payload
@@ -178,6 +203,24 @@ type indexSnap struct {
 	// sorted holds the index keys in order, computed at the first call of
 	// Keys and shared by every later one on this snapshot of the index.
 	sorted *sortedKeys
+	// chosen, of a unique index, maps each key in conflict (claimed with
+	// different values by several objects) to the values answered: the
+	// oldest claimant's. Never modified once published.
+	chosen map[string][]string
+}
+
+// answer returns what a lookup of key answers in this index: its values,
+// or, for a key in conflict in a unique index, the chosen ones. A key of
+// a unique index has one value unless it is in conflict, so the others
+// pay one length test.
+func (is *indexSnap) answer(seed hashSeed, key string) []string {
+	values := is.values.lookup(seed, key)
+	if len(values) > 1 && is.chosen != nil {
+		if c, ok := is.chosen[key]; ok {
+			return c
+		}
+	}
+	return values
 }
 
 type sortedKeys struct {
@@ -407,10 +450,10 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok || id < len(snap.conf.companion) && snap.conf.companion[id] {
 		return nil
 	}
-	values := snap.indexes[id].values.lookup(s.seed, key)
+	values := snap.indexes[id].answer(s.seed, key)
 	if len(values) == 0 {
 		if fb, _ := snap.conf.companions(id); fb >= 0 {
-			return snap.indexes[fb].values.lookup(s.seed, key)
+			return snap.indexes[fb].answer(s.seed, key)
 		}
 	}
 	return values
@@ -426,7 +469,7 @@ func (ix Index) Lookup(key string) []string {
 	if snap := ix.s.current.Load(); ix.id < len(snap.conf.served) && snap.conf.served[ix.id] {
 		return snap.Lookup(ix, key)
 	}
-	return ix.head.Load().values.lookup(ix.seed, key)
+	return ix.head.Load().answer(ix.seed, key)
 }
 
 // hash returns the hash of an index key.
@@ -452,10 +495,10 @@ func (snap *Snapshot) Lookup(ix Index, key string) []string {
 
 // lookupTier is Lookup, and whether the values came from the fallback.
 func (snap *Snapshot) lookupTier(ix Index, key string) (values []string, fromFallback bool) {
-	values = snap.index(ix).values.lookup(snap.s.seed, key)
+	values = snap.index(ix).answer(snap.s.seed, key)
 	if len(values) == 0 {
 		if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
-			return snap.indexAt(fb).values.lookup(snap.s.seed, key), true
+			return snap.indexAt(fb).answer(snap.s.seed, key), true
 		}
 	}
 	return values, false

@@ -172,13 +172,19 @@ func TestObjectsOnlyWhenAskedFor(t *testing.T) {
 func TestEncodeDecode(t *testing.T) {
 	long := string(make([]byte, 300))
 	in := [][]Entry{{e("k1", "ns/o"), e("k2", "v2"), e("", "")}, nil, {e(long, long), e("k\x00", "ns/o")}}
-	got := decode(encode("ns/o", in), "ns/o", 3)
-	if len(got[1]) != 0 {
-		t.Fatalf("empty index decoded as %v", got[1])
-	}
-	got[1] = nil
-	if !reflect.DeepEqual(got, in) {
-		t.Fatalf("decode(encode) = %q, want %q", got, in)
+	for _, m := range []Meta{{}, {Version: "4127", Created: 1764000000}, {Version: "0x1f", Created: 1}, {Version: "007"}, {Version: "99999999999999999999999"}} {
+		enc := encode("ns/o", m, in)
+		got := decode(enc, "ns/o", 3)
+		if len(got[1]) != 0 {
+			t.Fatalf("empty index decoded as %v", got[1])
+		}
+		got[1] = nil
+		if !reflect.DeepEqual(got, in) {
+			t.Fatalf("decode(encode) = %q, want %q", got, in)
+		}
+		if back := decodeMeta(enc); back != m {
+			t.Fatalf("decodeMeta = %+v, want %+v", back, m)
+		}
 	}
 }
 

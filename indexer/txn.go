@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +24,9 @@ type work struct {
 	values, objects []string // as published before the transaction
 	addV, remV      map[string]struct{}
 	addO, remO      map[string]struct{}
+	// Of a unique index: the claims the transaction withdraws and makes,
+	// in order.
+	claims []claimChange
 }
 
 // Begin starts a transaction on the source, waiting for other writers.
@@ -38,12 +42,17 @@ const (
 	valueOffset     = 2 // otherwise: length + valueOffset, then the bytes
 )
 
-// encode packs an object's normalized entries into one string: per index,
-// the number of entries, then each key and value with its length. A value
-// equal to the object key, or to the previous value, is stored as a mark,
-// not a copy.
-func encode(objectKey string, entries [][]Entry) string {
-	size := 0
+// encode packs an object's normalized entries into one string: its
+// provenance (see encodeMeta), then per index the number of entries, then
+// each key and value with its length. A value equal to the object key, or
+// to the previous value, is stored as a mark, not a copy.
+func encode(objectKey string, meta Meta, entries [][]Entry) string {
+	return encodeAfter(encodeMeta(nil, meta), objectKey, entries)
+}
+
+// encodeAfter is encode with the provenance already encoded (head).
+func encodeAfter(head []byte, objectKey string, entries [][]Entry) string {
+	size := len(head)
 	for _, es := range entries {
 		size++
 		for _, e := range es {
@@ -51,6 +60,7 @@ func encode(objectKey string, entries [][]Entry) string {
 		}
 	}
 	b := make([]byte, 0, size)
+	b = append(b, head...)
 	for _, es := range entries {
 		b = binary.AppendUvarint(b, uint64(len(es)))
 		prev := ""
@@ -72,6 +82,77 @@ func encode(objectKey string, entries [][]Entry) string {
 	return string(b)
 }
 
+// encodeMeta appends an object's provenance to b: the creation time in
+// seconds (0: unknown), then the version, as a number when it is one
+// (uvarint(n<<1|1), a few bytes for a resourceVersion) and otherwise as
+// its bytes (uvarint(len<<1), then the bytes).
+func encodeMeta(b []byte, m Meta) []byte {
+	created := uint64(0)
+	if m.Created > 0 {
+		created = uint64(m.Created)
+	}
+	b = binary.AppendUvarint(b, created)
+	if n, ok := versionNumber(m.Version); ok {
+		return binary.AppendUvarint(b, n<<1|1)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Version))<<1)
+	return append(b, m.Version...)
+}
+
+// versionNumber reads a version that is a decimal number without leading
+// zeros, below 2^62.
+func versionNumber(v string) (uint64, bool) {
+	if v == "" || len(v) > 18 || v[0] == '0' {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}
+
+// uvarint reads one uvarint at the start of enc.
+func uvarint(enc string) (uint64, string) {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := enc[0]
+		enc = enc[1:]
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, enc
+		}
+	}
+}
+
+// splitMeta splits an encoding into its provenance and its entries.
+func splitMeta(enc string) (head, rest string) {
+	_, rest = uvarint(enc)
+	n, rest := uvarint(rest)
+	if n&1 == 0 {
+		rest = rest[n>>1:]
+	}
+	return enc[:len(enc)-len(rest)], rest
+}
+
+// decodeMeta reads the provenance of an encoding. A numeric version is
+// formatted anew: a caller that keeps it owns it.
+func decodeMeta(enc string) Meta {
+	created, rest := uvarint(enc)
+	n, rest := uvarint(rest)
+	m := Meta{Created: int64(created)}
+	if n&1 == 1 {
+		m.Version = strconv.FormatUint(n>>1, 10)
+	} else {
+		m.Version = strings.Clone(rest[:n>>1])
+	}
+	return m
+}
+
 // decode unpacks what encode packed, for n indexes. The strings it returns
 // are substrings of enc (or objectKey).
 func decode(enc, objectKey string, n int) [][]Entry {
@@ -82,6 +163,7 @@ func decode(enc, objectKey string, n int) [][]Entry {
 // out's slices: what it returns is valid until the next call with out.
 func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 	n := len(out)
+	_, enc = splitMeta(enc)
 	next := func() int {
 		var v uint64
 		for shift := 0; ; shift += 7 {
@@ -139,7 +221,8 @@ func (src *Source) Prepare(o *Object) {
 	for len(entries) < int(src.width.Load()) {
 		entries = append(entries, nil)
 	}
-	o.enc = encode(o.Key, entries)
+	o.enc = encode(o.Key, o.Meta, entries)
+	o.Meta.Version = ""
 	o.prepared = true
 	o.Entries = nil
 }
@@ -161,6 +244,13 @@ func (t *Txn) Put(o Object) {
 			b = before[i]
 		}
 		t.diff(i, o.Key, b, after[i])
+		if src.unique[i] {
+			var was int64
+			if had {
+				was = createdOf(old)
+			}
+			t.claimsDiff(i, o.Key, was, createdOf(o.enc), b, after[i])
+		}
 	}
 	if !had {
 		t.count++
@@ -183,6 +273,10 @@ func (t *Txn) Delete(objectKey string) {
 	before := decode(old, objectKey, len(src.indexes))
 	for i := range src.indexes {
 		t.diff(i, objectKey, before[i], nil)
+		if src.unique[i] {
+			c := createdOf(old)
+			t.claimsDiff(i, objectKey, c, c, before[i], nil)
+		}
 	}
 	t.count--
 	delete(src.objects, objectKey)
@@ -416,13 +510,24 @@ func (t *Txn) Commit() {
 		values := make([]change, 0, len(m))
 		var objects []change
 		var keys []string
+		unique := t.src.unique[i]
+		var raw map[string][]string // of a unique index: each key's values after
+		if unique {
+			raw = make(map[string][]string, len(m))
+		}
 		for key, w := range m {
 			h := s.hash(key)
 			if len(w.addV) > 0 || len(w.remV) > 0 {
-				values = append(values, change{hash: h, key: key, values: apply(w.values, w.addV, w.remV, &in)})
-				if s.onCommit != nil {
+				vs := apply(w.values, w.addV, w.remV, &in)
+				values = append(values, change{hash: h, key: key, values: vs})
+				if s.onCommit != nil && !unique {
 					keys = append(keys, key)
 				}
+				if unique {
+					raw[key] = vs
+				}
+			} else if unique {
+				raw[key] = w.values
 			}
 			if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
 				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO, &in)})
@@ -431,6 +536,20 @@ func (t *Txn) Commit() {
 		var delta int
 		is.values, delta = is.values.update(values)
 		is.keys += delta
+		if unique {
+			was := old.indexes[id]
+			is.chosen = t.src.settle(i, m, func(key string) []string { return raw[key] }, was.chosen)
+			if s.onCommit != nil {
+				// What changed is what a lookup answers: a key whose
+				// values changed but whose chosen answer did not (a new
+				// claimant, younger) has not changed.
+				for key := range m {
+					if !slices.Equal(was.answer(s.seed, key), is.answer(s.seed, key)) {
+						keys = append(keys, key)
+					}
+				}
+			}
+		}
 		if len(objects) > 0 {
 			o, _ := is.objects.update(objects)
 			is.objects = &o
@@ -687,6 +806,10 @@ func (src *Source) rebuildLocked(objs []Object) {
 		}
 		src.dups[i] = dups
 		src.dupsPeak[i] = len(dups)
+		if src.unique[i] {
+			src.objects = objects // what chooseAll reads
+			src.chooseAll(i, is)
+		}
 		next.indexes[id] = is
 		if keys != nil {
 			published = append(published, Change{Index: s.handle(id), Keys: keys})

@@ -1,0 +1,125 @@
+package indexer
+
+import (
+	"slices"
+	"sort"
+)
+
+// Claim is what one object gives one key of an index: the values, and
+// where they come from. Explain's answer.
+type Claim struct {
+	Object string // object key
+	Meta   Meta
+	Values []string // distinct, sorted
+	// Chosen marks, on a key in conflict in a unique index, the claimant
+	// whose values the key answers.
+	Chosen bool
+	// Fallback: the key has no values of its own in the index; these are
+	// its fallback's, which the key answers (SourceSpec.Fallbacks).
+	Fallback bool
+}
+
+// Explainer tells which objects give the keys of an index their values,
+// in the state of one snapshot. It is valid only in the function that
+// Store.Explain calls.
+type Explainer struct {
+	s    *Store
+	snap *Snapshot
+}
+
+// Explain calls f with an Explainer of the current state, under the
+// writer lock: writers wait until f returns, so f must be quick (each
+// Claims call reads every object of the index's source).
+//
+// Provenance is not on a lookup's path: each object's encoding keeps its
+// Meta beside its entries, and Claims finds the objects of a key by
+// reading them all, which costs no memory per key.
+func (s *Store) Explain(f func(x *Explainer)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&Explainer{s: s, snap: s.current.Load()})
+}
+
+// Snapshot returns the state that the Explainer explains.
+func (x *Explainer) Snapshot() *Snapshot { return x.snap }
+
+// Claims returns, for each of keys, the objects that give it the values
+// that a lookup answers in ix, oldest first (by Meta.Created, then by
+// object key): those of ix, or of its fallback when the key has none of
+// its own. A key that has no values has no claims. Hints do not narrow
+// what Claims tells.
+func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
+	out := map[string][]Claim{}
+	src, pos := x.s.sourceOf(ix.id)
+	if src == nil || len(keys) == 0 {
+		return out
+	}
+	is := x.snap.index(ix)
+	fb, _ := x.snap.conf.companions(ix.id)
+	fbPos := -1
+	if fb >= 0 {
+		fbPos = slices.Index(src.indexes, fb)
+	}
+	// The position that answers each key: the index's, or its fallback's.
+	from := map[string]int{}
+	for _, k := range keys {
+		switch {
+		case len(is.values.lookup(x.s.seed, k)) > 0:
+			from[k] = pos
+		case fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(x.s.seed, k)) > 0:
+			from[k] = fbPos
+		}
+	}
+	if len(from) == 0 {
+		return out
+	}
+	buf := make([][]Entry, len(src.indexes))
+	for object, enc := range src.objects {
+		es := decodeInto(buf, enc, object)
+		var meta *Meta
+		for _, p := range []int{pos, fbPos} {
+			if p < 0 {
+				continue
+			}
+			for _, e := range es[p] {
+				if at, ok := from[e.Key]; !ok || at != p {
+					continue
+				}
+				if meta == nil {
+					m := decodeMeta(enc)
+					meta = &m
+				}
+				cl := out[e.Key]
+				if n := len(cl); n > 0 && cl[n-1].Object == object {
+					cl[n-1].Values = append(cl[n-1].Values, e.Value)
+				} else {
+					cl = append(cl, Claim{Object: object, Meta: *meta, Values: []string{e.Value}, Fallback: p != pos})
+				}
+				out[e.Key] = cl
+			}
+		}
+	}
+	for key, cl := range out {
+		sort.Slice(cl, func(a, b int) bool {
+			return older(claim{object: cl[a].Object, created: cl[a].Meta.Created}, claim{object: cl[b].Object, created: cl[b].Meta.Created})
+		})
+		if _, conflict := is.chosen[key]; conflict && len(cl) > 0 {
+			cl[0].Chosen = true // the oldest, as choose chose
+		}
+	}
+	return out
+}
+
+// sourceOf returns the live source that feeds index id, and the index's
+// position among its indexes; under s.mu.
+func (s *Store) sourceOf(id int) (*Source, int) {
+	for _, src := range s.sources {
+		if src.removed {
+			continue
+		}
+		if p := slices.Index(src.indexes, id); p >= 0 {
+			return src, p
+		}
+	}
+	return nil, -1
+}

@@ -1,0 +1,240 @@
+package indexer
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Unique indexes: a key that several objects claim with different values
+// answers the oldest claimant's values (SourceSpec.Unique).
+//
+// The index's table holds every value of every key, as any index does;
+// what a unique index adds is, for the few keys in conflict, the values
+// answered (indexSnap.chosen). To choose, the writer keeps the claims on
+// each key that has more than one value: which object gives which value,
+// and when the object was created. A key with one value needs no claims,
+// so an index without conflicts costs nothing more than any other; a key
+// that gains a second value is looked up among the source's objects once
+// (see settle).
+
+// claim is one value that one object gives one key of a unique index.
+type claim struct {
+	object, value string
+	created       int64
+}
+
+// older reports whether a was created before b: by creation time, then
+// by object key, which orders any two objects the same way on every
+// replica, after every restart.
+func older(a, b claim) bool {
+	if a.created != b.created {
+		return a.created < b.created
+	}
+	return a.object < b.object
+}
+
+// createdOf reads the creation time of an encoding (see encodeMeta).
+func createdOf(enc string) int64 {
+	c, _ := uvarint(enc)
+	return int64(c)
+}
+
+// claimsDiff records, for a unique index, an object's change of entries
+// as changes of its claims: removed entries withdraw claims, added ones
+// make claims. An object whose creation time changed (deleted and made
+// anew between two reads) withdraws and makes every claim again.
+func (t *Txn) claimsDiff(i int, object string, createdBefore, createdAfter int64, before, after []Entry) {
+	renew := createdBefore != createdAfter
+	a, b := 0, 0
+	for a < len(before) || b < len(after) {
+		switch {
+		case b == len(after) || (a < len(before) && compareEntry(before[a], after[b]) < 0):
+			t.claimRem(i, object, before[a])
+			a++
+		case a == len(before) || compareEntry(before[a], after[b]) > 0:
+			t.claimAdd(i, object, after[b], createdAfter)
+			b++
+		default:
+			if renew {
+				t.claimRem(i, object, before[a])
+				t.claimAdd(i, object, after[b], createdAfter)
+			}
+			a++
+			b++
+		}
+	}
+}
+
+// claimChange is a claim made (add) or withdrawn.
+type claimChange struct {
+	claim
+	add bool
+}
+
+func (t *Txn) claimRem(i int, object string, e Entry) {
+	w := t.workFor(i, e.Key)
+	w.claims = append(w.claims, claimChange{claim: claim{object: object, value: e.Value}})
+}
+
+func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
+	w := t.workFor(i, e.Key)
+	w.claims = append(w.claims, claimChange{claim: claim{object: object, value: e.Value, created: created}, add: true})
+}
+
+// settle brings the claims of the source's i-th index, a unique one, up
+// to date with a transaction's work on it, and returns the index's chosen
+// answers after it (chosen itself when none changed); under s.mu. raw
+// gives each key of work its values after the transaction.
+func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string][]string) map[string][]string {
+	claims := src.claims[i]
+	var missing map[string]bool
+	for key, w := range work {
+		if len(raw(key)) <= 1 {
+			delete(claims, key)
+			continue
+		}
+		cl, ok := claims[key]
+		if !ok {
+			// A key that had one value at most has no claims: find them.
+			if missing == nil {
+				missing = map[string]bool{}
+			}
+			missing[key] = true
+			continue
+		}
+		// In order: one object may withdraw a claim and make it again
+		// (or the reverse) in one transaction.
+		for _, ch := range w.claims {
+			if ch.add {
+				cl = append(cl, claim{object: ch.object, value: strings.Clone(ch.value), created: ch.created})
+			} else if j := slices.IndexFunc(cl, func(c claim) bool { return c.object == ch.object && c.value == ch.value }); j >= 0 {
+				cl = slices.Delete(cl, j, j+1)
+			}
+		}
+		claims[key] = cl
+	}
+	if missing != nil {
+		found := src.findClaims(i, missing)
+		for key := range missing {
+			claims[key] = found[key]
+		}
+	}
+	out, cloned := chosen, false
+	for key := range work {
+		c := choose(claims[key], raw(key))
+		was, had := chosen[key]
+		if c == nil && !had || c != nil && had && slices.Equal(c, was) {
+			continue
+		}
+		if !cloned {
+			// chosen is published: change a copy.
+			out, cloned = maps.Clone(chosen), true
+			if out == nil {
+				out = map[string][]string{}
+			}
+		}
+		if c == nil {
+			delete(out, key)
+		} else {
+			out[key] = c
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// findClaims returns the claims on the given keys of the source's i-th
+// index, from every object of the source; under s.mu. It reads every
+// object: it runs when a key of a unique index gains a second value, and
+// when an index becomes unique.
+func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
+	out := make(map[string][]claim, len(keys))
+	if len(keys) == 0 {
+		return out
+	}
+	buf := make([][]Entry, len(src.indexes))
+	for object, enc := range src.objects {
+		es := decodeInto(buf, enc, object)[i]
+		var created int64
+		read := false
+		for _, e := range es {
+			if !keys[e.Key] {
+				continue
+			}
+			if !read {
+				created, read = createdOf(enc), true
+			}
+			out[e.Key] = append(out[e.Key], claim{object: object, value: strings.Clone(e.Value), created: created})
+		}
+	}
+	return out
+}
+
+// choose returns the values that a key of a unique index answers when
+// its claims disagree: the oldest claimant's, as strings of raw (the
+// key's values, sorted); nil when they agree, that is, when the oldest
+// claimant gives every value of raw.
+func choose(claims []claim, raw []string) []string {
+	if len(claims) == 0 || len(raw) <= 1 {
+		return nil
+	}
+	first := claims[0]
+	for _, c := range claims[1:] {
+		if older(c, first) {
+			first = c
+		}
+	}
+	var out []string
+	for _, c := range claims {
+		if c.object != first.object {
+			continue
+		}
+		if j, ok := slices.BinarySearch(raw, c.value); ok && !slices.Contains(out, raw[j]) {
+			out = append(out, raw[j])
+		}
+	}
+	if len(out) == len(raw) {
+		return nil
+	}
+	sort.Strings(out)
+	return slices.Clip(out)
+}
+
+// chooseAll computes the claims and chosen answers of the source's i-th
+// index from scratch, from every object; raw gives each key's values.
+// Under s.mu.
+func (src *Source) chooseAll(i int, is *indexSnap) {
+	multi := map[string]bool{}
+	is.values.all(func(key string, values []string) {
+		if len(values) > 1 {
+			multi[key] = true
+		}
+	})
+	claims := src.findClaims(i, multi)
+	src.claims[i] = claims
+	var chosen map[string][]string
+	for key, cl := range claims {
+		if c := choose(cl, is.values.lookup(src.s.seed, key)); c != nil {
+			if chosen == nil {
+				chosen = map[string][]string{}
+			}
+			chosen[key] = c
+		}
+	}
+	is.chosen = chosen
+}
+
+// ConflictCount returns how many keys of ix are in conflict: claimed
+// with different values by several objects of a unique index.
+func (snap *Snapshot) ConflictCount(ix Index) int { return len(snap.index(ix).chosen) }
+
+// Conflicts returns the keys of ix in conflict, sorted.
+func (snap *Snapshot) Conflicts(ix Index) []string {
+	keys := slices.Collect(maps.Keys(snap.index(ix).chosen))
+	sort.Strings(keys)
+	return keys
+}

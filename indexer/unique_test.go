@@ -1,0 +1,282 @@
+package indexer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// claimModel is the reference that the unique tests hold the store to: each
+// object's meta and entries, and the rule written out plainly.
+type claimModel struct {
+	objects map[string]modelObject
+}
+
+type modelObject struct {
+	meta    Meta
+	entries []Entry // of the one index
+}
+
+// answer is what key answers: for a unique index the values of the
+// oldest object that gives the key any (creation time, then object key),
+// else every object's values.
+func (m *claimModel) answer(key string, unique bool) []string {
+	type claimant struct {
+		key  string
+		meta Meta
+		vs   []string
+	}
+	var cs []claimant
+	for k, o := range m.objects {
+		var vs []string
+		for _, e := range o.entries {
+			if e.Key == key && !slices.Contains(vs, e.Value) {
+				vs = append(vs, e.Value)
+			}
+		}
+		if len(vs) > 0 {
+			cs = append(cs, claimant{k, o.meta, vs})
+		}
+	}
+	var out []string
+	sort.Slice(cs, func(a, b int) bool {
+		if cs[a].meta.Created != cs[b].meta.Created {
+			return cs[a].meta.Created < cs[b].meta.Created
+		}
+		return cs[a].key < cs[b].key
+	})
+	for i, c := range cs {
+		if unique && i > 0 {
+			break
+		}
+		for _, v := range c.vs {
+			if !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// conflicts counts the keys whose unique answer differs from the union.
+func (m *claimModel) conflicts(keys []string) int {
+	n := 0
+	for _, k := range keys {
+		if len(m.answer(k, true)) != len(m.answer(k, false)) {
+			n++
+		}
+	}
+	return n
+}
+
+var modelKeys = []string{"m0", "m1", "m2", "m3"}
+
+// randomObject gives an object a few entries over few keys and values,
+// and one of few creation times, so that claims collide often.
+func randomObject(r *rand.Rand) modelObject {
+	o := modelObject{meta: Meta{Created: int64(r.IntN(3)), Version: fmt.Sprint(r.IntN(1000) + 1)}}
+	for range r.IntN(4) {
+		o.entries = append(o.entries, e(modelKeys[r.IntN(len(modelKeys))], fmt.Sprintf("app%d", r.IntN(3))))
+	}
+	return o
+}
+
+func entriesOf(o modelObject) [][]Entry { return [][]Entry{slices.Clone(o.entries)} }
+
+// TestUniqueMatchesModel writes random claims and deletes, relists,
+// reloads that toggle unique and rebuilds, and after each commit checks
+// every key's answer, the conflict count, and that the keys a commit
+// reports are exactly those whose answer changed.
+func TestUniqueMatchesModel(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			unique := true
+			spec := func() SourceSpec {
+				s := SourceSpec{Name: "src", Indexes: []string{"ix"}}
+				if unique {
+					s.Unique = []string{"ix"}
+				}
+				return s
+			}
+			s, err := New(spec())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reported map[string]bool
+			s.OnCommit(func(prev, next *Snapshot, changes []Change) {
+				for _, c := range changes {
+					for _, k := range c.Keys {
+						reported[k] = true
+					}
+				}
+			})
+			m := &claimModel{objects: map[string]modelObject{}}
+			src := s.Source("src")
+			ix, _ := s.Index("ix")
+			objectNames := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e"}
+			check := func(step int, what string, before map[string][]string) {
+				t.Helper()
+				for _, k := range modelKeys {
+					want := m.answer(k, unique)
+					got := ix.Lookup(k)
+					if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+						t.Fatalf("step %d (%s): %s answers %v, want %v (objects %+v) claims %+v chosen %v", step, what, k, got, want, m.objects, src.claims, s.Snapshot().indexes[ix.id].chosen)
+					}
+					changed := !slices.Equal(before[k], got)
+					if before != nil && changed != reported[k] {
+						t.Fatalf("step %d (%s): %s changed %v → %v, reported %v", step, what, k, before[k], got, reported[k])
+					}
+				}
+				want := 0
+				if unique {
+					want = m.conflicts(modelKeys)
+				}
+				if got := s.Snapshot().ConflictCount(ix); got != want {
+					t.Fatalf("step %d (%s): %d keys in conflict, want %d (%v)", step, what, got, want, s.Snapshot().Conflicts(ix))
+				}
+			}
+			answers := func() map[string][]string {
+				out := map[string][]string{}
+				for _, k := range modelKeys {
+					out[k] = slices.Clone(ix.Lookup(k))
+				}
+				reported = map[string]bool{}
+				return out
+			}
+			for step := range 300 {
+				before := answers()
+				what := ""
+				switch op := r.IntN(20); {
+				case op < 10:
+					tx := src.Begin()
+					for range 1 + r.IntN(3) {
+						name := objectNames[r.IntN(len(objectNames))]
+						if r.IntN(3) == 0 {
+							delete(m.objects, name)
+							tx.Delete(name)
+							continue
+						}
+						o := randomObject(r)
+						if old, ok := m.objects[name]; ok && r.IntN(4) > 0 {
+							o.meta.Created = old.meta.Created // an update
+						}
+						m.objects[name] = o
+						tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+					}
+					tx.Commit()
+					what = "txn"
+				case op < 14:
+					// A relist: some objects changed, some gone.
+					var objs []Object
+					next := map[string]modelObject{}
+					for name, o := range m.objects {
+						if r.IntN(4) == 0 {
+							continue
+						}
+						if r.IntN(3) == 0 {
+							o = randomObject(r)
+						}
+						next[name] = o
+						objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+					}
+					m.objects = next
+					src.Replace(objs)
+					what = "replace"
+				case op < 16:
+					unique = !unique
+					if _, err := s.Reconfigure([]SourceSpec{spec()}, nil); err != nil {
+						t.Fatal(err)
+					}
+					what = fmt.Sprintf("reconfigure unique=%v", unique)
+				default:
+					// A rebuild: a fresh store filled in one Replace.
+					s2, err := New(spec())
+					if err != nil {
+						t.Fatal(err)
+					}
+					var objs []Object
+					for name, o := range m.objects {
+						objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+					}
+					s2.Source("src").Replace(objs)
+					ix2, _ := s2.Index("ix")
+					for _, k := range modelKeys {
+						if got, want := ix2.Lookup(k), ix.Lookup(k); !slices.Equal(got, want) {
+							t.Fatalf("step %d: rebuilt store answers %s %v, incremental %v", step, k, got, want)
+						}
+					}
+					continue
+				}
+				check(step, what, before)
+				if unique {
+					checkExplain(t, s, ix, m)
+				}
+			}
+		})
+	}
+}
+
+// checkExplain holds Explain to the claimModel: each key's claimants, oldest
+// first, the first chosen when the key is in conflict.
+func checkExplain(t *testing.T, s *Store, ix Index, m *claimModel) {
+	t.Helper()
+	s.Explain(func(x *Explainer) {
+		got := x.Claims(ix, modelKeys)
+		for _, k := range modelKeys {
+			cl := got[k]
+			var names []string
+			for _, c := range cl {
+				names = append(names, c.Object)
+				if o := m.objects[c.Object]; c.Meta != o.meta {
+					t.Fatalf("%s: claim of %s has meta %+v, want %+v", k, c.Object, c.Meta, o.meta)
+				}
+			}
+			var want []string
+			for name, o := range m.objects {
+				for _, e := range o.entries {
+					if e.Key == k {
+						want = append(want, name)
+						break
+					}
+				}
+			}
+			sort.Strings(want)
+			sorted := slices.Clone(names)
+			sort.Strings(sorted)
+			if !slices.Equal(sorted, want) {
+				t.Fatalf("%s: claimants %v, want %v", k, names, want)
+			}
+			conflict := len(m.answer(k, true)) != len(m.answer(k, false))
+			for j, c := range cl {
+				if c.Chosen != (conflict && j == 0) {
+					t.Fatalf("%s: claim %d (%s) chosen=%v, conflict=%v", k, j, c.Object, c.Chosen, conflict)
+				}
+				if j > 0 && older(claim{object: c.Object, created: c.Meta.Created}, claim{object: cl[j-1].Object, created: cl[j-1].Meta.Created}) {
+					t.Fatalf("%s: claims not oldest first: %v", k, names)
+				}
+			}
+			if conflict && !slices.Equal(slices.Sorted(slices.Values(cl[0].Values)), m.answer(k, true)) {
+				t.Fatalf("%s: chosen claim gives %v, answer %v", k, cl[0].Values, m.answer(k, true))
+			}
+		}
+	})
+}
+
+// TestUniqueValidated: a unique index must be one of the source's, and
+// has no fallback or hints.
+func TestUniqueValidated(t *testing.T) {
+	for _, spec := range []SourceSpec{
+		{Name: "s", Indexes: []string{"a"}, Unique: []string{"b"}},
+		{Name: "s", Indexes: []string{"a", "b"}, Unique: []string{"a"}, Fallbacks: map[string]string{"a": "b"}},
+		{Name: "s", Indexes: []string{"a", "b"}, Unique: []string{"b"}, Fallbacks: map[string]string{"a": "b"}},
+		{Name: "s", Indexes: []string{"a", "b"}, Unique: []string{"b"}, Hints: map[string]string{"a": "b"}},
+	} {
+		if _, err := New(spec); err == nil {
+			t.Errorf("New(%+v) = nil error", spec)
+		}
+	}
+}
