@@ -146,14 +146,14 @@ type Source struct {
 	// published (once per write, see interner), so that an object's old
 	// encodings become garbage when it changes, and memory follows the
 	// current state, not the history of writes.
-	objects  map[string]string
-	dups     []map[Entry]*int32 // per source index: extra contributors of an entry
+	objects map[string]string
+	dups    []map[Entry]*int32 // per source index: extra contributors of an entry
 	// unique[i]: the i-th index is unique (SourceSpec.Unique). claims[i],
 	// of a unique index, holds the claims on each of its keys that have
 	// more than one value (see settle).
-	unique []bool
-	claims []map[string][]claim
-	payloads bool               // some object has had a payload
+	unique   []bool
+	claims   []map[string][]claim
+	payloads bool // some object has had a payload
 
 	// The largest count of objects, of each dups map and of each payload
 	// shard since that map was made: a Go map never gives back the room
