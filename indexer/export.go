@@ -58,18 +58,19 @@ func (img *Image) Table(i int, f func(key string, values, objects []string)) {
 	})
 }
 
-// Objects calls f with every object: its key, its entries for each index
-// (normalized: sorted, distinct) and its payload (nil if it has none), in
+// Objects calls f with every object: its key, its provenance, its entries
+// for each index (normalized: sorted, distinct) and its payload (nil if it
+// has none), in
 // no particular order, and returns how many there were. The entries are
 // f's only until it returns.
-func (img *Image) Objects(f func(key string, entries [][]Entry, payload any)) int {
+func (img *Image) Objects(f func(key string, meta Meta, entries [][]Entry, payload any)) int {
 	buf := make([][]Entry, img.width)
 	for _, o := range img.objs {
 		var payload any
 		if p, ok := img.snap.Payload(img.src, o.key); ok {
 			payload = p
 		}
-		f(o.key, decodeInto(buf, o.enc, o.key), payload)
+		f(o.key, decodeMeta(o.enc), decodeInto(buf, o.enc, o.key), payload)
 	}
 	return len(img.objs)
 }

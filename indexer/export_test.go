@@ -28,7 +28,7 @@ func TestExportGivesBackWhatWasWritten(t *testing.T) {
 		payload any
 	}
 	out := map[string]got{}
-	n := src.Image().Objects(func(key string, entries [][]Entry, payload any) {
+	n := src.Image().Objects(func(key string, _ Meta, entries [][]Entry, payload any) {
 		out[key] = got{norm(entries), payload} // entries are f's only until it returns
 	})
 	want := map[string]got{
@@ -44,7 +44,7 @@ func TestExportGivesBackWhatWasWritten(t *testing.T) {
 	// What Export gives, written into a new store, answers the same.
 	s2, _ := New(SourceSpec{Name: "src", Indexes: []string{"a", "b"}})
 	var objs []Object
-	src.Image().Objects(func(key string, entries [][]Entry, payload any) {
+	src.Image().Objects(func(key string, _ Meta, entries [][]Entry, payload any) {
 		objs = append(objs, Object{Key: key, Entries: norm(entries), Payload: payload})
 	})
 	s2.Source("src").Replace(objs)
@@ -60,7 +60,7 @@ func TestExportGivesBackWhatWasWritten(t *testing.T) {
 	if _, err := s.Reconfigure(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := src.Image().Objects(func(string, [][]Entry, any) { t.Error("a removed source exported an object") }); n != 0 {
+	if n := src.Image().Objects(func(string, Meta, [][]Entry, any) { t.Error("a removed source exported an object") }); n != 0 {
 		t.Errorf("a removed source exported %d objects", n)
 	}
 }
@@ -116,7 +116,7 @@ func save(img *Image) *saved {
 			}
 		}})
 	}
-	sv.count = img.Objects(func(key string, entries [][]Entry, payload any) {
+	sv.count = img.Objects(func(key string, _ Meta, entries [][]Entry, payload any) {
 		sv.objs = append(sv.objs, Object{Key: key, Entries: norm(entries), Payload: payload})
 	})
 	return sv

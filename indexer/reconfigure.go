@@ -181,6 +181,9 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		next.conf.meta = meta(live, next)
 	}
 	s.publish(next, changes)
+	for _, id := range srcNames {
+		s.sources[id].tellConflicts()
+	}
 	return retired, nil
 }
 

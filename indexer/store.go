@@ -108,6 +108,8 @@ type Store struct {
 
 	mu       sync.Mutex // serializes writers
 	onCommit func(prev, next *Snapshot, changes []Change)
+	// onConflict hears of keys of unique indexes put in conflict.
+	onConflict func(ConflictNote)
 	// Under mu. Ids are never reused: a source or index that a
 	// Reconfigure removes keeps its id, retired.
 	sources []*Source
@@ -153,7 +155,8 @@ type Source struct {
 	// more than one value (see settle).
 	unique   []bool
 	claims   []map[string][]claim
-	payloads bool // some object has had a payload
+	notes    []ConflictNote // of the commit under way, for onConflict
+	payloads bool           // some object has had a payload
 
 	// The largest count of objects, of each dups map and of each payload
 	// shard since that map was made: a Go map never gives back the room

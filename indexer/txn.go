@@ -606,6 +606,7 @@ func (t *Txn) Commit() {
 		next.sources[t.src.id] = &ss
 	}
 	s.publish(next, changes)
+	t.src.tellConflicts()
 }
 
 // Replace sets the source's objects to exactly objs: objects that objs lacks
@@ -830,4 +831,5 @@ func (src *Source) rebuildLocked(objs []Object) {
 	src.objects = objects
 	src.objectsPeak = len(objects)
 	s.publish(next, published)
+	src.tellConflicts()
 }

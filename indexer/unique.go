@@ -139,12 +139,65 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			delete(out, key)
 		} else {
 			out[key] = c
+			if src.s.onConflict != nil {
+				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, claims[key], c))
+			}
 		}
 	}
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// ConflictNote tells of a key of a unique index that a commit put in
+// conflict, or whose answer in conflict it changed: the claimant answered
+// and one that is not.
+type ConflictNote struct {
+	Index         Index
+	Key           string
+	Chosen, Other Claim
+}
+
+// OnConflict sets f, which hears each ConflictNote once the commit that
+// made it is published; under the writer lock, like OnCommit's function:
+// f must be quick and must not write to the store. Set it before the
+// first write.
+func (s *Store) OnConflict(f func(ConflictNote)) {
+	s.mu.Lock()
+	s.onConflict = f
+	s.mu.Unlock()
+}
+
+// note builds the ConflictNote of a key whose chosen values are chosen.
+func note(ix Index, key string, claims []claim, chosen []string) ConflictNote {
+	n := ConflictNote{Index: ix, Key: key}
+	first := claims[0]
+	for _, c := range claims[1:] {
+		if older(c, first) {
+			first = c
+		}
+	}
+	n.Chosen = Claim{Object: first.object, Meta: Meta{Created: first.created}, Values: chosen, Chosen: true}
+	for _, c := range claims {
+		if c.object != first.object && !slices.Contains(chosen, c.value) {
+			if n.Other.Object == "" || older(c, claim{object: n.Other.Object, created: n.Other.Meta.Created}) {
+				n.Other = Claim{Object: c.object, Meta: Meta{Created: c.created}, Values: []string{c.value}}
+			}
+		}
+	}
+	return n
+}
+
+// tellConflicts passes the notes of a commit to the OnConflict function;
+// under s.mu, after publish.
+func (src *Source) tellConflicts() {
+	if src.s.onConflict != nil {
+		for _, n := range src.notes {
+			src.s.onConflict(n)
+		}
+	}
+	src.notes = src.notes[:0]
 }
 
 // findClaims returns the claims on the given keys of the source's i-th
@@ -223,6 +276,9 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 				chosen = map[string][]string{}
 			}
 			chosen[key] = c
+			if src.s.onConflict != nil {
+				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, cl, c))
+			}
 		}
 	}
 	is.chosen = chosen

@@ -54,6 +54,12 @@ type Fake struct {
 // synced and stale, as the daemon's HTTP API answers.
 func (f *Fake) Answer(t msync.Target) msync.Answer { return f.engine.Answer(t) }
 
+// Conflicts is the engine's Conflicts: the keys of unique indexes that
+// several objects claim with different values (each answers the oldest
+// claimant's; give objects a metadata.creationTimestamp to order them,
+// else they are ordered by object key). Explain names the claimants.
+func (f *Fake) Conflicts() []msync.Conflict { return f.engine.Conflicts() }
+
 var _ msync.Reader = (*Fake)(nil)
 
 // Option changes how New builds a Fake.

@@ -99,6 +99,13 @@ type Index struct {
 	// counts a rule error, so that one hostile or broken object cannot
 	// exhaust memory. 0 means DefaultMaxEntriesPerObject.
 	MaxEntriesPerObject int `koanf:"maxEntriesPerObject"`
+	// Unique says that each key has one value (a model is served by one
+	// app): when several objects give a key different values, the key
+	// answers the values of the oldest of them (metadata.creationTimestamp,
+	// then the object key), never a mix, and the key is counted in
+	// conflict (metric metasync_index_conflicting_keys, /readyz?verbose,
+	// ?explain). A unique index has no fallback or hints.
+	Unique bool `koanf:"unique"`
 }
 
 // DefaultMaxEntriesPerObject is the default of Index.MaxEntriesPerObject:

@@ -14,6 +14,9 @@ type Changes struct {
 	Start, Stop, Restart, Keep []string
 	// Chains added, removed, or whose indexes changed.
 	ChainsAdded, ChainsRemoved, ChainsChanged []string
+	// Unique names the indexes that become unique or stop being so (of
+	// resource entries kept: their answers change from the objects held).
+	Unique []string
 	// NotLive names the settings that changed and take effect only when
 	// the daemon starts again: "server.listen".
 	NotLive []string
@@ -23,14 +26,14 @@ type Changes struct {
 
 // None reports whether the two plans run the same resources and chains.
 func (c Changes) None() bool {
-	return len(c.Start)+len(c.Stop)+len(c.Restart)+len(c.ChainsAdded)+len(c.ChainsRemoved)+len(c.ChainsChanged) == 0
+	return len(c.Start)+len(c.Stop)+len(c.Restart)+len(c.ChainsAdded)+len(c.ChainsRemoved)+len(c.ChainsChanged)+len(c.Unique) == 0
 }
 
 // Compare returns what a reload from old to next changes.
 func Compare(old, next *Plan) Changes {
 	d := plan.Compare(old.c, next.c)
 	c := Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
-		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged}
+		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged, Unique: d.Unique}
 	if old.server.Listen != next.server.Listen {
 		c.NotLive = append(c.NotLive, "server.listen")
 	}

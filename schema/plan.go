@@ -167,7 +167,10 @@ func (r *Resource) compile(p *problems, at string, resources, indexes map[string
 	for j, ix := range r.Indexes {
 		iat := fmt.Sprintf("%s.indexes[%d]", at, j)
 		p.name(indexes, iat, ix.Name)
-		ir := plan.Index{Name: ix.Name, MaxEntries: ix.MaxEntriesPerObject}
+		ir := plan.Index{Name: ix.Name, MaxEntries: ix.MaxEntriesPerObject, Unique: ix.Unique}
+		if ix.Unique && (ix.Fallback != "" || ix.Hints != "") {
+			p.add(iat+".unique", "a unique index cannot have a fallback or hints: its answer is one object's values; drop unique, or the fallback and hints")
+		}
 		var err error
 		if ir.Key, err = plan.CompileRule(ix.Key); err != nil {
 			p.add(iat+".key", "%v", err)

@@ -78,6 +78,8 @@ type Engine struct {
 	// staleCh is closed when Stale may have changed (see StaleChanged).
 	staleMu gosync.Mutex
 	staleCh chan struct{}
+
+	conflicts conflictLog
 }
 
 // view is one configuration of the engine: the plan and its watchers and
@@ -243,6 +245,7 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		e.staleAfter = DefaultStaleAfter
 	}
 	e.hub, e.epoch = newHub(store), newEpoch()
+	store.OnConflict(e.noteConflict)
 	e.store.Reconfigure(nil, func(map[string]*indexer.Source, *indexer.Snapshot) any { return &view{} })
 	if _, err := e.apply(plan, false); err != nil {
 		return nil, err
@@ -354,7 +357,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	}
 	d := compiled.Compare(oldPlan, plan)
 	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
-		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged}
+		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged, Unique: d.Unique}
 
 	// Build the new watchers and their clients first: a failure here
 	// changes nothing.
@@ -392,6 +395,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 					spec.Fallbacks = map[string]string{}
 				}
 				spec.Fallbacks[ix.Name] = ix.Fallback
+			}
+			if ix.Unique {
+				spec.Unique = append(spec.Unique, ix.Name)
 			}
 			if ix.Hints != "" {
 				if spec.Hints == nil {
@@ -452,7 +458,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			name  string
 			names []string
 		}{{"start", d.Start}, {"stop", d.Stop}, {"restart", d.Restart},
-			{"chainsAdded", changes.ChainsAdded}, {"chainsRemoved", changes.ChainsRemoved}, {"chainsChanged", changes.ChainsChanged}} {
+			{"chainsAdded", changes.ChainsAdded}, {"chainsRemoved", changes.ChainsRemoved}, {"chainsChanged", changes.ChainsChanged}, {"uniqueChanged", changes.Unique}} {
 			if len(l.names) > 0 {
 				attrs = append(attrs, l.name, l.names)
 			}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/tidwall/gjson"
@@ -85,7 +87,27 @@ func (f offline) project(w *watcher, raw []byte) (o *object, key string, err err
 	if !f.matches(w.plan, raw, meta[1].Str, meta[2]) {
 		return nil, key, nil
 	}
-	return w.project(string(raw)), key, nil
+	return w.project(f.stamp(raw)), key, nil
+}
+
+// offlineVersions numbers the objects an offline engine is fed that carry
+// no metadata.resourceVersion, as the apiserver would (one counter for
+// every offline engine of the process: versions only grow).
+var offlineVersions atomic.Uint64
+
+// stamp gives raw a metadata.resourceVersion when it has none, for
+// Explain to tell which write an answer came from.
+func (offline) stamp(raw []byte) string {
+	if gjson.GetBytes(raw, "metadata.resourceVersion").Exists() {
+		return string(raw)
+	}
+	md := gjson.GetBytes(raw, "metadata") // an object: it has a name
+	at := md.Index + 1
+	if md.Index <= 0 || at > len(raw) || raw[md.Index] != '{' {
+		return string(raw)
+	}
+	rv := `"resourceVersion":"` + strconv.FormatUint(offlineVersions.Add(1), 10) + `",`
+	return string(raw[:at]) + rv + string(raw[at:])
 }
 
 // matches reports whether the apiserver would send the object to a watch

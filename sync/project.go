@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -19,10 +20,13 @@ import (
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
 func (w *watcher) project(raw string) *object {
-	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion")
+	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp")
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
 	o := &object{rv: strings.Clone(meta[2].Str)}
+	// The provenance that explain tells and unique indexes order
+	// claimants by; Prepare encodes it beside the entries.
+	o.ix.Meta = indexer.Meta{Version: meta[2].Str, Created: createdAt(meta[3].Str)}
 	key := meta[0].Str // Prepare copies it
 	if meta[1].Str != "" {
 		key = meta[1].Str + "/" + meta[0].Str
@@ -98,6 +102,19 @@ func (w *watcher) project(raw string) *object {
 	}
 	w.src.Prepare(&o.ix)
 	return o
+}
+
+// createdAt reads a creationTimestamp (RFC 3339, in seconds) as seconds
+// since 1970; 0 when missing or unreadable.
+func createdAt(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil || t.Unix() <= 0 {
+		return 0
+	}
+	return t.Unix()
 }
 
 // projectFields builds the compact JSON object of the configured fields.

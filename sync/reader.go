@@ -50,6 +50,10 @@ type Reader interface {
 	// Subscribe follows a key, a chain key or a whole index as it changes
 	// (see Engine.Subscribe).
 	Subscribe(ctx context.Context, t Target) (*Subscription, error)
+	// Explain reads a key or a chain key with where its values come
+	// from: per step, the objects that gave them and their
+	// resourceVersions (see Engine.Explain).
+	Explain(t Target) Explanation
 }
 
 var _ Reader = (*Engine)(nil)
@@ -70,6 +74,11 @@ type IndexInfo struct {
 	// failures; nil when none fails.
 	Failing       int          `json:"failing,omitempty"`
 	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
+	// Unique: the index answers one object's values per key (the
+	// config's `unique`); Conflicts counts its keys claimed with
+	// different values by several objects (see Engine.Conflicts).
+	Unique    bool `json:"unique,omitempty"`
+	Conflicts int  `json:"conflicts,omitempty"`
 }
 
 // ChainInfo describes one chain.
@@ -276,6 +285,11 @@ func (e *Engine) Indexes() []IndexInfo {
 	for name, w := range v.byIndex {
 		ix, _ := snap.Index(name)
 		info := IndexInfo{Name: name, Resource: w.plan.Name, Keys: snap.KeyCount(ix), Synced: w.indexSynced(name), Stale: w.stale()}
+		for _, pi := range w.plan.Indexes {
+			if pi.Name == name && pi.Unique {
+				info.Unique, info.Conflicts = true, snap.ConflictCount(ix)
+			}
+		}
 		if n, last := w.failing.counts(); n[name] > 0 {
 			rf := last[name]
 			info.Failing, info.LastRuleError = n[name], &rf

@@ -172,9 +172,9 @@ func writeResource(enc *snapshot.Encoder, w *watcher, rv string, relist bool) in
 			enc.Key(key, vids, oids)
 		})
 	}
-	return img.Objects(func(key string, entries [][]indexer.Entry, payload any) {
+	return img.Objects(func(key string, meta indexer.Meta, entries [][]indexer.Entry, payload any) {
 		p, ok := payload.(string)
-		enc.Object(key, p, ok, entries[:min(len(entries), len(names))])
+		enc.Object(key, p, ok, meta, entries[:min(len(entries), len(names))])
 	})
 }
 
@@ -316,7 +316,7 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 				return
 			}
 			seen[o.Key] = struct{}{}
-			obj := indexer.Object{Key: o.Key, Entries: o.Entries}
+			obj := indexer.Object{Key: o.Key, Entries: o.Entries, Meta: o.Meta}
 			if o.HasPayload && fields {
 				obj.Payload = strings.Clone(o.Payload)
 			}

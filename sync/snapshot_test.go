@@ -264,10 +264,10 @@ func craftedSnapshot(t *testing.T, dir string, fillers int) {
 	enc.Table(true)
 	enc.Key("ghost", []uint32{0}, []uint32{1})
 	for range 2 {
-		enc.Object("ns/app-1", `{"type":"model"}`, true, [][]indexer.Entry{{{Key: "m1", Value: "app-1"}}})
+		enc.Object("ns/app-1", `{"type":"model"}`, true, indexer.Meta{}, [][]indexer.Entry{{{Key: "m1", Value: "app-1"}}})
 	}
 	for i := range fillers {
-		enc.Object(fmt.Sprintf("ns/filler-%06d", i), "", false, [][]indexer.Entry{{{Key: fmt.Sprintf("f-%06d", i), Value: "filler"}}})
+		enc.Object(fmt.Sprintf("ns/filler-%06d", i), "", false, indexer.Meta{}, [][]indexer.Entry{{{Key: fmt.Sprintf("f-%06d", i), Value: "filler"}}})
 	}
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)

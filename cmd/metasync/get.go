@@ -34,6 +34,7 @@ func get(args []string, stdout, stderr io.Writer) error {
 	node := fs.String("node", "", "with a KEY: ask as a caller on this node (topology-aware answers, from an index's hints)")
 	objects := fs.Bool("objects", false, "with INDEX KEY: print the objects behind the key, with their projected fields, one JSON line each")
 	resource := fs.String("resource", "", "with a KEY: print the projected fields of the object of this resource entry whose key (namespace/name, or name) is KEY, one JSON line")
+	explain := fs.Bool("explain", false, "with INDEX KEY or --chain CHAIN KEY: print where the answer comes from, as a tree: each index the lookup follows, its keys and values, and the objects (with resourceVersion) that gave them; a conflict on a unique index lists every claimant and marks the one answered")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return exitError{2}
@@ -71,6 +72,21 @@ func get(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stderr, "usage: metasync get [--server URL] --objects INDEX KEY   or   metasync get [--server URL] --resource RESOURCE KEY")
 		return exitError{2}
+	}
+	if *explain {
+		var path string
+		switch {
+		case *watch:
+		case *chain != "" && len(pos) == 1:
+			path = "/v1/chains/" + pathSegment(*chain) + "/keys/" + pathSegment(pos[0])
+		case *chain == "" && len(pos) == 2:
+			path = "/v1/indexes/" + pathSegment(pos[0]) + "/keys/" + pathSegment(pos[1])
+		}
+		if path == "" || *limit != 0 {
+			fmt.Fprintln(stderr, "metasync get: --explain explains one answer: give INDEX KEY or --chain CHAIN KEY, without --watch or --limit")
+			return exitError{2}
+		}
+		return c.printExplained(path, stdout, stderr)
 	}
 	if *limit != 0 && (*watch || *chain != "" || len(pos) != 1) {
 		fmt.Fprintln(stderr, "metasync get: --limit pages the keys of an index: give INDEX alone, without --watch or --chain")
@@ -391,6 +407,79 @@ func (c *client) printValues(path string, stdout, stderr io.Writer) error {
 	}
 	noteState(ans.Synced, ans.Stale, stderr)
 	return nil
+}
+
+// printExplained prints an explained answer as a tree: the answer, then
+// each step with the objects behind its values.
+func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
+	if c.query == nil {
+		c.query = url.Values{}
+	}
+	c.query.Set("explain", "true")
+	path += "?" + c.query.Encode()
+	var ans wire.Lookup
+	if err := c.getJSON("get", path, &ans, stderr); err != nil {
+		return err
+	}
+	if ans.Values == nil {
+		fmt.Fprintf(stderr, "metasync get: %s answered %s without values: not a lookup\n", c.base, path)
+		return exitError{1}
+	}
+	name := ans.Index
+	if ans.Chain != "" {
+		name = "chain " + ans.Chain
+	}
+	fmt.Fprintf(stdout, "%s %s → %s\n", name, ans.Key, list(*ans.Values))
+	for i, st := range ans.Steps {
+		branch, indent := "├─", "│  "
+		if i == len(ans.Steps)-1 {
+			branch, indent = "└─", "   "
+		}
+		line := fmt.Sprintf("%s %s: %s → %s", branch, st.Index, list(st.Keys), list(st.Values))
+		switch {
+		case st.Empty != "":
+			line += " (" + st.Empty + ")"
+		case !st.Synced:
+			line += " (not synced)"
+		case st.Stale:
+			line += " (stale)"
+		}
+		fmt.Fprintln(stdout, line)
+		for _, k := range st.Conflicts {
+			fmt.Fprintf(stdout, "%s   conflict on %s: claimed by several objects, the oldest answered\n", indent, k)
+		}
+		for j, o := range st.Objects {
+			b := "├─"
+			if j == len(st.Objects)-1 {
+				b = "└─"
+			}
+			line := fmt.Sprintf("%s%s %s %s (resourceVersion %s", indent, b, o.Resource, o.Key, o.ResourceVersion)
+			if o.CreationTimestamp != nil {
+				line += ", created " + o.CreationTimestamp.UTC().Format(time.RFC3339)
+			}
+			line += fmt.Sprintf("): %s → %s", o.IndexKey, list(o.Values))
+			switch {
+			case o.Chosen:
+				line += "  [chosen: oldest]"
+			case slices.Contains(st.Conflicts, o.IndexKey):
+				line += "  [not answered: younger claimant]"
+			}
+			if o.Fallback {
+				line += "  [fallback: serving terminating]"
+			}
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	noteState(ans.Synced, ans.Stale, stderr)
+	return nil
+}
+
+// list prints values for a tree: comma-separated, or "nothing".
+func list(vs []string) string {
+	if len(vs) == 0 {
+		return "nothing"
+	}
+	return strings.Join(vs, ", ")
 }
 
 // printKeys prints every key of an index, one per line, asking page after

@@ -129,6 +129,7 @@ func printChanges(w io.Writer, c schema.Changes) {
 	line("chains added", c.ChainsAdded)
 	line("chains removed", c.ChainsRemoved)
 	line("chains changed", c.ChainsChanged)
+	line("unique changed", c.Unique)
 	if c.CRDs {
 		fmt.Fprintln(w, "crds:           the list changed; a reload applies the new files")
 	}

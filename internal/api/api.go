@@ -52,6 +52,7 @@ type Engine interface {
 	Status() []msync.ResourceStatus
 	SnapshotStatus() msync.SnapshotStatus
 	Subscriptions() msync.SubscriptionStats
+	Conflicts() []msync.Conflict
 }
 
 var _ Engine = (*msync.Engine)(nil)
@@ -212,7 +213,7 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
 	ans := wire.Indexes{Indexes: []wire.Index{}, Stale: s.engine.Stale()}
 	for _, ix := range s.engine.Indexes() {
-		wi := wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced, Stale: ix.Stale, Failing: ix.Failing}
+		wi := wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced, Stale: ix.Stale, Failing: ix.Failing, Unique: ix.Unique, Conflicts: ix.Conflicts}
 		if rf := ix.LastRuleError; rf != nil {
 			wi.LastRuleError = &wire.RuleFailure{Object: rf.Object, Error: rf.Error, At: rf.At}
 		}
@@ -342,14 +343,29 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	}
 	t := msync.KeyOf(index, key)
 	t.At = at
+	explain, ok := explaining(w, r)
+	if !ok {
+		return
+	}
 	if watching(r) {
+		if explain {
+			writeError(w, http.StatusBadRequest, "explain=true and watch=true: explain answers once; drop one of them")
+			return
+		}
 		s.stream(w, r, t)
 		return
 	}
-	ans := s.engine.Answer(t)
+	var ans msync.Answer
+	var steps []wire.Step
+	if explain {
+		x := s.engine.Explain(t)
+		ans, steps = x.Answer, wireSteps(x.Steps)
+	} else {
+		ans = s.engine.Answer(t)
+	}
 	s.count("index", index, ans.Values)
 	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale})
+	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Steps: steps})
 }
 
 // objectsKey returns the key of a request for the objects behind a key
@@ -373,6 +389,40 @@ func objectsKey(r *http.Request) (string, bool) {
 // answer says "synced": false while its resource has never completed a
 // list (an empty answer then means "not known yet", not "no values"), and
 // is the pinned answer otherwise.
+// explaining reads ?explain: true or false (absent: false); anything
+// else is a 400 that names the parameter.
+func explaining(w http.ResponseWriter, r *http.Request) (explain, ok bool) {
+	switch v := r.URL.Query().Get("explain"); v {
+	case "", "false":
+		return false, true
+	case "true":
+		return true, true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("explain=%q: use explain=true or leave it out", v))
+		return false, false
+	}
+}
+
+// wireSteps is what ?explain=true sends of an Explanation's steps.
+func wireSteps(steps []msync.ExplainStep) []wire.Step {
+	out := make([]wire.Step, 0, len(steps))
+	for _, st := range steps {
+		ws := wire.Step{Index: st.Index, Keys: nonNil(st.Keys), Values: nonNil(st.Values), Objects: []wire.StepObject{},
+			Conflicts: st.Conflicts, Synced: st.Synced, Stale: st.Stale, Empty: st.Empty}
+		for _, o := range st.Objects {
+			wo := wire.StepObject{Resource: o.Resource, Key: o.Key, ResourceVersion: o.ResourceVersion, IndexKey: o.IndexKey,
+				Values: nonNil(o.Values), Chosen: o.Chosen, Fallback: o.Fallback}
+			if !o.Created.IsZero() {
+				c := o.Created
+				wo.CreationTimestamp = &c
+			}
+			ws.Objects = append(ws.Objects, wo)
+		}
+		out = append(out, ws)
+	}
+	return out
+}
+
 func notSynced(synced bool) *bool {
 	if synced {
 		return nil
@@ -396,14 +446,29 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	t := msync.ChainOf(chain, key)
 	t.At = at
+	explain, ok := explaining(w, r)
+	if !ok {
+		return
+	}
 	if watching(r) {
+		if explain {
+			writeError(w, http.StatusBadRequest, "explain=true and watch=true: explain answers once; drop one of them")
+			return
+		}
 		s.stream(w, r, t)
 		return
 	}
-	ans := s.engine.Answer(t)
+	var ans msync.Answer
+	var steps []wire.Step
+	if explain {
+		x := s.engine.Explain(t)
+		ans, steps = x.Answer, wireSteps(x.Steps)
+	} else {
+		ans = s.engine.Answer(t)
+	}
 	s.count("chain", chain, ans.Values)
 	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale})
+	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Steps: steps})
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -490,11 +555,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if verbose {
 		ans["resources"] = resources
+		if c := s.engine.Conflicts(); len(c) > 0 {
+			ans["conflicts"] = conflictsHealth(c)
+		}
 	}
 	if note := verboseNote(r); note != "" {
 		ans["verbose"] = note
 	}
 	writeJSON(w, code, ans)
+}
+
+// maxConflictKeys is how many keys in conflict /readyz?verbose names per
+// index; "count" gives them all.
+const maxConflictKeys = 100
+
+type conflictHealth struct {
+	Index string   `json:"index"`
+	Count int      `json:"count"`
+	Keys  []string `json:"keys"`
+}
+
+// conflictsHealth lists the keys in conflict of unique indexes: they are
+// answered (the oldest claimant's values), so they do not make /readyz
+// fail, but someone should look.
+func conflictsHealth(cs []msync.Conflict) []conflictHealth {
+	out := make([]conflictHealth, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, conflictHealth{Index: c.Index, Count: len(c.Keys), Keys: c.Keys[:min(len(c.Keys), maxConflictKeys)]})
+	}
+	return out
 }
 
 func nonNil(v []string) []string {

@@ -12,6 +12,7 @@ import (
 type engineCollector struct {
 	e Engine
 
+	conflicting                                                                                          *prometheus.Desc
 	objects, synced, ready, keys, events, relists, listErrors, watchErrors, watches, ruleErrors, failing *prometheus.Desc
 	subsOpen, subsCoalesced, subsResets                                                                  *prometheus.Desc
 	syncing, listDuration, watchDuration                                                                 *prometheus.Desc
@@ -26,6 +27,7 @@ func newEngineCollector(e Engine) *engineCollector {
 		synced:      prometheus.NewDesc("metasync_resource_synced", "1 once the resource's first list completed.", res, nil),
 		ready:       prometheus.NewDesc("metasync_resource_ready", "1 while the resource is ready (synced, watch not failing too long).", res, nil),
 		keys:        prometheus.NewDesc("metasync_index_keys", "Keys per index.", []string{"index", "resource"}, nil),
+		conflicting: prometheus.NewDesc("metasync_index_conflicting_keys", "Keys of a unique index claimed with different values by several objects (each answers the oldest claimant's values).", []string{"index", "resource"}, nil),
 		events:      prometheus.NewDesc("metasync_events_total", "Watch events applied, by type.", []string{"resource", "type"}, nil),
 		relists:     prometheus.NewDesc("metasync_relists_total", "Complete lists applied (initial sync, relists after faults, resyncs).", res, nil),
 		listErrors:  prometheus.NewDesc("metasync_list_errors_total", "Failed list requests.", res, nil),
@@ -50,7 +52,7 @@ func newEngineCollector(e Engine) *engineCollector {
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.failing, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration, c.stale, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads} {
+	for _, d := range []*prometheus.Desc{c.objects, c.synced, c.ready, c.keys, c.events, c.relists, c.listErrors, c.watchErrors, c.watches, c.ruleErrors, c.failing, c.subsOpen, c.subsCoalesced, c.subsResets, c.syncing, c.listDuration, c.watchDuration, c.stale, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads, c.conflicting} {
 		ch <- d
 	}
 }
@@ -106,5 +108,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.subsResets, subs.Resets)
 	for _, ix := range c.e.Indexes() {
 		gauge(c.keys, float64(ix.Keys), ix.Name, ix.Resource)
+		if ix.Unique {
+			gauge(c.conflicting, float64(ix.Conflicts), ix.Name, ix.Resource)
+		}
 	}
 }

@@ -15,6 +15,9 @@ type Diff struct {
 	Start, Stop, Restart, Keep []string // new config order; Stop in the old one
 	// Chains, in the new config's order; ChainsRemoved in the old one.
 	ChainsAdded, ChainsRemoved, ChainsChanged []string
+	// Unique names the indexes of kept entries that become unique or stop
+	// being so: their answers change, from the objects held.
+	Unique []string
 }
 
 // Compare returns the Diff from old to next.
@@ -32,6 +35,11 @@ func Compare(old, next *Plan) Diff {
 			d.Start = append(d.Start, r.Name)
 		case SameResource(o, r):
 			d.Keep = append(d.Keep, r.Name)
+			for i, ix := range r.Indexes {
+				if ix.Unique != o.Indexes[i].Unique {
+					d.Unique = append(d.Unique, ix.Name)
+				}
+			}
 		default:
 			d.Restart = append(d.Restart, r.Name)
 		}

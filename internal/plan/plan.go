@@ -70,6 +70,9 @@ type Index struct {
 	// fallback is, follows the index (and its fallback) and is named
 	// HintsName(it).
 	Hints, HintsOf string
+	// Unique: a key answers the oldest claimant's values (the config's
+	// `unique`).
+	Unique bool
 }
 
 // HintsName is the name of the index that holds the hints of the index

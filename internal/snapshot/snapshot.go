@@ -29,6 +29,8 @@
 //	  objects, each: the byte 1, then
 //	    key,
 //	    payload: 0 for none, else length+1, then the bytes,
+//	    provenance: resourceVersion (string), creation time (seconds
+//	      since 1970, 0 unknown),
 //	    for each index: entries (count, then each: key, then the value:
 //	      0 for the object key, else length+1, then the bytes),
 //	  then the byte 0
@@ -48,7 +50,7 @@ import (
 )
 
 // Version is the format version this package writes and reads.
-const Version = 3
+const Version = 4
 
 const magic = "metasync-snapshot\n"
 
@@ -106,7 +108,10 @@ type Object struct {
 	Key        string
 	Payload    string
 	HasPayload bool
-	Entries    [][]indexer.Entry
+	// Meta is the object's provenance: its resourceVersion and creation
+	// time, for explain and unique indexes.
+	Meta    indexer.Meta
+	Entries [][]indexer.Entry
 }
 
 // Encoder writes one snapshot: for each resource, Resource, then Table and
@@ -260,7 +265,7 @@ func (e *Encoder) ids(ids []uint32) {
 
 // Object writes one object of the current resource, after its tables.
 // entries may be shorter than the resource's indexes: the rest have none.
-func (e *Encoder) Object(key string, payload string, hasPayload bool, entries [][]indexer.Entry) {
+func (e *Encoder) Object(key string, payload string, hasPayload bool, meta indexer.Meta, entries [][]indexer.Entry) {
 	e.endTable()
 	if !e.open || e.tables != e.indexes || len(entries) > e.indexes {
 		e.fail("object written before its resource's tables, or with more indexes than it")
@@ -274,6 +279,8 @@ func (e *Encoder) Object(key string, payload string, hasPayload bool, entries []
 	} else {
 		e.buf = append(e.buf, 0)
 	}
+	e.str(meta.Version)
+	e.buf = binary.AppendUvarint(e.buf, uint64(max(meta.Created, 0)))
 	for i := range e.indexes {
 		var es []indexer.Entry
 		if i < len(entries) {
@@ -576,6 +583,12 @@ func (d *decoder) object(indexes int, entries [][]indexer.Entry, maxEntries, max
 	o := Object{Key: d.str()}
 	if l := d.uint(); l > 0 {
 		o.Payload, o.HasPayload = d.strOf(l-1), true
+	}
+	o.Meta.Version = d.str()
+	if c := d.uint(); c < 1<<62 {
+		o.Meta.Created = int64(c)
+	} else {
+		d.corrupt(fmt.Sprintf("object %q: creation time %d", o.Key, c))
 	}
 	for i := range indexes {
 		ne := d.count(2)

@@ -48,8 +48,8 @@ func sample() plain {
 					{Keys: []plainKey{{"svc", []uint32{1}, nil}, {"", []uint32{2}, nil}}},
 				},
 				Objects: []Object{
-					{Key: "default/base", Entries: [][]indexer.Entry{{{Key: "m1", Value: "default/base"}, {Key: "m2", Value: "default/base"}}, {{Key: "svc", Value: "x"}}}},
-					{Key: "default/iiot", Payload: `{"version":"1.2"}`, HasPayload: true, Entries: [][]indexer.Entry{{}, {{Key: "", Value: ""}}}},
+					{Key: "default/base", Meta: indexer.Meta{Version: "4127", Created: 1764547200}, Entries: [][]indexer.Entry{{{Key: "m1", Value: "default/base"}, {Key: "m2", Value: "default/base"}}, {{Key: "svc", Value: "x"}}}},
+					{Key: "default/iiot", Payload: `{"version":"1.2"}`, HasPayload: true, Meta: indexer.Meta{Version: "v-not-a-number"}, Entries: [][]indexer.Entry{{}, {{Key: "", Value: ""}}}},
 					{Key: "default/empty", Payload: "", HasPayload: true, Entries: [][]indexer.Entry{{}, {}}},
 				}},
 			{Name: "none", RV: "9", Indexes: []string{}, Strings: []string{}, Tables: []plainTable{}, Objects: []Object{{Key: "a", Entries: [][]indexer.Entry{}}}},
@@ -70,7 +70,7 @@ func encode(t testing.TB, p plain) []byte {
 			}
 		}
 		for _, o := range r.Objects {
-			e.Object(o.Key, o.Payload, o.HasPayload, o.Entries)
+			e.Object(o.Key, o.Payload, o.HasPayload, o.Meta, o.Entries)
 		}
 	}
 	if err := e.Close(); err != nil {
@@ -155,7 +155,7 @@ func TestEncoderChecksItsCalls(t *testing.T) {
 		"fewer resources": func(e *Encoder) { e.Resource("a", "1", false, nil, nil) },
 		"object before the tables": func(e *Encoder) {
 			e.Resource("a", "1", false, []string{"i"}, nil)
-			e.Object("k", "", false, nil)
+			e.Object("k", "", false, indexer.Meta{}, nil)
 		},
 		"a string that is not there": func(e *Encoder) {
 			e.Resource("a", "1", false, []string{"i"}, []string{"s"})

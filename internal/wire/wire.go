@@ -60,6 +60,44 @@ type Lookup struct {
 	Synced *bool `json:"synced,omitempty"`
 	// Stale: answered from a snapshot not caught up yet.
 	Stale bool `json:"stale,omitempty"`
+	// Steps, with ?explain=true: where the values come from, one step per
+	// index in the order the chain follows them.
+	Steps []Step `json:"steps,omitempty"`
+}
+
+// Step is one index of an explained answer ("Explain" in the design).
+type Step struct {
+	Index  string   `json:"index"`
+	Keys   []string `json:"keys"`
+	Values []string `json:"values"`
+	// Objects gave the values: by key looked up, then oldest first.
+	Objects []StepObject `json:"objects"`
+	// Conflicts: the keys of the step claimed with different values by
+	// several objects of a unique index.
+	Conflicts []string `json:"conflicts,omitempty"`
+	// Synced is false while the index's resource has not listed; Stale
+	// as for the answer.
+	Synced bool `json:"synced"`
+	Stale  bool `json:"stale,omitempty"`
+	// Empty says why the step found no values.
+	Empty string `json:"empty,omitempty"`
+}
+
+// StepObject is one object behind a step's values.
+type StepObject struct {
+	Resource        string `json:"resource"`
+	Key             string `json:"key"`
+	ResourceVersion string `json:"resourceVersion"`
+	// CreationTimestamp orders the claimants of a unique index.
+	CreationTimestamp *time.Time `json:"creationTimestamp,omitempty"`
+	// IndexKey is the key of the step the object gives values to.
+	IndexKey string   `json:"indexKey"`
+	Values   []string `json:"values"`
+	// Chosen: of the claimants of a key in conflict, the one answered.
+	Chosen bool `json:"chosen,omitempty"`
+	// Fallback: the key has no values of its own; these are its
+	// fallback's (serving terminating endpoints).
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // Keys is the answer of GET /v1/indexes/{index}/keys: a page of the
@@ -87,6 +125,10 @@ type Index struct {
 	// nothing to it); LastRuleError the latest of those failures.
 	Failing       int          `json:"failing,omitempty"`
 	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
+	// Unique index: its keys in conflict (claimed with different values
+	// by several objects; each answers the oldest claimant's).
+	Unique    bool `json:"unique,omitempty"`
+	Conflicts int  `json:"conflicts,omitempty"`
 }
 
 // RuleFailure is a rule that fails for an object: which object, what the

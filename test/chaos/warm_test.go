@@ -402,7 +402,7 @@ func rewriteVersions(t *testing.T, dir, rv string) {
 			enc.Table(tb.WithObjects)
 			tb.Each(enc.Key)
 		}
-		r.EachObject(func(o snapshot.Object) { enc.Object(o.Key, o.Payload, o.HasPayload, o.Entries) })
+		r.EachObject(func(o snapshot.Object) { enc.Object(o.Key, o.Payload, o.HasPayload, o.Meta, o.Entries) })
 	}
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,113 @@
+package metasynctest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/iidp/metasync/metasynctest"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// appAt is an AppModel of meta-test created at the given time.
+func appAt(name, created string, models ...string) string {
+	ms, _ := json.Marshal(models)
+	return fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"meta-test","labels":{"iidp":"iidp"},"creationTimestamp":%q},"spec":{"models":%s}}`, name, created, ms)
+}
+
+// TestExplainAndConflicts: two AppModels claim one model of the unique
+// model-to-app: the oldest answers, explain names both and marks it, the
+// conflict is counted; the older gone, the other answers. A chain is
+// explained step by step; an unsynced resource says so.
+func TestExplainAndConflicts(t *testing.T) {
+	fake, err := metasynctest.Load(appmodelConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Apply("appmodels", appAt("young", "2026-03-01T00:00:00Z", "model1", "model2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Apply("appmodels", appAt("old", "2025-04-24T03:40:36Z", "model1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("model1 = %v, want the oldest claimant's [old]", got)
+	}
+	if got := fake.Lookup("model-to-app", "model2"); !slices.Equal(got, []string{"young"}) {
+		t.Fatalf("model2 = %v, want [young]", got)
+	}
+	x := fake.Explain(msync.KeyOf("model-to-app", "model1"))
+	if len(x.Steps) != 1 || !slices.Equal(x.Values, []string{"old"}) {
+		t.Fatalf("explain: %+v", x)
+	}
+	st := x.Steps[0]
+	if !slices.Equal(st.Conflicts, []string{"model1"}) || len(st.Objects) != 2 {
+		t.Fatalf("explain step: %+v", st)
+	}
+	if o := st.Objects[0]; o.Key != "meta-test/old" || !o.Chosen || o.ResourceVersion == "" || o.Created.Year() != 2025 || !slices.Equal(o.Values, []string{"old"}) {
+		t.Fatalf("first claimant: %+v", o)
+	}
+	if o := st.Objects[1]; o.Key != "meta-test/young" || o.Chosen || !slices.Equal(o.Values, []string{"young"}) {
+		t.Fatalf("second claimant: %+v", o)
+	}
+	if c := fake.Conflicts(); len(c) != 1 || c[0].Index != "model-to-app" || !slices.Equal(c[0].Keys, []string{"model1"}) {
+		t.Fatalf("Conflicts = %+v", c)
+	}
+	for _, ix := range fake.Indexes() {
+		if ix.Name == "model-to-app" && (!ix.Unique || ix.Conflicts != 1) {
+			t.Fatalf("IndexInfo = %+v", ix)
+		}
+	}
+
+	// The chain, step by step.
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"ports":[{"name":"grpc","port":9090}],"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = fake.Explain(msync.ChainOf("model-to-addresses", "model1"))
+	if !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(x.Steps) != 2 || !x.Synced {
+		t.Fatalf("chain explain: %+v", x)
+	}
+	if st := x.Steps[1]; st.Index != "service-to-addresses" || !slices.Equal(st.Keys, []string{"old"}) || len(st.Objects) != 1 ||
+		st.Objects[0].Key != "meta-test/old-a" || st.Objects[0].Resource != "endpointslices" || st.Objects[0].IndexKey != "old" {
+		t.Fatalf("chain step 2: %+v", st)
+	}
+	if got := fake.Resolve("model-to-addresses", "model1"); !slices.Equal(got, x.Values) {
+		t.Fatalf("Resolve = %v, explain %v", got, x.Values)
+	}
+
+	// The older gone: the other answers, no conflict.
+	if err := fake.Delete("appmodels", "meta-test/old"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"young"}) {
+		t.Fatalf("model1 = %v once old is gone, want [young]", got)
+	}
+	if c := fake.Conflicts(); len(c) != 0 {
+		t.Fatalf("Conflicts = %+v once old is gone", c)
+	}
+	x = fake.Explain(msync.ChainOf("model-to-addresses", "model1"))
+	if st := x.Steps[len(x.Steps)-1]; len(x.Values) != 0 || st.Empty != msync.ExplainUnknownKey || !slices.Equal(st.Keys, []string{"young"}) {
+		t.Fatalf("young has no slice: %+v", x)
+	}
+	if x := fake.Explain(msync.KeyOf("model-to-app", "nobody")); len(x.Steps) != 1 || x.Steps[0].Empty != msync.ExplainUnknownKey {
+		t.Fatalf("unknown key: %+v", x)
+	}
+	if x := fake.Explain(msync.KeyOf("no-such-index", "k")); len(x.Steps) != 1 || x.Steps[0].Empty != msync.ExplainUnknownIndex {
+		t.Fatalf("unknown index: %+v", x)
+	}
+
+	unsynced, err := metasynctest.Load(appmodelConfig(), metasynctest.Unsynced("endpointslices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unsynced.Apply("appmodels", appAt("old", "2025-04-24T03:40:36Z", "model1")); err != nil {
+		t.Fatal(err)
+	}
+	x = unsynced.Explain(msync.ChainOf("model-to-addresses", "model1"))
+	if st := x.Steps[len(x.Steps)-1]; len(x.Steps) != 2 || st.Synced || st.Empty != msync.ExplainNotSynced || x.Synced {
+		t.Fatalf("unsynced step: %+v", x)
+	}
+}

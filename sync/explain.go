@@ -1,0 +1,236 @@
+package sync
+
+import (
+	"slices"
+	"sort"
+	gosync "sync"
+	"time"
+
+	"github.com/iidp/metasync/indexer"
+)
+
+// Explanation is an answer with where it comes from: for each index that
+// a lookup or a chain lookup follows, the keys it looked up, the values
+// it found, and the objects that gave them (Engine.Explain).
+type Explanation struct {
+	Answer
+	Steps []ExplainStep
+}
+
+// ExplainStep is one index of an explained answer, in the order the chain
+// follows them (a lookup has one).
+type ExplainStep struct {
+	Index  string
+	Keys   []string // the keys looked up: the key, or the last step's values
+	Values []string // distinct, sorted: the next step's keys
+	// Objects gave the step its values, ordered by key looked up, then
+	// oldest first. On a unique index, every claimant of a key in
+	// conflict is listed, and the one answered is Chosen.
+	Objects []ExplainedObject
+	// Conflicts lists the keys of the step in conflict (a unique index).
+	Conflicts []string
+	// Synced and Stale are the index's (see IndexInfo).
+	Synced, Stale bool
+	// Empty says why a step found no values: ExplainUnknownKey,
+	// ExplainNotSynced or ExplainStale; "" when it found some.
+	Empty string
+}
+
+// Why an explained step found nothing.
+const (
+	// ExplainUnknownKey: the index is synced and no object gives the keys
+	// a value.
+	ExplainUnknownKey = "no object gives this key a value"
+	// ExplainNotSynced: the index's resource has not completed a list:
+	// the key may have values not read yet.
+	ExplainNotSynced = "the index's resource is not synced: values may not be read yet"
+	// ExplainStale: the index answers from a snapshot its watch has not
+	// caught up with.
+	ExplainStale = "the index answers from a snapshot not caught up with the apiserver"
+	// ExplainUnknownIndex: no index (or chain) of that name.
+	ExplainUnknownIndex = "no index of that name"
+)
+
+// ExplainedObject is one object behind a step's values.
+type ExplainedObject struct {
+	Resource        string // the resource entry
+	Key             string // object key: namespace/name, or name
+	ResourceVersion string // of the object, as its values were read
+	// Created is the object's creationTimestamp (zero when unknown): on
+	// a unique index, the oldest claimant of a key is answered.
+	Created  time.Time
+	IndexKey string   // the key of the step it gives values to
+	Values   []string // what it gives that key
+	// Chosen: on a key in conflict, this object's values are answered.
+	Chosen bool
+	// Fallback: the key has no values of its own: these are the index's
+	// fallback values (for EndpointSlices: serving terminating endpoints).
+	Fallback bool
+}
+
+// Explain reads a target as Answer does (a key of an index, or of a
+// chain; narrowed by t.At), and tells for each step which objects gave its
+// values, with their resourceVersions, from one state of the indexes.
+// Unknown index or chain: a step with ExplainUnknownIndex.
+//
+// Explain is for people: it is not on a lookup's path. It holds the
+// indexes' writer lock while it reads every object of each step's
+// resource, a few milliseconds per 10,000 objects, during which writes
+// wait.
+func (e *Engine) Explain(t Target) Explanation {
+	var out Explanation
+	e.store.Explain(func(x *indexer.Explainer) {
+		snap := x.Snapshot()
+		v := snap.Meta().(*view)
+		out.Answer.Stale = v.stale()
+		var steps []indexer.Index
+		var names []string
+		if t.Chain != "" {
+			ch, ok := v.chains[t.Chain]
+			if !ok {
+				out.Steps = []ExplainStep{{Index: t.Chain, Keys: []string{t.Key}, Empty: ExplainUnknownIndex}}
+				return
+			}
+			steps, names = ch.steps, ch.indexes
+			out.Answer.Synced = v.chainSynced(t.Chain)
+		} else {
+			ix, ok := snap.Index(t.Index)
+			if !ok {
+				out.Steps = []ExplainStep{{Index: t.Index, Keys: []string{t.Key}, Empty: ExplainUnknownIndex}}
+				return
+			}
+			steps, names = []indexer.Index{ix}, []string{t.Index}
+			out.Answer.Synced = v.indexSynced(t.Index)
+		}
+		prefer := t.At.prefer()
+		keys := []string{t.Key}
+		for i, ix := range steps {
+			st := ExplainStep{Index: names[i], Keys: keys}
+			w := v.byIndex[names[i]]
+			st.Synced = w != nil && w.indexSynced(names[i])
+			st.Stale = w != nil && w.stale()
+			var values []string
+			for _, k := range keys {
+				values = append(values, snap.LookupPreferring(ix, k, prefer...)...)
+			}
+			slices.Sort(values)
+			st.Values = slices.Clip(slices.Compact(values))
+			conflicts := map[string]bool{}
+			for _, k := range snap.Conflicts(ix) {
+				conflicts[k] = true
+			}
+			claims := x.Claims(ix, keys)
+			resource := ""
+			if w != nil {
+				resource = w.plan.Name
+			}
+			for _, k := range keys {
+				if conflicts[k] {
+					st.Conflicts = append(st.Conflicts, k)
+				}
+				for _, c := range claims[k] {
+					o := ExplainedObject{Resource: resource, Key: c.Object, ResourceVersion: c.Meta.Version,
+						IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
+					if c.Meta.Created > 0 {
+						o.Created = time.Unix(c.Meta.Created, 0).UTC()
+					}
+					st.Objects = append(st.Objects, o)
+				}
+			}
+			if len(st.Values) == 0 {
+				switch {
+				case !st.Synced:
+					st.Empty = ExplainNotSynced
+				case st.Stale:
+					st.Empty = ExplainStale
+				default:
+					st.Empty = ExplainUnknownKey
+				}
+			}
+			out.Steps = append(out.Steps, st)
+			keys = st.Values
+			if len(keys) == 0 {
+				break
+			}
+		}
+		if len(keys) > 0 {
+			out.Answer.Values = slices.Clone(keys)
+		}
+	})
+	return out
+}
+
+// Conflict is the keys in conflict of one unique index.
+type Conflict struct {
+	Index string
+	Keys  []string // sorted
+}
+
+// Conflicts returns, for each unique index with keys in conflict (claimed
+// with different values by several objects), those keys; sorted by index.
+func (e *Engine) Conflicts() []Conflict {
+	v, snap := e.view()
+	var out []Conflict
+	for _, r := range v.plan.Resources {
+		for _, ix := range r.Indexes {
+			if !ix.Unique {
+				continue
+			}
+			h, ok := snap.Index(ix.Name)
+			if !ok || snap.ConflictCount(h) == 0 {
+				continue
+			}
+			out = append(out, Conflict{Index: ix.Name, Keys: snap.Conflicts(h)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out
+}
+
+// conflictLog writes the log line of keys put in conflict, at most one
+// per index every conflictLogEvery: a flood of conflicting objects must
+// not flood the log. A line says how many it stands for.
+type conflictLog struct {
+	mu   gosync.Mutex
+	last map[string]time.Time
+	held map[string]int // notes not logged since the last line, by index
+}
+
+const conflictLogEvery = 10 * time.Second
+
+// noteConflict logs a conflict the store reports (under its writer lock:
+// quick, and reads the view without it).
+func (e *Engine) noteConflict(n indexer.ConflictNote) {
+	v, snap := e.view()
+	name := ""
+	for index := range v.byIndex {
+		if ix, ok := snap.Index(index); ok && ix == n.Index {
+			name = index
+			break
+		}
+	}
+	if name == "" {
+		return // a reload is making the index: its note comes again
+	}
+	c := &e.conflicts
+	c.mu.Lock()
+	now := time.Now()
+	if c.last == nil {
+		c.last, c.held = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := c.last[name]; ok && now.Sub(t) < conflictLogEvery {
+		c.held[name]++
+		c.mu.Unlock()
+		return
+	}
+	held := c.held[name]
+	c.last[name], c.held[name] = now, 0
+	c.mu.Unlock()
+	attrs := []any{"index", name, "key", n.Key,
+		"answered", n.Chosen.Object, "answeredValues", n.Chosen.Values,
+		"other", n.Other.Object, "otherValues", n.Other.Values}
+	if held > 0 {
+		attrs = append(attrs, "moreSinceLastLine", held)
+	}
+	e.log.Warn("unique index: a key is claimed by several objects with different values; the oldest claimant is answered (see ?explain=true and metasync_index_conflicting_keys)", attrs...)
+}
