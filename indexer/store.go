@@ -209,7 +209,13 @@ type indexSnap struct {
 	// chosen, of a unique index, maps each key in conflict (claimed with
 	// different values by several objects) to the values answered: the
 	// oldest claimant's. Never modified once published.
-	chosen map[string][]string
+	chosen map[string]choice
+}
+
+// choice is what a key in conflict answers: the values of one claimant.
+type choice struct {
+	values []string
+	object string // the claimant's object key
 }
 
 // answer returns what a lookup of key answers in this index: its values,
@@ -220,7 +226,7 @@ func (is *indexSnap) answer(seed hashSeed, key string) []string {
 	values := is.values.lookup(seed, key)
 	if len(values) > 1 && is.chosen != nil {
 		if c, ok := is.chosen[key]; ok {
-			return c
+			return c.values
 		}
 	}
 	return values
@@ -619,6 +625,10 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 	}
 	if is.objects == nil {
 		return nil
+	}
+	if c, ok := is.chosen[key]; ok {
+		// A key in conflict answers one claimant: its object.
+		return []string{c.object}
 	}
 	return is.objects.lookup(snap.s.seed, key)
 }

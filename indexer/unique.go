@@ -87,7 +87,7 @@ func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
 // to date with a transaction's work on it, and returns the index's chosen
 // answers after it (chosen itself when none changed); under s.mu. raw
 // gives each key of work its values after the transaction.
-func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string][]string) map[string][]string {
+func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string]choice) map[string]choice {
 	claims := src.claims[i]
 	var missing map[string]bool
 	for key, w := range work {
@@ -125,22 +125,22 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 	for key := range work {
 		c := choose(claims[key], raw(key))
 		was, had := chosen[key]
-		if c == nil && !had || c != nil && had && slices.Equal(c, was) {
+		if c.values == nil && !had || c.values != nil && had && c.object == was.object && slices.Equal(c.values, was.values) {
 			continue
 		}
 		if !cloned {
 			// chosen is published: change a copy.
 			out, cloned = maps.Clone(chosen), true
 			if out == nil {
-				out = map[string][]string{}
+				out = map[string]choice{}
 			}
 		}
-		if c == nil {
+		if c.values == nil {
 			delete(out, key)
 		} else {
 			out[key] = c
 			if src.s.onConflict != nil {
-				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, claims[key], c))
+				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, claims[key], c.values))
 			}
 		}
 	}
@@ -227,13 +227,13 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 	return out
 }
 
-// choose returns the values that a key of a unique index answers when
-// its claims disagree: the oldest claimant's, as strings of raw (the
-// key's values, sorted); nil when they agree, that is, when the oldest
+// choose returns what a key of a unique index answers when its claims
+// disagree: the oldest claimant's values, as strings of raw (the key's
+// values, sorted); no values when they agree, that is, when the oldest
 // claimant gives every value of raw.
-func choose(claims []claim, raw []string) []string {
+func choose(claims []claim, raw []string) choice {
 	if len(claims) == 0 || len(raw) <= 1 {
-		return nil
+		return choice{}
 	}
 	first := claims[0]
 	for _, c := range claims[1:] {
@@ -251,10 +251,10 @@ func choose(claims []claim, raw []string) []string {
 		}
 	}
 	if len(out) == len(raw) {
-		return nil
+		return choice{}
 	}
 	sort.Strings(out)
-	return slices.Clip(out)
+	return choice{values: slices.Clip(out), object: first.object}
 }
 
 // chooseAll computes the claims and chosen answers of the source's i-th
@@ -269,15 +269,15 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 	})
 	claims := src.findClaims(i, multi)
 	src.claims[i] = claims
-	var chosen map[string][]string
+	var chosen map[string]choice
 	for key, cl := range claims {
-		if c := choose(cl, is.values.lookup(src.s.seed, key)); c != nil {
+		if c := choose(cl, is.values.lookup(src.s.seed, key)); c.values != nil {
 			if chosen == nil {
-				chosen = map[string][]string{}
+				chosen = map[string]choice{}
 			}
 			chosen[key] = c
 			if src.s.onConflict != nil {
-				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, cl, c))
+				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, cl, c.values))
 			}
 		}
 	}

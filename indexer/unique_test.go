@@ -96,7 +96,7 @@ func TestUniqueMatchesModel(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
 			unique := true
 			spec := func() SourceSpec {
-				s := SourceSpec{Name: "src", Indexes: []string{"ix"}}
+				s := SourceSpec{Name: "src", Indexes: []string{"ix"}, Objects: true}
 				if unique {
 					s.Unique = []string{"ix"}
 				}
@@ -125,6 +125,22 @@ func TestUniqueMatchesModel(t *testing.T) {
 					got := ix.Lookup(k)
 					if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 						t.Fatalf("step %d (%s): %s answers %v, want %v (objects %+v) claims %+v chosen %v", step, what, k, got, want, m.objects, src.claims, s.Snapshot().indexes[ix.id].chosen)
+					}
+					// The objects behind the key: its claimants, or, in a
+					// conflict, the one answered.
+					var claimants []string
+					for name, o := range m.objects {
+						if slices.ContainsFunc(o.entries, func(en Entry) bool { return en.Key == k }) {
+							claimants = append(claimants, name)
+						}
+					}
+					sort.Strings(claimants)
+					conflict := unique && len(m.answer(k, true)) != len(m.answer(k, false))
+					if conflict {
+						claimants = []string{oldestOf(m, claimants)}
+					}
+					if objs := s.Snapshot().Objects(ix, k); !slices.Equal(objs, claimants) && !(len(objs) == 0 && len(claimants) == 0) {
+						t.Fatalf("step %d (%s): objects of %s = %v, want %v", step, what, k, objs, claimants)
 					}
 					changed := !slices.Equal(before[k], got)
 					if before != nil && changed != reported[k] {
@@ -218,6 +234,18 @@ func TestUniqueMatchesModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oldestOf returns the oldest of the named objects of m.
+func oldestOf(m *claimModel, names []string) string {
+	best := names[0]
+	for _, n := range names[1:] {
+		a, b := m.objects[n].meta.Created, m.objects[best].meta.Created
+		if a < b || a == b && n < best {
+			best = n
+		}
+	}
+	return best
 }
 
 // checkExplain holds Explain to the claimModel: each key's claimants, oldest

@@ -126,9 +126,10 @@ func TestWatchChainOnTheControlPlane(t *testing.T) {
 	expect("update", "10.0.0.5", "10.0.0.6")
 	apply(slice("base-1", "base", "-10.0.0.5", "10.0.0.6")) // one is not ready any more
 	expect("update", "10.0.0.6")
-	apply(app("other", "model1") + "---" + slice("other-1", "other", "10.0.1.1")) // another app claims the model
-	expect("update", "10.0.0.6", "10.0.1.1")
-	apply(app("base", "model2")) // base drops it
+	// Another app claims the model: model-to-app is unique, base (older,
+	// or first by name) still answers, and the stream hears nothing.
+	apply(app("other", "model1") + "---" + slice("other-1", "other", "10.0.1.1"))
+	apply(app("base", "model2")) // base drops it: other answers, one update
 	expect("update", "10.0.1.1")
 	apply(slice("base-1", "base", "10.0.0.9")) // base is off the chain's path now: nothing
 	dyn := dynamic.NewForConfigOrDie(env.Config)

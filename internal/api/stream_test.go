@@ -228,8 +228,8 @@ func TestStreamOutlivesWriteTimeout(t *testing.T) {
 	if beats < 10 {
 		t.Fatalf("%d heartbeats in 2s at 100ms", beats)
 	}
-	_ = f.Apply("appmodels", appModel("b", "m1"))
-	if got := show(fs.next(t)); got != "update m1 [a,b]" {
+	_ = f.Apply("appmodels", appModel("a", "m2")) // a lets go of m1
+	if got := show(fs.next(t)); got != "update m1 []" {
 		t.Fatal(got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/internal/feed"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// TestGetExplain: `metasync get --explain` prints where an answer comes
+// from as a tree, over the real HTTP API: a chain's steps, both claimants
+// of a key in conflict with the chosen one marked, and why a step found
+// nothing; bad combinations of flags are refused.
+func TestGetExplain(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, f, err := feed.New(appmodelsPlan(t), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := func(name, created string, models ...string) []byte {
+		b, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"name": name, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"},
+				"creationTimestamp": created, "resourceVersion": "7" + name[:1]},
+			"spec": map[string]any{"models": models},
+		})
+		return b
+	}
+	if err := f.Replace("appmodels", app("young", "2026-01-02T00:00:00Z", "model1"), app("old", "2025-01-02T00:00:00Z", "model1")); err != nil {
+		t.Fatal(err)
+	}
+	slice := `{"metadata":{"name":"old-a","namespace":"meta-test","resourceVersion":"90","labels":{"kubernetes.io/service-name":"old"}},"endpoints":[{"addresses":["10.0.0.5"]}]}`
+	if err := f.Replace("endpointslices", []byte(slice)); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
+	defer srv.Close()
+
+	out, errOut, code := cli("get", "--server", srv.URL, "--explain", "--chain", "model-to-addresses", "model1")
+	want := `chain model-to-addresses model1 → 10.0.0.5
+├─ model-to-app: model1 → old
+│     conflict on model1: claimed by several objects, the oldest answered
+│  ├─ appmodels meta-test/old (resourceVersion 7o, created 2025-01-02T00:00:00Z): model1 → old  [chosen: oldest]
+│  └─ appmodels meta-test/young (resourceVersion 7y, created 2026-01-02T00:00:00Z): model1 → young  [not answered: younger claimant]
+└─ service-to-addresses: old → 10.0.0.5
+   └─ endpointslices meta-test/old-a (resourceVersion 90): old → 10.0.0.5
+`
+	if code != 0 || out != want {
+		t.Fatalf("get --explain = exit %d\n%s\nstderr %s\nwant\n%s", code, out, errOut, want)
+	}
+	out, _, code = cli("get", "--server", srv.URL, "--explain", "model-to-app", "nobody")
+	if code != 0 || !strings.Contains(out, "model-to-app: nobody → nothing ("+msync.ExplainUnknownKey+")") {
+		t.Fatalf("get --explain of an unknown key: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{
+		{"--explain", "--watch", "model-to-app", "model1"},
+		{"--explain", "model-to-app"},
+		{"--explain", "--limit", "5", "model-to-app", "model1"},
+	} {
+		if _, errOut, code := cli(append([]string{"get", "--server", srv.URL}, args...)...); code != 2 || !strings.Contains(errOut, "--explain explains one answer") {
+			t.Errorf("get %v: exit %d, %s", args, code, errOut)
+		}
+	}
+	// Over HTTP: explain with watch, or a bad value, is a 400 naming it.
+	for path, wantErr := range map[string]string{
+		"/v1/indexes/model-to-app/keys/model1?explain=yes":            `explain=\"yes\"`,
+		"/v1/indexes/model-to-app/keys/model1?explain=true&watch=true": "explain=true and watch=true",
+	} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), wantErr) {
+			t.Errorf("GET %s = %d %s", path, resp.StatusCode, b)
+		}
+	}
+}
