@@ -278,8 +278,9 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 			continue
 		}
 		is := *next.indexes[id]
+		is.sorted = &sortedKeys{}
 		was := is.chosen
-		is.chosen = nil
+		is.unchoose(src.s)
 		if unique[i] {
 			src.claims[i] = map[string][]claim{}
 			src.chooseAll(i, &is)

@@ -207,29 +207,19 @@ type indexSnap struct {
 	// Keys and shared by every later one on this snapshot of the index.
 	sorted *sortedKeys
 	// chosen, of a unique index, maps each key in conflict (claimed with
-	// different values by several objects) to the values answered: the
-	// oldest claimant's. Never modified once published.
+	// different values by several objects) to what it answers: the
+	// oldest claimant's values, which the table holds for the key, so that
+	// a lookup costs what it costs in any index. Never modified once
+	// published.
 	chosen map[string]choice
 }
 
-// choice is what a key in conflict answers: the values of one claimant.
+// choice is what a key in conflict answers, the values of one claimant,
+// and the values of all, which the writer works from.
 type choice struct {
-	values []string
-	object string // the claimant's object key
-}
-
-// answer returns what a lookup of key answers in this index: its values,
-// or, for a key in conflict in a unique index, the chosen ones. A key of
-// a unique index has one value unless it is in conflict, so the others
-// pay one length test.
-func (is *indexSnap) answer(seed hashSeed, key string) []string {
-	values := is.values.lookup(seed, key)
-	if len(values) > 1 && is.chosen != nil {
-		if c, ok := is.chosen[key]; ok {
-			return c.values
-		}
-	}
-	return values
+	values []string // in the table
+	object string   // the claimant's object key
+	raw    []string // every claimant's values: distinct, sorted
 }
 
 type sortedKeys struct {
@@ -459,10 +449,10 @@ func (s *Store) Lookup(index, key string) []string {
 	if !ok || id < len(snap.conf.companion) && snap.conf.companion[id] {
 		return nil
 	}
-	values := snap.indexes[id].answer(s.seed, key)
+	values := snap.indexes[id].values.lookup(s.seed, key)
 	if len(values) == 0 {
 		if fb, _ := snap.conf.companions(id); fb >= 0 {
-			return snap.indexes[fb].answer(s.seed, key)
+			return snap.indexes[fb].values.lookup(s.seed, key)
 		}
 	}
 	return values
@@ -478,7 +468,7 @@ func (ix Index) Lookup(key string) []string {
 	if snap := ix.s.current.Load(); ix.id < len(snap.conf.served) && snap.conf.served[ix.id] {
 		return snap.Lookup(ix, key)
 	}
-	return ix.head.Load().answer(ix.seed, key)
+	return ix.head.Load().values.lookup(ix.seed, key)
 }
 
 // hash returns the hash of an index key.
@@ -504,10 +494,10 @@ func (snap *Snapshot) Lookup(ix Index, key string) []string {
 
 // lookupTier is Lookup, and whether the values came from the fallback.
 func (snap *Snapshot) lookupTier(ix Index, key string) (values []string, fromFallback bool) {
-	values = snap.index(ix).answer(snap.s.seed, key)
+	values = snap.index(ix).values.lookup(snap.s.seed, key)
 	if len(values) == 0 {
 		if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
-			return snap.indexAt(fb).answer(snap.s.seed, key), true
+			return snap.indexAt(fb).values.lookup(snap.s.seed, key), true
 		}
 	}
 	return values, false

@@ -372,6 +372,9 @@ func (t *Txn) workFor(i int, key string) *work {
 		// This index's own values, never its fallback's (Lookup's).
 		is := t.src.s.current.Load().indexAt(t.src.indexes[i])
 		w = &work{values: is.values.lookup(t.src.s.seed, key)}
+		if c, ok := is.chosen[key]; ok {
+			w.values = c.raw // the table holds the chosen values
+		}
 		if is.objects != nil {
 			w.objects = is.objects.lookup(t.src.s.seed, key)
 		}
@@ -519,12 +522,13 @@ func (t *Txn) Commit() {
 			h := s.hash(key)
 			if len(w.addV) > 0 || len(w.remV) > 0 {
 				vs := apply(w.values, w.addV, w.remV, &in)
-				values = append(values, change{hash: h, key: key, values: vs})
-				if s.onCommit != nil && !unique {
-					keys = append(keys, key)
-				}
 				if unique {
 					raw[key] = vs
+				} else {
+					values = append(values, change{hash: h, key: key, values: vs})
+					if s.onCommit != nil {
+						keys = append(keys, key)
+					}
 				}
 			} else if unique {
 				raw[key] = w.values
@@ -533,23 +537,29 @@ func (t *Txn) Commit() {
 				objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO, &in)})
 			}
 		}
-		var delta int
-		is.values, delta = is.values.update(values)
-		is.keys += delta
 		if unique {
+			// The table holds what a key answers: its values, or the
+			// chosen ones of a key in conflict. A key whose values
+			// changed but whose answer did not (a younger claimant came)
+			// is no change.
 			was := old.indexes[id]
 			is.chosen = t.src.settle(i, m, func(key string) []string { return raw[key] }, was.chosen)
-			if s.onCommit != nil {
-				// What changed is what a lookup answers: a key whose
-				// values changed but whose chosen answer did not (a new
-				// claimant, younger) has not changed.
-				for key := range m {
-					if !slices.Equal(was.answer(s.seed, key), is.answer(s.seed, key)) {
+			for key := range m {
+				answer := raw[key]
+				if c, ok := is.chosen[key]; ok {
+					answer = c.values
+				}
+				if !slices.Equal(answer, was.values.lookup(s.seed, key)) {
+					values = append(values, change{hash: s.hash(key), key: key, values: answer})
+					if s.onCommit != nil {
 						keys = append(keys, key)
 					}
 				}
 			}
 		}
+		var delta int
+		is.values, delta = is.values.update(values)
+		is.keys += delta
 		if len(objects) > 0 {
 			o, _ := is.objects.update(objects)
 			is.objects = &o

@@ -125,7 +125,7 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 	for key := range work {
 		c := choose(claims[key], raw(key))
 		was, had := chosen[key]
-		if c.values == nil && !had || c.values != nil && had && c.object == was.object && slices.Equal(c.values, was.values) {
+		if c.values == nil && !had || c.values != nil && had && c.object == was.object && slices.Equal(c.values, was.values) && slices.Equal(c.raw, was.raw) {
 			continue
 		}
 		if !cloned {
@@ -254,12 +254,13 @@ func choose(claims []claim, raw []string) choice {
 		return choice{}
 	}
 	sort.Strings(out)
-	return choice{values: slices.Clip(out), object: first.object}
+	return choice{values: slices.Clip(out), object: first.object, raw: raw}
 }
 
 // chooseAll computes the claims and chosen answers of the source's i-th
-// index from scratch, from every object; raw gives each key's values.
-// Under s.mu.
+// index from scratch, from every object, for is, whose table holds every
+// claimant's values (as any index's), and writes the chosen ones into the
+// table. Under s.mu.
 func (src *Source) chooseAll(i int, is *indexSnap) {
 	multi := map[string]bool{}
 	is.values.all(func(key string, values []string) {
@@ -282,6 +283,26 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 		}
 	}
 	is.chosen = chosen
+	if len(chosen) > 0 {
+		changes := make([]change, 0, len(chosen))
+		for key, c := range chosen {
+			changes = append(changes, change{hash: src.s.hash(key), key: key, values: c.values})
+		}
+		is.values, _ = is.values.update(changes)
+	}
+}
+
+// unchoose puts back into is's table the values of every claimant of its
+// keys in conflict, for an index that stops being unique.
+func (is *indexSnap) unchoose(s *Store) {
+	if len(is.chosen) > 0 {
+		changes := make([]change, 0, len(is.chosen))
+		for key, c := range is.chosen {
+			changes = append(changes, change{hash: s.hash(key), key: key, values: c.raw})
+		}
+		is.values, _ = is.values.update(changes)
+	}
+	is.chosen = nil
 }
 
 // ConflictCount returns how many keys of ix are in conflict: claimed
