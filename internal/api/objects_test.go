@@ -18,7 +18,10 @@ func TestObjectsAndChains(t *testing.T) {
 		{"/v1/chains", 200, `{"chains":[{"name":"model-to-addresses","indexes":["model-to-app","service-to-addresses"],"synced":true},{"name":"model-to-endpoints","indexes":["model-to-app","service-to-endpoints"],"synced":true}]}`},
 		{"/v1/resources/appmodels/objects/meta-test%2Fbase", 200, `{"resource":"appmodels","key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}}`},
 		{"/v1/resources/appmodels/objects/meta-test/base", 200, `{"resource":"appmodels","key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}}`},
-		{"/v1/indexes/model-to-app/keys/model2/objects", 200, `{"index":"model-to-app","key":"model2","objects":[{"key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}},{"key":"meta-test/iiot","fields":{"models":["model2"],"name":"iiot"}}]}`},
+		// model-to-app is unique: base and iiot claim model2 (neither has a
+		// creation time: by object key), base answers, and is the object
+		// behind the key.
+		{"/v1/indexes/model-to-app/keys/model2/objects", 200, `{"index":"model-to-app","key":"model2","objects":[{"key":"meta-test/base","fields":{"models":["model1","model2"],"name":"base"}}]}`},
 		{"/v1/indexes/model-to-app/keys/nope/objects", 200, `{"index":"model-to-app","key":"nope","objects":[]}`},
 		{"/v1/resources/appmodels/objects/meta-test%2Fnope", 404, `{"error":"resource appmodels has no object \"meta-test/nope\" (an object key is namespace/name, or name when cluster-scoped)"}`},
 		{"/v1/resources/widgets/objects/x", 404, `{"error":"unknown resource \"widgets\" (known: appmodels, endpointslices)"}`},
