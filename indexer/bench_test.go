@@ -243,3 +243,22 @@ func BenchmarkReconfigure(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkExplain is the cost of one Explain of a key: a read of every
+// object of the source, under the writer lock (writers wait that long).
+func BenchmarkExplain(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			s, ix, _, keys := benchStore(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				s.Explain(func(x *Explainer) {
+					if len(x.Claims(ix, keys[i%len(keys):i%len(keys)+1])) != 1 {
+						b.Fatal("no claim")
+					}
+				})
+			}
+		})
+	}
+}

@@ -66,6 +66,25 @@ func TestGetExplain(t *testing.T) {
 			t.Errorf("get %v: exit %d, %s", args, code, errOut)
 		}
 	}
+	// A flood of explanations is refused, at once, with Retry-After.
+	refused := 0
+	for range api.ExplainBurst + 5 {
+		resp, err := srv.Client().Get(srv.URL + "/v1/indexes/model-to-app/keys/model1?explain=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 429 {
+			refused++
+			if resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(b), "explanations a second") {
+				t.Errorf("429 %s, Retry-After %q", b, resp.Header.Get("Retry-After"))
+			}
+		}
+	}
+	if refused == 0 {
+		t.Errorf("%d explanations at once: none refused", api.ExplainBurst+5)
+	}
 	// Over HTTP: explain with watch, or a bad value, is a 400 naming it.
 	for path, wantErr := range map[string]string{
 		"/v1/indexes/model-to-app/keys/model1?explain=yes":             `explain=\"yes\"`,

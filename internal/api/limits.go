@@ -51,6 +51,8 @@ const (
 	refusedPerCaller   = "streams_per_caller"
 	refusedStreams     = "streams"
 	refusedConnections = "connections"
+	// refusedExplain: ?explain=true over its rate (ExplainRate), 429.
+	refusedExplain = "explain"
 )
 
 // limitMetrics count what the limits turn away.
@@ -65,7 +67,7 @@ func newLimitMetrics(s *Server) *limitMetrics {
 	m := &limitMetrics{
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metasync_http_refused_total",
-			Help: "Requests and connections refused at a limit, by reason: streams_per_caller (429), streams (503), connections (503, answered by the listener).",
+			Help: "Requests and connections refused at a limit, by reason: streams_per_caller (429), streams (503), connections (503, answered by the listener), explain (429).",
 		}, []string{"reason"}),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metasync_http_connections_evicted_total",
@@ -85,7 +87,7 @@ func newLimitMetrics(s *Server) *limitMetrics {
 		}
 		return 0
 	})
-	for _, r := range []string{refusedPerCaller, refusedStreams, refusedConnections} {
+	for _, r := range []string{refusedPerCaller, refusedStreams, refusedConnections, refusedExplain} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, l := range []string{refusedStreams, refusedPerCaller, refusedConnections} {
