@@ -138,7 +138,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		src.indexes = nil
 		src.width.Store(0)
 		src.objects, src.dups, src.dupsPeak, src.objectsPeak = map[string]string{}, nil, nil, 0
-		src.unique, src.claims = nil, nil
+		src.unique, src.claims, src.singles = nil, nil, nil
 		next.sources[id] = &sourceSnap{}
 	}
 	for _, id := range old.conf.names {
@@ -239,13 +239,14 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 		}
 	}
 	claims := make([]map[string][]claim, len(ids))
+	singles := make([]map[string]struct{}, len(ids))
 	for i, id := range ids {
 		if p, ok := pos[id]; ok && unique[i] && wasUnique[id] {
-			claims[i] = src.claims[p]
+			claims[i], singles[i] = src.claims[p], src.singles[p]
 		}
 	}
 	src.indexes, src.dups, src.dupsPeak = ids, dups, dupsPeak
-	src.unique, src.claims = unique, claims
+	src.unique, src.claims, src.singles = unique, claims, singles
 	src.width.Store(int32(len(ids)))
 	if withObjects != src.withObjects {
 		src.withObjects = withObjects

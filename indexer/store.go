@@ -64,7 +64,8 @@ type Meta struct {
 	Version string
 	// Created is in seconds since 1970 (0: unknown). Of the claimants of
 	// a key of a unique index, the object created first is answered (see
-	// SourceSpec.Unique).
+	// SourceSpec.Unique); one whose time is unknown ranks after those
+	// whose time is known.
 	Created int64
 }
 
@@ -85,8 +86,8 @@ type SourceSpec struct {
 	// Unique names indexes of the source whose keys each answer one
 	// object's values: when several objects give a key different values
 	// (a conflict), the key answers the values of the object created
-	// first (Meta.Created), of the smallest object key among those created
-	// in the same second, never a mix; when that object withdraws them,
+	// first (Meta.Created; an unknown time ranks last), of the smallest
+	// object key among those created in the same second, never a mix; when that object withdraws them,
 	// the next oldest answers. A unique index has no fallback or hints.
 	Unique []string
 	// Hints maps an index of the source to another of its indexes, its
@@ -155,8 +156,10 @@ type Source struct {
 	// more than one value (see settle).
 	unique   []bool
 	claims   []map[string][]claim
-	notes    []ConflictNote // of the commit under way, for onConflict
-	payloads bool           // some object has had a payload
+	singles  []map[string]struct{} // per index: keys of claims with one value
+	scans    int                   // reads of every object by findClaims (for tests)
+	notes    []ConflictNote        // of the commit under way, for onConflict
+	payloads bool                  // some object has had a payload
 
 	// The largest count of objects, of each dups map and of each payload
 	// shard since that map was made: a Go map never gives back the room

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -27,12 +28,21 @@ type claim struct {
 
 // older reports whether a was created before b: by creation time, then
 // by object key, which orders any two objects the same way on every
-// replica, after every restart.
+// replica, after every restart. An object whose creation time is not
+// known (0) ranks after every one whose time is known: it cannot take a
+// key from an object that is known to be older.
 func older(a, b claim) bool {
-	if a.created != b.created {
-		return a.created < b.created
+	if ra, rb := rank(a.created), rank(b.created); ra != rb {
+		return ra < rb
 	}
 	return a.object < b.object
+}
+
+func rank(created int64) int64 {
+	if created <= 0 {
+		return math.MaxInt64
+	}
+	return created
 }
 
 // createdOf reads the creation time of an encoding (see encodeMeta).
@@ -67,6 +77,11 @@ func (t *Txn) claimsDiff(i int, object string, createdBefore, createdAfter int64
 	}
 }
 
+// maxSingles bounds, per unique index, the keys back to one value whose
+// claims are kept (see settle): beyond it, half of them are dropped, in
+// no order, and such a key is looked up again if it is claimed again.
+var maxSingles = 1024 // a variable for tests
+
 // claimChange is a claim made (add) or withdrawn.
 type claimChange struct {
 	claim
@@ -88,20 +103,24 @@ func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
 // answers after it (chosen itself when none changed); under s.mu. raw
 // gives each key of work its values after the transaction.
 func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string]choice) map[string]choice {
-	claims := src.claims[i]
+	claims, singles := src.claims[i], src.singles[i]
 	var missing map[string]bool
 	for key, w := range work {
-		if len(raw(key)) <= 1 {
-			delete(claims, key)
-			continue
-		}
+		n := len(raw(key))
 		cl, ok := claims[key]
-		if !ok {
+		switch {
+		case n == 0:
+			delete(claims, key)
+			delete(singles, key)
+			continue
+		case !ok && n > 1:
 			// A key that had one value at most has no claims: find them.
 			if missing == nil {
 				missing = map[string]bool{}
 			}
 			missing[key] = true
+			continue
+		case !ok:
 			continue
 		}
 		// In order: one object may withdraw a claim and make it again
@@ -114,6 +133,23 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			}
 		}
 		claims[key] = cl
+		// A key back to one value keeps its claims, kept up to date, so
+		// that a claimant going back and forth costs no read of every
+		// object each time it comes back; at most maxSingles such keys.
+		if n == 1 {
+			singles[key] = struct{}{}
+		} else {
+			delete(singles, key)
+		}
+	}
+	if len(singles) > maxSingles {
+		for key := range singles {
+			delete(claims, key)
+			delete(singles, key)
+			if len(singles) <= maxSingles/2 {
+				break
+			}
+		}
 	}
 	if missing != nil {
 		found := src.findClaims(i, missing)
@@ -209,6 +245,7 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 	if len(keys) == 0 {
 		return out
 	}
+	src.scans++
 	buf := make([][]Entry, len(src.indexes))
 	for object, enc := range src.objects {
 		es := decodeInto(buf, enc, object)[i]
@@ -269,7 +306,7 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 		}
 	})
 	claims := src.findClaims(i, multi)
-	src.claims[i] = claims
+	src.claims[i], src.singles[i] = claims, map[string]struct{}{}
 	var chosen map[string]choice
 	for key, cl := range claims {
 		if c := choose(cl, is.values.lookup(src.s.seed, key)); c.values != nil {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -17,14 +18,17 @@ import (
 )
 
 // plan compiles the bench's metasync config: the AppModels in ns labelled
-// iidp=iidp, indexed model-to-app from spec.models to metadata.name.
+// iidp=iidp, indexed model-to-app from spec.models to metadata.name,
+// unique as in the reference setup (-unique=false: not).
 func plan() (*mschema.Plan, error) {
 	return mschema.Compile(&mschema.Config{Resources: []mschema.Resource{{
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Namespace: ns, LabelSelector: "iidp=iidp",
-		Indexes: []mschema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+		Indexes: []mschema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name", Unique: *unique}},
 	}}})
 }
+
+var unique = flag.Bool("unique", true, "mark model-to-app unique, as the reference setup does")
 
 // engineLogger is the engines' logger: their debug lines on stderr with -v,
 // nothing otherwise.
