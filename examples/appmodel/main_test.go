@@ -66,6 +66,13 @@ func TestExampleProgram(t *testing.T) {
 	if allNamespaces == string(body) {
 		t.Fatal("config.yaml has no namespace to drop")
 	}
+	// Both apps answer only when model-to-app is not unique (unique, the
+	// oldest would: see docs/config.md).
+	shared := strings.Replace(allNamespaces, "        unique: true\n", "", 1)
+	if shared == allNamespaces {
+		t.Fatal("config.yaml's model-to-app is not unique")
+	}
+	allNamespaces = shared
 	config = filepath.Join(t.TempDir(), "config.yaml")
 	pairing := filepath.Join(t.TempDir(), "pairing.yaml")
 	if err := os.WriteFile(config, []byte(allNamespaces), 0o600); err != nil {
