@@ -48,7 +48,8 @@ func TestExplainAndConflicts(t *testing.T) {
 	if o := st.Objects[0]; o.Key != "meta-test/old" || !o.Chosen || o.ResourceVersion == "" || o.Created.Year() != 2025 || !slices.Equal(o.Values, []string{"old"}) {
 		t.Fatalf("first claimant: %+v", o)
 	}
-	if o := st.Objects[1]; o.Key != "meta-test/young" || o.Chosen || !slices.Equal(o.Values, []string{"young"}) {
+	if o := st.Objects[1]; o.Key != "meta-test/young" || o.Chosen || !slices.Equal(o.Values, []string{"young"}) ||
+		!slices.Equal(o.Unanswered, []string{"young"}) || o.Why != msync.ExplainYounger {
 		t.Fatalf("second claimant: %+v", o)
 	}
 	if c := fake.Conflicts(); len(c) != 1 || c[0].Index != "model-to-app" || !slices.Equal(c[0].Keys, []string{"model1"}) {
@@ -76,6 +77,20 @@ func TestExplainAndConflicts(t *testing.T) {
 	}
 	if got := fake.Resolve("model-to-addresses", "model1"); !slices.Equal(got, x.Values) {
 		t.Fatalf("Resolve = %v, explain %v", got, x.Values)
+	}
+
+	// A caller in zone a: the endpoint hinted for zone b is not answered,
+	// and explain says why.
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.5"],"hints":{"forZones":[{"name":"a"}]}},{"addresses":["10.0.0.6"],"hints":{"forZones":[{"name":"b"}]}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := msync.ChainOf("model-to-addresses", "model1")
+	at.At = msync.Locality{Zone: "a"}
+	x = fake.Explain(at)
+	if o := x.Steps[1].Objects[0]; !slices.Equal(x.Values, []string{"10.0.0.5"}) || !slices.Equal(o.Unanswered, []string{"10.0.0.6"}) || o.Why != msync.ExplainElsewhere {
+		t.Fatalf("explained in zone a: %+v", x)
 	}
 
 	// The older gone: the other answers, no conflict.

@@ -49,6 +49,12 @@ const (
 	ExplainStale = "the index answers from a snapshot not caught up with the apiserver"
 	// ExplainUnknownIndex: no index (or chain) of that name.
 	ExplainUnknownIndex = "no index of that name"
+	// ExplainYounger: a claimant of a key in conflict whose values are
+	// not answered: an older one's are.
+	ExplainYounger = "a younger claimant of a unique index: the oldest's values are answered"
+	// ExplainElsewhere: values hinted for another zone or node than the
+	// caller's (topology-aware routing, Target.At).
+	ExplainElsewhere = "hinted for another zone or node than the caller's"
 )
 
 // ExplainedObject is one object behind a step's values.
@@ -66,6 +72,10 @@ type ExplainedObject struct {
 	// Fallback: the key has no values of its own: these are the index's
 	// fallback values (for EndpointSlices: serving terminating endpoints).
 	Fallback bool
+	// Unanswered are the values it gives that the step does not answer,
+	// and Why: ExplainYounger or ExplainElsewhere.
+	Unanswered []string
+	Why        string
 }
 
 // Explain reads a target as Answer does (a key of an index, or of a
@@ -133,6 +143,18 @@ func (e *Engine) Explain(t Target) Explanation {
 						IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
 					if c.Meta.Created > 0 {
 						o.Created = time.Unix(c.Meta.Created, 0).UTC()
+					}
+					for _, v := range o.Values {
+						if _, found := slices.BinarySearch(st.Values, v); !found {
+							o.Unanswered = append(o.Unanswered, v)
+						}
+					}
+					switch {
+					case len(o.Unanswered) == 0:
+					case conflicts[k] && !c.Chosen:
+						o.Why = ExplainYounger
+					case t.At != (Locality{}):
+						o.Why = ExplainElsewhere
 					}
 					st.Objects = append(st.Objects, o)
 				}

@@ -463,6 +463,8 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 				line += "  [chosen: oldest]"
 			case slices.Contains(st.Conflicts, o.IndexKey):
 				line += "  [not answered: younger claimant]"
+			case len(o.Unanswered) > 0 && o.Why != "":
+				line += "  [not answered: " + list(o.Unanswered) + ", " + o.Why + "]"
 			}
 			if o.Fallback {
 				line += "  [fallback: serving terminating]"

@@ -98,6 +98,10 @@ type StepObject struct {
 	// Fallback: the key has no values of its own; these are its
 	// fallback's (serving terminating endpoints).
 	Fallback bool `json:"fallback,omitempty"`
+	// Unanswered: its values the step does not answer, and why (a younger
+	// claimant; hinted for another zone or node).
+	Unanswered []string `json:"unanswered,omitempty"`
+	Why        string   `json:"why,omitempty"`
 }
 
 // Keys is the answer of GET /v1/indexes/{index}/keys: a page of the
