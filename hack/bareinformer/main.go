@@ -1,7 +1,10 @@
 // Command bareinformer is the seed's approach alone, for the resident
 // memory rows of `make bench`: a filtered dynamic informer of AppModels
-// with an index from spec.models, and nothing else linked in. It prints
-// "synced N" once the informer has synced, then waits to be killed.
+// with an index from spec.models, and nothing else linked in. With
+// -tuned, the strongest client-go peer: a transform keeps of each object
+// only its name, namespace, resourceVersion and spec.models (as
+// hack/bench's tunedInformer). It prints "synced N" once the informer has
+// synced, then waits to be killed.
 package main
 
 import (
@@ -22,13 +25,14 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "", "namespace of the AppModels")
+	tuned := flag.Bool("tuned", false, "keep only name, namespace, resourceVersion and spec.models of each object (a transform)")
 	flag.Parse()
 	// run serves until it fails: it returns only an error.
-	fmt.Fprintln(os.Stderr, "bareinformer:", run(*kubeconfig, *namespace))
+	fmt.Fprintln(os.Stderr, "bareinformer:", run(*kubeconfig, *namespace, *tuned))
 	os.Exit(1)
 }
 
-func run(kubeconfig, namespace string) error {
+func run(kubeconfig, namespace string, tuned bool) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -44,6 +48,11 @@ func run(kubeconfig, namespace string) error {
 	}}); err != nil {
 		return err
 	}
+	if tuned {
+		if err := inf.SetTransform(slim); err != nil {
+			return err
+		}
+	}
 	stop := make(chan struct{})
 	factory.Start(stop)
 	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
@@ -51,4 +60,24 @@ func run(kubeconfig, namespace string) error {
 	}
 	fmt.Println("synced", len(inf.GetStore().ListKeys()))
 	select {}
+}
+
+// slim keeps of an AppModel what its index and identity need.
+func slim(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a tombstone: as it is
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetName(u.GetName())
+	out.SetNamespace(u.GetNamespace())
+	out.SetResourceVersion(u.GetResourceVersion())
+	if models, found, _ := unstructured.NestedStringSlice(u.Object, "spec", "models"); found {
+		ms := make([]any, len(models))
+		for i, m := range models {
+			ms[i] = m
+		}
+		out.Object["spec"] = map[string]any{"models": ms}
+	}
+	return out, nil
 }

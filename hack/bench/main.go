@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -44,6 +45,7 @@ var (
 	apiProfile      = flag.String("apiserver-profile", "", "write the kube-apiserver's CPU profile of 3 s of fan-out writes to this file")
 	verbose         = flag.Bool("v", false, "log the engine's debug lines")
 	checkTargets    = flag.Bool("check", false, "exit with status 1 when a measure misses its target")
+	tunedPeer       = flag.Bool("tuned", true, "also measure the tuned informer (a transform that keeps only the index's fields) for heap, sync and lookups")
 	benchstatOut    = flag.String("benchstat", "", "also write every measure to this file in the Go benchmark format, for benchstat")
 )
 
@@ -189,6 +191,13 @@ func run() error {
 	base.p50, base.p99, ms.p50, ms.p99 = lat[0].p50, lat[0].p99, lat[1].p50, lat[1].p99
 	stopInformer()
 	runtime.GC()
+	var tuned result
+	if *tunedPeer {
+		if tuned, err = measureTunedInformer(dyn, keys); err != nil {
+			return err
+		}
+		runtime.GC()
+	}
 	floorHot, floorRandom := lookupsVsMap(keys, ix, &ms)
 
 	rows = append(rows,
@@ -240,6 +249,21 @@ func run() error {
 	fmt.Printf("lookup / plain map: hot %.2f, random %.2f, parallel %.2f (target ≤ 1.30)\n", ms.lookupHot/floorHot, ms.lookupRandom/floorRandom.single, ms.lookupParallel/floorRandom.parallel)
 	fmt.Printf("memory: metasync uses 1/%.1f of the informer's heap per object (target ≥ 12)\n", base.bytesPerObject/ms.bytesPerObject)
 	fmt.Print(streamSummary)
+	if *tunedPeer {
+		tunedRows := []row{{name: "tuned: heap per indexed object", unit: "B", baseline: tuned.bytesPerObject, metasync: ms.bytesPerObject}}
+		if tunedRSS > 0 {
+			tunedRows = append(tunedRows, row{name: "tuned: resident memory per object", unit: "B", baseline: tunedRSS, metasync: metasyncRSS(rssRows), target: ratioAtMost(1.0/12, "≤ 1/12")})
+		}
+		printTable(fmt.Sprintf("metasync vs the tuned informer (a transform keeps name, namespace, resourceVersion, spec.models) — %d AppModels", *n),
+			"tuned", "metasync", append(tunedRows, []row{
+				{name: "tuned: initial sync", unit: "s", baseline: tuned.sync.Seconds(), metasync: ms.sync.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
+				{name: "tuned: lookup, hot key", unit: "ns", baseline: tuned.lookupHot, metasync: ms.lookupHot},
+				{name: "tuned: lookup, random keys", unit: "ns", baseline: tuned.lookupRandom, metasync: ms.lookupRandom},
+				{name: "tuned: lookup, random, 2 goroutines", unit: "ns", baseline: tuned.lookupParallel, metasync: ms.lookupParallel},
+				{name: "tuned: lookup allocs", unit: "allocs", baseline: tuned.lookupAllocs, metasync: ms.lookupAllocs},
+			}...))
+		fmt.Printf("memory: metasync uses 1/%.1f of the tuned informer's heap per object\n", tuned.bytesPerObject/ms.bytesPerObject)
+	}
 	if *rss && *churn {
 		// Last: the churn leaves the AppModels changed.
 		rows, err := measureChurn(ctx, cfg, dyn)
@@ -254,6 +278,17 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// metasyncRSS is metasync's resident memory per object in the rows of
+// measureRSS (0 without them).
+func metasyncRSS(rows []row) float64 {
+	for _, r := range rows {
+		if strings.HasPrefix(r.name, "resident memory per object") {
+			return r.metasync
+		}
+	}
+	return 0
 }
 
 // runWarm measures and prints the warm start rows.

@@ -42,6 +42,10 @@ var (
 	childConfig = flag.String("child-kubeconfig", "", "internal: the child's kubeconfig")
 )
 
+// tunedRSS is the tuned informer's resident memory per object, when
+// measureRSS measured it (-tuned), for the tuned table.
+var tunedRSS float64
+
 // emptyNS is a namespace without AppModels, for the baselines.
 const emptyNS = "bench-empty"
 
@@ -150,10 +154,11 @@ func measureProcess(cmd *exec.Cmd, ready func() bool, inspect func()) (memory, t
 	return m, synced, err
 }
 
-// informerMemory runs the informer child on a namespace.
-func informerMemory(kubeconfig, namespace string) (memory, error) {
+// informerMemory runs the informer child on a namespace (tuned: with its
+// transform).
+func informerMemory(kubeconfig, namespace string, tuned bool) (memory, error) {
 	// The informer alone, not linked into this program.
-	cmd := exec.Command(*informerBin, "-namespace", namespace, "-kubeconfig", kubeconfig)
+	cmd := exec.Command(*informerBin, "-namespace", namespace, "-kubeconfig", kubeconfig, fmt.Sprintf("-tuned=%t", tuned))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return memory{}, err
@@ -245,17 +250,31 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	var im, ie, mm, me memory
-	for _, step := range []struct {
+	var im, ie, tm, te, mm, me memory
+	steps := []struct {
 		m    *memory
 		f    func() (memory, error)
 		what string
 	}{
-		{&ie, func() (memory, error) { return informerMemory(kubeconfig, emptyNS) }, "informer, empty"},
+		{&ie, func() (memory, error) { return informerMemory(kubeconfig, emptyNS, false) }, "informer, empty"},
 		{&me, func() (memory, error) { return metasyncMemory(kubeconfig, emptyNS, dir) }, "metasync, empty"},
-		{&im, func() (memory, error) { return informerMemory(kubeconfig, ns) }, "informer"},
+		{&im, func() (memory, error) { return informerMemory(kubeconfig, ns, false) }, "informer"},
 		{&mm, func() (memory, error) { return metasyncMemory(kubeconfig, ns, dir) }, "metasync"},
-	} {
+	}
+	if *tunedPeer {
+		steps = append(steps,
+			struct {
+				m    *memory
+				f    func() (memory, error)
+				what string
+			}{&te, func() (memory, error) { return informerMemory(kubeconfig, emptyNS, true) }, "tuned informer, empty"},
+			struct {
+				m    *memory
+				f    func() (memory, error)
+				what string
+			}{&tm, func() (memory, error) { return informerMemory(kubeconfig, ns, true) }, "tuned informer"})
+	}
+	for _, step := range steps {
 		m, err := step.f()
 		if err != nil {
 			return nil, fmt.Errorf("rss, %s: %w", step.what, err)
@@ -263,6 +282,9 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 		*step.m = m
 	}
 	per := func(full, empty memory) float64 { return (full.rss - empty.rss) / float64(*n) }
+	if *tunedPeer {
+		tunedRSS = per(tm, te)
+	}
 	return []row{
 		{name: "resident memory per object (VmRSS − empty)", unit: "B", baseline: per(im, ie), metasync: per(mm, me), target: ratioAtMost(1.0/12, "≤ 1/12")},
 		{name: "peak resident memory during sync (VmHWM)", unit: "MiB", baseline: im.hwm / (1 << 20), metasync: mm.hwm / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 ×")},
