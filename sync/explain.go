@@ -120,8 +120,10 @@ func (e *Engine) Explain(t Target) Explanation {
 			st.Synced = w != nil && w.indexSynced(names[i])
 			st.Stale = w != nil && w.stale()
 			var values []string
+			answers := make(map[string][]string, len(keys)) // what each key answers
 			for _, k := range keys {
-				values = append(values, snap.LookupPreferring(ix, k, prefer...)...)
+				answers[k] = snap.LookupPreferring(ix, k, prefer...)
+				values = append(values, answers[k]...)
 			}
 			slices.Sort(values)
 			st.Values = slices.Clip(slices.Compact(values))
@@ -145,7 +147,7 @@ func (e *Engine) Explain(t Target) Explanation {
 						o.Created = time.Unix(c.Meta.Created, 0).UTC()
 					}
 					for _, v := range o.Values {
-						if _, found := slices.BinarySearch(st.Values, v); !found {
+						if !slices.Contains(answers[k], v) {
 							o.Unanswered = append(o.Unanswered, v)
 						}
 					}

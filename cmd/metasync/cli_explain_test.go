@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -61,6 +62,7 @@ func TestGetExplain(t *testing.T) {
 		{"--explain", "--watch", "model-to-app", "model1"},
 		{"--explain", "model-to-app"},
 		{"--explain", "--limit", "5", "model-to-app", "model1"},
+		{"--explain", "--objects", "model-to-app", "model1"},
 	} {
 		if _, errOut, code := cli(append([]string{"get", "--server", srv.URL}, args...)...); code != 2 || !strings.Contains(errOut, "--explain explains one answer") {
 			t.Errorf("get %v: exit %d, %s", args, code, errOut)
@@ -68,7 +70,7 @@ func TestGetExplain(t *testing.T) {
 	}
 	// A flood of explanations is refused, at once, with Retry-After.
 	refused := 0
-	for range api.ExplainBurst + 5 {
+	for range api.ExplainBurstPerCaller + 5 {
 		resp, err := srv.Client().Get(srv.URL + "/v1/indexes/model-to-app/keys/model1?explain=true")
 		if err != nil {
 			t.Fatal(err)
@@ -83,12 +85,14 @@ func TestGetExplain(t *testing.T) {
 		}
 	}
 	if refused == 0 {
-		t.Errorf("%d explanations at once: none refused", api.ExplainBurst+5)
+		t.Errorf("%d explanations at once: none refused", api.ExplainBurstPerCaller+5)
 	}
 	// Over HTTP: explain with watch, or a bad value, is a 400 naming it.
 	for path, wantErr := range map[string]string{
 		"/v1/indexes/model-to-app/keys/model1?explain=yes":             `explain=\"yes\"`,
 		"/v1/indexes/model-to-app/keys/model1?explain=true&watch=true": "explain=true and watch=true",
+		"/v1/indexes/model-to-app/keys/model1?explain=false&explain=true": "explain given more than once",
+		"/v1/indexes/model-to-app/keys/model1?explain":                  `explain=\"\"`,
 	} {
 		resp, err := srv.Client().Get(srv.URL + path)
 		if err != nil {
@@ -99,5 +103,31 @@ func TestGetExplain(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(string(b), wantErr) {
 			t.Errorf("GET %s = %d %s", path, resp.StatusCode, b)
 		}
+	}
+}
+
+// TestGetExplainOddAnswers: a daemon that answers without steps (one that
+// does not explain) is an error, not an answer with nothing behind it; keys
+// and values that would break the tree's lines are quoted.
+func TestGetExplainOddAnswers(t *testing.T) {
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"index":"model-to-app","key":"model1","values":["old"]}`)
+	}))
+	defer old.Close()
+	if out, errOut, code := cli("get", "--server", old.URL, "--explain", "model-to-app", "model1"); code != 1 || out != "" || !strings.Contains(errOut, "without steps") {
+		t.Errorf("a daemon that does not explain: exit %d %q %q", code, out, errOut)
+	}
+	forged := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"index":"ix","key":"a\n└─ forged","values":["v,w"],"steps":[{"index":"ix","keys":["a\n└─ forged"],"values":["v,w"],"synced":true,
+"objects":[{"resource":"r","key":"ns/\u001b[31mred","resourceVersion":"1","indexKey":"a\n└─ forged","values":["v,w"]}]}]}`)
+	}))
+	defer forged.Close()
+	out, errOut, code := cli("get", "--server", forged.URL, "--explain", "ix", "a")
+	want := `ix "a\n└─ forged" → "v,w"
+└─ ix: "a\n└─ forged" → "v,w"
+   └─ r "ns/\x1b[31mred" (resourceVersion 1): "a\n└─ forged" → "v,w"
+`
+	if code != 0 || out != want {
+		t.Errorf("odd keys: exit %d %s\n%s\nwant\n%s", code, errOut, out, want)
 	}
 }

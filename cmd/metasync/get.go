@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/iidp/metasync/internal/streamclient"
 	"github.com/iidp/metasync/internal/tlsfiles"
@@ -56,6 +58,10 @@ func get(args []string, stdout, stderr io.Writer) error {
 	}
 	resourceSet := false
 	fs.Visit(func(f *flag.Flag) { resourceSet = resourceSet || f.Name == "resource" })
+	if *explain && (*resource != "" || *objects || resourceSet) {
+		fmt.Fprintln(stderr, "metasync get: --explain explains one answer: not with --objects or --resource")
+		return exitError{2}
+	}
 	switch {
 	case *resource != "" || *objects || resourceSet:
 		switch {
@@ -425,11 +431,15 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "metasync get: %s answered %s without values: not a lookup\n", c.base, path)
 		return exitError{1}
 	}
+	if len(ans.Steps) == 0 {
+		fmt.Fprintf(stderr, "metasync get: %s answered %s without steps: it does not explain (a metasync older than --explain?)\n", c.base, path)
+		return exitError{1}
+	}
 	name := ans.Index
 	if ans.Chain != "" {
 		name = "chain " + ans.Chain
 	}
-	fmt.Fprintf(stdout, "%s %s → %s\n", name, ans.Key, list(*ans.Values))
+	fmt.Fprintf(stdout, "%s %s → %s\n", name, printable(ans.Key), list(*ans.Values))
 	for i, st := range ans.Steps {
 		branch, indent := "├─", "│  "
 		if i == len(ans.Steps)-1 {
@@ -446,22 +456,22 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, line)
 		for _, k := range st.Conflicts {
-			fmt.Fprintf(stdout, "%s   conflict on %s: claimed by several objects, the oldest answered\n", indent, k)
+			fmt.Fprintf(stdout, "%s   conflict on %s: claimed by several objects, the oldest answered\n", indent, printable(k))
 		}
 		for j, o := range st.Objects {
 			b := "├─"
 			if j == len(st.Objects)-1 {
 				b = "└─"
 			}
-			line := fmt.Sprintf("%s%s %s %s (resourceVersion %s", indent, b, o.Resource, o.Key, o.ResourceVersion)
+			line := fmt.Sprintf("%s%s %s %s (resourceVersion %s", indent, b, o.Resource, printable(o.Key), printable(o.ResourceVersion))
 			if o.CreationTimestamp != nil {
 				line += ", created " + o.CreationTimestamp.UTC().Format(time.RFC3339)
 			}
-			line += fmt.Sprintf("): %s → %s", o.IndexKey, list(o.Values))
+			line += fmt.Sprintf("): %s → %s", printable(o.IndexKey), list(o.Values))
 			switch {
 			case o.Chosen:
 				line += "  [chosen: oldest]"
-			case slices.Contains(st.Conflicts, o.IndexKey):
+			case len(o.Unanswered) > 0 && slices.Contains(st.Conflicts, o.IndexKey):
 				line += "  [not answered: younger claimant]"
 			case len(o.Unanswered) > 0 && o.Why != "":
 				line += "  [not answered: " + list(o.Unanswered) + ", " + o.Why + "]"
@@ -476,12 +486,27 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// list prints values for a tree: comma-separated, or "nothing".
+// list prints values for a tree: comma-separated, or "nothing"; each as
+// shown by printable.
 func list(vs []string) string {
 	if len(vs) == 0 {
 		return "nothing"
 	}
-	return strings.Join(vs, ", ")
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = printable(v)
+	}
+	return strings.Join(out, ", ")
+}
+
+// printable is s, or s quoted when it holds what would break a line of
+// the tree or the terminal (a newline, an escape, a comma): keys and
+// values come from objects anyone who may write them chooses.
+func printable(s string) string {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == ',' }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // printKeys prints every key of an index, one per line, asking page after

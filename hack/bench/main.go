@@ -264,6 +264,14 @@ func run() error {
 			}...))
 		fmt.Printf("memory: metasync uses 1/%.1f of the tuned informer's heap per object\n", tuned.bytesPerObject/ms.bytesPerObject)
 	}
+	if *churnRate > 0 {
+		rows, err := churnLookupRows(keys)
+		if err != nil {
+			return err
+		}
+		printTable(fmt.Sprintf("lookups while a writer applies %d events/s, each lookup timed — %d AppModels, in process", *churnRate, *n),
+			"indexer", "metasync", rows)
+	}
 	if *rss && *churn {
 		// Last: the churn leaves the AppModels changed.
 		rows, err := measureChurn(ctx, cfg, dyn)

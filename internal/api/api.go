@@ -72,6 +72,8 @@ type Server struct {
 	streamMetrics *streamMetrics
 	openStreams   gosync.Map    // *http.ResponseController of each open stream
 	explains      *rate.Limiter // of ?explain=true answers (ExplainRate)
+	explainMu     gosync.Mutex
+	explainBy     map[string]*rate.Limiter // per caller (ExplainRatePerCaller)
 
 	// Limits on streams and connections (see limits.go).
 	limitsMu     gosync.Mutex
@@ -392,28 +394,80 @@ func objectsKey(r *http.Request) (string, bool) {
 // list (an empty answer then means "not known yet", not "no values"), and
 // is the pinned answer otherwise.
 // ExplainRate and ExplainBurst bound the ?explain=true answers of a
-// server, all callers together: an explanation reads every object of each
-// step's resource while writes wait (about 1 ms per 10,000 objects, 30 ms
-// per 100,000 on 2 cores), so a flood of them must not hold the indexes'
-// writes back. Beyond it: 429 with Retry-After.
+// server, all callers together, and ExplainRatePerCaller and
+// ExplainBurstPerCaller those of one caller (see callerOf): an explanation
+// reads every object of each step's resource while writes wait (about
+// 1 ms per 10,000 objects, 30 ms per 100,000 on 2 cores), so a flood of
+// them must not hold the indexes' writes back, and one caller must not
+// spend everyone's. Beyond either: 429 with Retry-After.
 const (
-	ExplainRate  = 5 // per second
-	ExplainBurst = 10
+	ExplainRate           = 10 // per second
+	ExplainBurst          = 20
+	ExplainRatePerCaller  = 2
+	ExplainBurstPerCaller = 5
 )
+
+// maxExplainCallers bounds the callers whose explain limits are kept;
+// beyond it, the limits of the callers idle longest are forgotten.
+const maxExplainCallers = 4096
+
+// explainAllowed takes one explanation from caller's budget and the
+// server's: "" when both allow it, else why not.
+func (s *Server) explainAllowed(caller string) string {
+	s.explainMu.Lock()
+	defer s.explainMu.Unlock()
+	if s.explainBy == nil {
+		s.explainBy = map[string]*rate.Limiter{}
+	}
+	l := s.explainBy[caller]
+	if l == nil {
+		if len(s.explainBy) >= maxExplainCallers {
+			now := time.Now()
+			for c, cl := range s.explainBy {
+				// Full again: idle for a while, nothing lost.
+				if cl.TokensAt(now) >= ExplainBurstPerCaller {
+					delete(s.explainBy, c)
+				}
+			}
+			if len(s.explainBy) >= maxExplainCallers {
+				return fmt.Sprintf("explain: more than %d callers explaining at once: try again in a second", maxExplainCallers)
+			}
+		}
+		l = rate.NewLimiter(ExplainRatePerCaller, ExplainBurstPerCaller)
+		s.explainBy[caller] = l
+	}
+	if !l.Allow() {
+		return fmt.Sprintf("explain: more than %d explanations a second from this caller: try again in a second", ExplainRatePerCaller)
+	}
+	if !s.explains.Allow() {
+		return fmt.Sprintf("explain: more than %d explanations a second (all callers): try again in a second", ExplainRate)
+	}
+	return ""
+}
 
 // explaining reads ?explain: true or false (absent: false); anything
 // else is a 400 that names the parameter; true beyond ExplainRate is a
 // 429.
 func (s *Server) explaining(w http.ResponseWriter, r *http.Request) (explain, ok bool) {
-	switch v := r.URL.Query().Get("explain"); v {
-	case "", "false":
+	vs, given := r.URL.Query()["explain"]
+	if given && len(vs) > 1 {
+		writeError(w, http.StatusBadRequest, "explain given more than once: give explain=true once")
+		return false, false
+	}
+	switch v := r.URL.Query().Get("explain"); {
+	case !given || v == "false":
 		return false, true
-	case "true":
-		if !watching(r) && !s.explains.Allow() {
-			s.limitMetrics.refused.WithLabelValues(refusedExplain).Inc()
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("explain: more than %d explanations a second (all callers): try again in a second", ExplainRate))
-			return false, false
+	case v == "":
+		writeError(w, http.StatusBadRequest, `explain="": use explain=true or leave it out`)
+		return false, false
+	case v == "true":
+		if !watching(r) {
+			if msg := s.explainAllowed(callerOf(r)); msg != "" {
+				s.limitMetrics.refused.WithLabelValues(refusedExplain).Inc()
+				w.Header().Set("Retry-After", "1")
+				writeError(w, http.StatusTooManyRequests, msg)
+				return false, false
+			}
 		}
 		return true, true
 	default:
@@ -480,6 +534,22 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	var ans msync.Answer
 	var steps []wire.Step
 	if explain {
+		// The steps show each index's keys, values and objects: a caller
+		// must be allowed to read each index, not only the chain.
+		for _, ch := range s.engine.Chains() {
+			if ch.Name != chain {
+				continue
+			}
+			for _, ix := range ch.Indexes {
+				if v := mayGet(r, "/v1/indexes/"+ix+"/*"); v.code != 0 {
+					if v.code == http.StatusServiceUnavailable {
+						w.Header().Set("Retry-After", "1")
+					}
+					writeError(w, v.code, fmt.Sprintf("explain of chain %q shows its steps: it needs get on /v1/indexes/%s/* too: %s", chain, ix, v.msg))
+					return
+				}
+			}
+		}
 		x := s.engine.Explain(t)
 		ans, steps = x.Answer, wireSteps(x.Steps)
 	} else {

@@ -224,9 +224,26 @@ func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 		// the lookups, as it goes (see Server.stream).
 		recheck := func() int { return a.checkRequest(r, thing).code }
 		ctx := context.WithValue(r.Context(), recheckKey{}, recheck)
+		// What a request reads beyond its path (the steps of an explained
+		// chain) is asked for with the same token and caches.
+		ctx = context.WithValue(ctx, mayGetKey{}, func(other string) verdict { return a.checkRequest(r, other) })
 		ctx = context.WithValue(ctx, callerKey{}, callerName(v.user))
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// mayGetKey carries, in an authorized request's context, a function that
+// tells whether its caller may get another thing (a non-resource URL as
+// in the table of TokenAuth).
+type mayGetKey struct{}
+
+// mayGet asks whether r's caller may get thing: a zero verdict when it
+// may, or without TokenAuth.
+func mayGet(r *http.Request, thing string) verdict {
+	if f, ok := r.Context().Value(mayGetKey{}).(func(string) verdict); ok {
+		return f(thing)
+	}
+	return verdict{}
 }
 
 // recheckKey carries, in an authorized request's context, a function that
