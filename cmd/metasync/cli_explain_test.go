@@ -89,10 +89,10 @@ func TestGetExplain(t *testing.T) {
 	}
 	// Over HTTP: explain with watch, or a bad value, is a 400 naming it.
 	for path, wantErr := range map[string]string{
-		"/v1/indexes/model-to-app/keys/model1?explain=yes":             `explain=\"yes\"`,
-		"/v1/indexes/model-to-app/keys/model1?explain=true&watch=true": "explain=true and watch=true",
+		"/v1/indexes/model-to-app/keys/model1?explain=yes":                `explain=\"yes\"`,
+		"/v1/indexes/model-to-app/keys/model1?explain=true&watch=true":    "explain=true and watch=true",
 		"/v1/indexes/model-to-app/keys/model1?explain=false&explain=true": "explain given more than once",
-		"/v1/indexes/model-to-app/keys/model1?explain":                  `explain=\"\"`,
+		"/v1/indexes/model-to-app/keys/model1?explain":                    `explain=\"\"`,
 	} {
 		resp, err := srv.Client().Get(srv.URL + path)
 		if err != nil {
