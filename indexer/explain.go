@@ -14,9 +14,10 @@ type Claim struct {
 	// Chosen marks, on a key in conflict in a unique index, the claimant
 	// whose values the key answers.
 	Chosen bool
-	// Fallback: the key has no values of its own in the index; these are
-	// its fallback's, which the key answers (SourceSpec.Fallbacks).
-	Fallback bool
+	// Fallback: these are values of the index's fallback
+	// (SourceSpec.Fallbacks): answered when the key has no values of its
+	// own, else Shadowed: not answered, since it has.
+	Fallback, Shadowed bool
 }
 
 // Explainer tells which objects give the keys of an index their values,
@@ -60,12 +61,16 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 	if fb >= 0 {
 		fbPos = slices.Index(src.indexes, fb)
 	}
-	// The position that answers each key: the index's, or its fallback's.
+	// The position that answers each key: the index's, or its fallback's;
+	// with a fallback, the fallback's values of a key that has values of
+	// its own are told too, as shadowed.
 	from := map[string]int{}
+	shadowed := map[string]bool{}
 	for _, k := range keys {
 		switch {
 		case len(is.values.lookup(x.s.seed, k)) > 0:
 			from[k] = pos
+			shadowed[k] = fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(x.s.seed, k)) > 0
 		case fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(x.s.seed, k)) > 0:
 			from[k] = fbPos
 		}
@@ -82,7 +87,9 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 				continue
 			}
 			for _, e := range es[p] {
-				if at, ok := from[e.Key]; !ok || at != p {
+				at, ok := from[e.Key]
+				shadow := p == fbPos && at == pos && shadowed[e.Key]
+				if !ok || at != p && !shadow {
 					continue
 				}
 				if meta == nil {
@@ -90,10 +97,10 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 					meta = &m
 				}
 				cl := out[e.Key]
-				if n := len(cl); n > 0 && cl[n-1].Object == object {
+				if n := len(cl); n > 0 && cl[n-1].Object == object && cl[n-1].Fallback == (p != pos) {
 					cl[n-1].Values = append(cl[n-1].Values, e.Value)
 				} else {
-					cl = append(cl, Claim{Object: object, Meta: *meta, Values: []string{e.Value}, Fallback: p != pos})
+					cl = append(cl, Claim{Object: object, Meta: *meta, Values: []string{e.Value}, Fallback: p != pos, Shadowed: shadow})
 				}
 				out[e.Key] = cl
 			}

@@ -93,6 +93,29 @@ func TestExplainAndConflicts(t *testing.T) {
 		t.Fatalf("explained in zone a: %+v", x)
 	}
 
+	// A terminating endpoint beside a ready one: not answered (kube-proxy's
+	// graceful termination), and explain says why; once the ready one
+	// goes, the terminating one is answered, from the fallback.
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}},{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = fake.Explain(msync.KeyOf("service-to-addresses", "old"))
+	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(objs) != 2 || objs[1].Why != msync.ExplainShadowed ||
+		!objs[1].Fallback || !slices.Equal(objs[1].Unanswered, []string{"10.0.0.7"}) || len(objs[0].Unanswered) != 0 {
+		t.Fatalf("a terminating endpoint beside a ready one: %+v", x)
+	}
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = fake.Explain(msync.KeyOf("service-to-addresses", "old"))
+	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.7"}) || len(objs) != 1 || !objs[0].Fallback || len(objs[0].Unanswered) != 0 {
+		t.Fatalf("only a terminating endpoint: %+v", x)
+	}
+
 	// The older gone: the other answers, no conflict.
 	if err := fake.Delete("appmodels", "meta-test/old"); err != nil {
 		t.Fatal(err)

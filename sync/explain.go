@@ -55,6 +55,10 @@ const (
 	// ExplainElsewhere: values hinted for another zone or node than the
 	// caller's (topology-aware routing, Target.At).
 	ExplainElsewhere = "hinted for another zone or node than the caller's"
+	// ExplainShadowed: values of the index's fallback (for EndpointSlices:
+	// serving terminating endpoints), not answered while the key has
+	// values of its own (ready endpoints).
+	ExplainShadowed = "the index's fallback (serving terminating endpoints): not answered while the key has values of its own (ready endpoints)"
 )
 
 // ExplainedObject is one object behind a step's values.
@@ -69,8 +73,9 @@ type ExplainedObject struct {
 	Values   []string // what it gives that key
 	// Chosen: on a key in conflict, this object's values are answered.
 	Chosen bool
-	// Fallback: the key has no values of its own: these are the index's
-	// fallback values (for EndpointSlices: serving terminating endpoints).
+	// Fallback: these are the index's fallback values (for
+	// EndpointSlices: serving terminating endpoints), answered when the
+	// key has no values of its own, else unanswered (ExplainShadowed).
 	Fallback bool
 	// Unanswered are the values it gives that the step does not answer,
 	// and Why: ExplainYounger or ExplainElsewhere.
@@ -153,6 +158,8 @@ func (e *Engine) Explain(t Target) Explanation {
 					}
 					switch {
 					case len(o.Unanswered) == 0:
+					case c.Shadowed:
+						o.Why = ExplainShadowed
 					case conflicts[k] && !c.Chosen:
 						o.Why = ExplainYounger
 					case t.At != (Locality{}):
