@@ -165,15 +165,9 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 	n := len(out)
 	_, enc = splitMeta(enc)
 	next := func() int {
-		var v uint64
-		for shift := 0; ; shift += 7 {
-			c := enc[0]
-			enc = enc[1:]
-			v |= uint64(c&0x7f) << shift
-			if c < 0x80 {
-				return int(v)
-			}
-		}
+		v, rest := uvarint(enc)
+		enc = rest
+		return int(v)
 	}
 	for i := range n {
 		if enc == "" {

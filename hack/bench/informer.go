@@ -34,32 +34,46 @@ func seedInformer(dyn dynamic.Interface) (dynamicinformer.DynamicSharedInformerF
 // whether a model is in the informer's index yet (for latency), and one
 // that stops the informer, which runs until then.
 func measureInformer(ctx context.Context, dyn dynamic.Interface, keys []string) (result, func(string) bool, func(), error) {
-	var r result
-	before := heap()
-	logf("informer: syncing")
-	start := time.Now()
-	factory, inf, err := seedInformer(dyn)
+	r, inf, stop, err := measureAnInformer("informer", dyn, keys, seedInformer)
 	if err != nil {
 		return r, nil, nil, err
 	}
-	stop := make(chan struct{})
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		return r, nil, nil, fmt.Errorf("informer did not sync")
+	idx := inf.GetIndexer()
+	visible := func(m string) bool {
+		objs, _ := idx.ByIndex("model", m)
+		return len(objs) > 0
 	}
-	r.sync = time.Since(start)
+	return r, visible, stop, nil
+}
+
+// measureAnInformer starts the informer that start makes and measures its
+// initial sync, heap per object and lookups (its ByIndex); stop stops it.
+func measureAnInformer(name string, dyn dynamic.Interface, keys []string,
+	start func(dynamic.Interface) (dynamicinformer.DynamicSharedInformerFactory, cache.SharedIndexInformer, error),
+) (r result, inf cache.SharedIndexInformer, stop func(), err error) {
+	before := heap()
+	logf("%s: syncing", name)
+	began := time.Now()
+	factory, inf, err := start(dyn)
+	if err != nil {
+		return r, nil, nil, err
+	}
+	done := make(chan struct{})
+	stop = func() { close(done); factory.Shutdown() }
+	factory.Start(done)
+	if !cache.WaitForCacheSync(done, inf.HasSynced) {
+		stop()
+		return r, nil, nil, fmt.Errorf("%s did not sync", name)
+	}
+	r.sync = time.Since(began)
 	r.bytesPerObject = float64(heap()-before) / float64(*n)
-	logf("informer: synced in %s, %.0f B per object", r.sync, r.bytesPerObject)
+	logf("%s: synced in %s, %.0f B per object", name, r.sync, r.bytesPerObject)
 	idx := inf.GetIndexer()
 	r.lookupHot, r.lookupRandom, r.lookupParallel, r.lookupAllocs = benchLookups(keys, func(k string) int {
 		objs, _ := idx.ByIndex("model", k)
 		return len(objs)
 	})
-	visible := func(m string) bool {
-		objs, _ := idx.ByIndex("model", m)
-		return len(objs) > 0
-	}
-	return r, visible, func() { close(stop); factory.Shutdown() }, nil
+	return r, inf, stop, nil
 }
 
 // tunedInformer is the strongest client-go peer: the seed's informer with
@@ -95,27 +109,9 @@ func tunedInformer(dyn dynamic.Interface) (dynamicinformer.DynamicSharedInformer
 // measureTunedInformer starts the tuned informer, measures its initial
 // sync, heap per object and lookups (its ByIndex), and stops it.
 func measureTunedInformer(dyn dynamic.Interface, keys []string) (result, error) {
-	var r result
-	before := heap()
-	logf("tuned informer: syncing")
-	start := time.Now()
-	factory, inf, err := tunedInformer(dyn)
-	if err != nil {
-		return r, err
+	r, _, stop, err := measureAnInformer("tuned informer", dyn, keys, tunedInformer)
+	if err == nil {
+		stop()
 	}
-	stop := make(chan struct{})
-	defer func() { close(stop); factory.Shutdown() }()
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		return r, fmt.Errorf("tuned informer did not sync")
-	}
-	r.sync = time.Since(start)
-	r.bytesPerObject = float64(heap()-before) / float64(*n)
-	logf("tuned informer: synced in %s, %.0f B per object", r.sync, r.bytesPerObject)
-	idx := inf.GetIndexer()
-	r.lookupHot, r.lookupRandom, r.lookupParallel, r.lookupAllocs = benchLookups(keys, func(k string) int {
-		objs, _ := idx.ByIndex("model", k)
-		return len(objs)
-	})
-	return r, nil
+	return r, err
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,19 +36,7 @@ func TestAuthExplainOfAChainNeedsItsIndexes(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, sa+" may get the chain", func() string {
-		r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: "system:serviceaccount:" + authNS + ":" + sa, Groups: []string{"system:serviceaccounts", "system:authenticated"},
-			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/v1/chains/model-to-addresses/*", Verb: "get"},
-		}}, metav1.CreateOptions{})
-		if err != nil {
-			return err.Error()
-		}
-		if !r.Status.Allowed {
-			return "not allowed yet"
-		}
-		return ""
-	})
+	waitAllowed(t, sa, "/v1/chains/model-to-addresses/*")
 	chainOnly := saToken(t, sa)
 	srv := guarded(t, env.Config, quietLog())
 	const chain = "/v1/chains/model-to-addresses/keys/model1"

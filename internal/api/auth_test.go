@@ -71,22 +71,28 @@ func identities(t *testing.T) (reader, operator, nobody string) {
 	// RBAC's informers take a moment: a 403 cached meanwhile would spoil
 	// the counts of the tests.
 	for sa, path := range map[string]string{"reader": "/v1/indexes/x/*", "operator": "/readyz/verbose"} {
-		testenv.Eventually(t, sa+" may get "+path, func() string {
-			r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:                  "system:serviceaccount:" + authNS + ":" + sa,
-				Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + authNS, "system:authenticated"},
-				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
-			}}, metav1.CreateOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			if !r.Status.Allowed {
-				return "not allowed yet"
-			}
-			return ""
-		})
+		waitAllowed(t, sa, path)
 	}
 	return saToken(t, "reader"), saToken(t, "operator"), saToken(t, "nobody")
+}
+
+// waitAllowed waits until RBAC lets ServiceAccount sa of authNS get path.
+func waitAllowed(t *testing.T, sa, path string) {
+	t.Helper()
+	testenv.Eventually(t, sa+" may get "+path, func() string {
+		r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:                  "system:serviceaccount:" + authNS + ":" + sa,
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + authNS, "system:authenticated"},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if !r.Status.Allowed {
+			return "not allowed yet"
+		}
+		return ""
+	})
 }
 
 func saToken(t *testing.T, sa string) string {
