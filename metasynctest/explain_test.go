@@ -1,12 +1,14 @@
 package metasynctest_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/iidp/metasync/metasynctest"
+	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -147,5 +149,82 @@ func TestExplainAndConflicts(t *testing.T) {
 	x = unsynced.Explain(msync.ChainOf("model-to-addresses", "model1"))
 	if st := x.Steps[len(x.Steps)-1]; len(x.Steps) != 2 || st.Synced || st.Empty != msync.ExplainNotSynced || x.Synced {
 		t.Fatalf("unsynced step: %+v", x)
+	}
+}
+
+// TestFakeReload: a reload that turns unique off answers every claimant,
+// on again the oldest; one that restarts a resource starts it empty and
+// synced; one that removes a chain ends its subscriptions.
+func TestFakeReload(t *testing.T) {
+	plan := func(mutate func(*schema.Config)) *schema.Plan {
+		t.Helper()
+		cfg, err := schema.Load(appmodelConfig(), schema.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate(cfg)
+		p, err := schema.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	same := plan(func(*schema.Config) {})
+	fake, err := metasynctest.New(same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Apply("appmodels", appAt("young", "2026-03-01T00:00:00Z", "model1")+"\n---\n"+appAt("old", "2025-04-24T03:40:36Z", "model1")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := fake.Subscribe(ctx, msync.ChainOf("model-to-addresses", "model1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := sub.Next(ctx); err != nil || ev.Type != msync.EventSnapshot {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+
+	notUnique := plan(func(c *schema.Config) { c.Resources[0].Indexes[0].Unique = false })
+	if ch, err := fake.Reload(notUnique); err != nil || !slices.Equal(ch.Unique, []string{"model-to-app"}) || len(ch.Restart) != 0 {
+		t.Fatalf("unique off: %+v, %v", ch, err)
+	}
+	if got := fake.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"old", "young"}) {
+		t.Fatalf("unique off: model1 = %v", got)
+	}
+	if _, err := fake.Reload(same); err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("unique on: model1 = %v", got)
+	}
+
+	restarted := plan(func(c *schema.Config) { c.Resources[0].LabelSelector = "iidp=iidp,tier=gold" })
+	if ch, err := fake.Reload(restarted); err != nil || !slices.Equal(ch.Restart, []string{"appmodels"}) {
+		t.Fatalf("restart: %+v, %v", ch, err)
+	}
+	if got := fake.Lookup("model-to-app", "model1"); len(got) != 0 {
+		t.Fatalf("a restarted resource starts empty: model1 = %v", got)
+	}
+	for _, ix := range fake.Indexes() {
+		if ix.Resource == "appmodels" && !ix.Synced {
+			t.Fatalf("a restarted resource starts synced: %+v", ix)
+		}
+	}
+
+	noChains := plan(func(c *schema.Config) { c.Chains = nil })
+	if _, err := fake.Reload(noChains); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("the chain's subscription after its removal: %v", err)
+		}
+		if ev.Type == msync.EventGone {
+			break
+		}
 	}
 }

@@ -54,6 +54,20 @@ type Fake struct {
 // synced and stale, as the daemon's HTTP API answers.
 func (f *Fake) Answer(t msync.Target) msync.Answer { return f.engine.Answer(t) }
 
+// Reload switches the Fake to another compiled config, as the daemon's
+// live reload does, and returns what changed: the resource entries it
+// keeps keep their objects (a unique index turned on or off applies to
+// them); those it starts or restarts (another selector, rule or field)
+// begin empty and synced, with no cluster to list them from: Apply their
+// objects again. A subscription of an index or chain that the reload
+// removes ends, as in the engine.
+func (f *Fake) Reload(plan *schema.Plan) (schema.Changes, error) {
+	if plan == nil {
+		return schema.Changes{}, errors.New("metasynctest: Reload needs a plan")
+	}
+	return f.feed.Reload(plan)
+}
+
 // Conflicts is the engine's Conflicts: the keys of unique indexes that
 // several objects claim with different values (each answers the oldest
 // claimant's; give objects a metadata.creationTimestamp to order them,

@@ -138,6 +138,25 @@ func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls 
 	return true
 }
 
+// Reload reloads the engine (see feed.Feeder.Reload).
+func (f offline) Reload(plan *mschema.Plan) (mschema.Changes, error) {
+	ch, err := f.e.Reload(plan)
+	if err != nil {
+		return ch, err
+	}
+	for _, name := range append(slices.Clone(ch.Start), ch.Restart...) {
+		w, err := f.watcher(name)
+		if err != nil {
+			return ch, err
+		}
+		w.reportSkipped = true
+		if err := w.Replace(nil, ""); err != nil {
+			return ch, err
+		}
+	}
+	return ch, nil
+}
+
 // projected is an object checked and projected for a resource: o is nil
 // when the resource's namespace or selectors exclude it.
 type projected struct {

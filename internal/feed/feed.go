@@ -21,6 +21,10 @@ type Feeder interface {
 	// Replace makes the objects the resource's whole content, as a relist
 	// does: what they lack is removed.
 	Replace(resource string, objects ...[]byte) error
+	// Reload switches the engine to plan, as a config reload does: the
+	// resources it keeps keep their objects; those it starts or restarts
+	// begin empty and synced (no cluster to list them from: feed them).
+	Reload(plan *schema.Plan) (schema.Changes, error)
 }
 
 // New builds a *sync.Engine (returned as any, since sync imports this
