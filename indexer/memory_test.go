@@ -229,3 +229,65 @@ func TestMemoryFollowsScaleDown(t *testing.T) {
 	}
 	runtime.KeepAlive(s0)
 }
+
+// BenchmarkBytesPerObject shows where the heap of an indexed object goes,
+// for objects like the bench's AppModels (an object key of 25 bytes,
+// three keys of 14 and one value of 10, a resourceVersion and a creation
+// time), in a unique index: the whole, and the writer's map of objects
+// rebuilt alone (its slots, the object keys' and the encodings' bytes);
+// the index's tables are the rest. Run it once:
+//
+//	go test -run '^$' -bench BytesPerObject -benchtime 1x ./indexer/
+func BenchmarkBytesPerObject(b *testing.B) {
+	const n = 10000
+	for b.Loop() {
+		before := liveHeap()
+		objs := make([]Object, n)
+		for i := range n {
+			name := fmt.Sprintf("app-%06d", i)
+			var es []Entry
+			for j := range 3 {
+				es = append(es, Entry{Key: fmt.Sprintf("model-%06d-%d", i, j), Value: name})
+			}
+			objs[i] = Object{Key: "metasync-bench/" + name, Entries: [][]Entry{es}, Meta: Meta{Version: fmt.Sprint(1000000 + i), Created: 1764000000}}
+		}
+		s, err := New(SourceSpec{Name: "s", Indexes: []string{"ix"}, Unique: []string{"ix"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		src := s.Source("s")
+		src.Replace(objs)
+		objs = nil
+		total := liveHeap() - before
+
+		at := liveHeap()
+		slots := make(map[string]string, len(src.objects))
+		for k, v := range src.objects {
+			slots[k] = v // the same strings: the slots alone
+		}
+		slotBytes := liveHeap() - at
+		var encBytes, keyBytes int
+		for k, v := range src.objects {
+			encBytes += sizeClass(len(v))
+			keyBytes += sizeClass(len(k))
+		}
+		b.ReportMetric(float64(total)/n, "B/object")
+		b.ReportMetric(float64(slotBytes)/n, "map-slots-B/object")
+		b.ReportMetric(float64(keyBytes)/n, "object-key-B/object")
+		b.ReportMetric(float64(encBytes)/n, "encoding-B/object")
+		b.ReportMetric(float64(total-slotBytes)/n-float64(keyBytes+encBytes)/n, "index-tables-B/object")
+		runtime.KeepAlive(slots)
+		runtime.KeepAlive(s)
+	}
+}
+
+// sizeClass is the room the Go allocator gives a string of n bytes (its
+// small size classes up to 128 bytes; beyond, n rounded up to 16).
+func sizeClass(n int) int {
+	for _, c := range []int{8, 16, 24, 32, 48, 64, 80, 96, 112, 128} {
+		if n <= c {
+			return c
+		}
+	}
+	return (n + 15) &^ 15
+}
