@@ -77,8 +77,8 @@ type ExplainedObject struct {
 	// EndpointSlices: serving terminating endpoints), answered when the
 	// key has no values of its own, else unanswered (ExplainShadowed).
 	Fallback bool
-	// Unanswered are the values it gives that the step does not answer,
-	// and Why: ExplainYounger or ExplainElsewhere.
+	// Unanswered are the values it gives that its key does not answer,
+	// and Why: ExplainYounger, ExplainElsewhere or ExplainShadowed.
 	Unanswered []string
 	Why        string
 }
