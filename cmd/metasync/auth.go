@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/internal/auth"
 )
 
 // authOptions are the flags that go with --auth: --auth-audience and
@@ -23,9 +23,9 @@ type authOptions struct {
 // set; beyond loopback it needs TLS, or --insecure-plaintext-auth to send
 // bearer tokens in cleartext on purpose. "none" checks nothing, with a
 // warning beyond loopback; "" checks nothing on loopback and is refused
-// beyond it. A nil *api.TokenAuth means no authentication. A refusal is
+// beyond it. A nil *auth.TokenAuth means no authentication. A refusal is
 // logged and returned as exitError{1}.
-func authFor(mode, addr string, o authOptions, cfg *rest.Config, log *slog.Logger) (*api.TokenAuth, error) {
+func authFor(mode, addr string, o authOptions, cfg *rest.Config, log *slog.Logger) (*auth.TokenAuth, error) {
 	host, _, _ := net.SplitHostPort(addr)
 	if mode != "tokenreview" && (*o.audience != "" || *o.insecurePlaintext) {
 		log.Error("--auth-audience and --insecure-plaintext-auth go with --auth=tokenreview", "auth", mode)
@@ -46,7 +46,7 @@ func authFor(mode, addr string, o authOptions, cfg *rest.Config, log *slog.Logge
 		if *o.audience == "" && !isLoopback(host) {
 			log.Warn("without --auth-audience, callers send tokens that the apiserver accepts too: give them projected tokens of an audience of metasync's own and set --auth-audience", "address", addr)
 		}
-		guard, err := api.NewTokenAuth(reviewConfig(cfg), log)
+		guard, err := auth.NewTokenAuth(reviewConfig(cfg), log)
 		if err != nil {
 			log.Error("auth", "error", err.Error())
 			return nil, exitError{1}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -541,11 +542,11 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			for _, ix := range ch.Indexes {
-				if v := mayGet(r, "/v1/indexes/"+ix+"/*"); v.code != 0 {
-					if v.code == http.StatusServiceUnavailable {
+				if code, msg := mayGet(r, "/v1/indexes/"+ix+"/*"); code != 0 {
+					if code == http.StatusServiceUnavailable {
 						w.Header().Set("Retry-After", "1")
 					}
-					writeError(w, v.code, fmt.Sprintf("explain of chain %q shows its steps: it needs get on /v1/indexes/%s/* too: %s", chain, ix, v.msg))
+					writeError(w, code, fmt.Sprintf("explain of chain %q shows its steps: it needs get on /v1/indexes/%s/* too: %s", chain, ix, msg))
 					return
 				}
 			}
@@ -648,7 +649,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			ans["conflicts"] = conflictsHealth(c)
 		}
 	}
-	if note := verboseNote(r); note != "" {
+	if note := auth.WithheldFrom(r.Context()); note != "" {
 		ans["verbose"] = note
 	}
 	writeJSON(w, code, ans)
@@ -691,19 +692,28 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// mayGet asks whether r's caller may get thing too (see auth.Caller): 0
+// when it may, or without the guard.
+func mayGet(r *http.Request, thing string) (code int, msg string) {
+	if c, ok := auth.CallerFrom(r.Context()); ok && c.MayGet != nil {
+		return c.MayGet(thing)
+	}
+	return 0, ""
+}
+
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, wire.Error{Error: msg})
 }
 
 // HTTPServer returns an http.Server for the API with timeouts and limits
 // fit for a daemon next to untrusted callers, behind auth when not nil.
-func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, auth *TokenAuth) *http.Server {
+func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, guard *auth.TokenAuth) *http.Server {
 	var h http.Handler = s
-	if auth != nil {
-		h = auth.Wrap(s)
+	if guard != nil {
+		h = guard.Wrap(s)
 		// Its review counters; a second HTTPServer over the same guard
 		// finds them registered already.
-		_ = s.registry.Register(auth)
+		_ = s.registry.Register(guard)
 	}
 	srv := &http.Server{
 		Addr:              addr,

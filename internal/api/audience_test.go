@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/testenv"
 )
 
@@ -118,7 +119,7 @@ func TestAuthStreamEndsWhenReviewsCannotBeMade(t *testing.T) {
 	s := offlineServer(t)
 	s.SetHeartbeat(heartbeat)
 	guard := newGuard(t, reviewerCfg, quietLog())
-	guard.ttl, guard.grace = 300*time.Millisecond, 300*time.Millisecond
+	guard.SetLifetimes(auth.Lifetimes{Positive: 300 * time.Millisecond, Grace: 300 * time.Millisecond})
 	srv := httptest.NewServer(guard.Wrap(s))
 	defer srv.Close()
 	target := srv.URL + "/v1/indexes/model-to-app/keys/m?watch=true"

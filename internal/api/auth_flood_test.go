@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestAuthAccessFloodKeepsKnownCallers(t *testing.T) {
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = 50, 100, nil // as serve configures its review client
 	kube, c := countingKube(t, cfg)
 	a := newGuard(t, kube, quietLog())
-	a.ttl, a.negativeTTL, a.timeout = 2*time.Second, time.Second, 1500*time.Millisecond
+	a.SetLifetimes(auth.Lifetimes{Positive: 2 * time.Second, Negative: time.Second, Review: 1500 * time.Millisecond})
 	h := a.Wrap(offlineServer(t))
 	serve := func(path, token string) int {
 		req := httptest.NewRequest("GET", path, nil)
@@ -103,7 +104,7 @@ func TestAuthFailingRefreshKeepsVerdict(t *testing.T) {
 	reader, _, _ := identities(t)
 	kube, c := countingKube(t, env.Config)
 	a := newGuard(t, kube, quietLog())
-	a.ttl, a.grace = time.Second, 1500*time.Millisecond
+	a.SetLifetimes(auth.Lifetimes{Positive: time.Second, Grace: 1500 * time.Millisecond})
 	h := a.Wrap(offlineServer(t))
 	serve := func() int {
 		req := httptest.NewRequest("GET", "/v1/indexes/model-to-app/keys/model1", nil)

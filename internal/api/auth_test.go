@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/testenv"
 )
 
@@ -151,9 +152,9 @@ func countingKube(t *testing.T, cfg *rest.Config) (*rest.Config, *reviewCounter)
 }
 
 // newGuard is NewTokenAuth, failing t on an error.
-func newGuard(t *testing.T, cfg *rest.Config, log *slog.Logger) *TokenAuth {
+func newGuard(t *testing.T, cfg *rest.Config, log *slog.Logger) *auth.TokenAuth {
 	t.Helper()
-	a, err := NewTokenAuth(cfg, log)
+	a, err := auth.NewTokenAuth(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +420,7 @@ func TestAuthStreamEndsWhenAccessGoes(t *testing.T) {
 	s := offlineServer(t)
 	s.SetHeartbeat(100 * time.Millisecond)
 	guard := newGuard(t, env.Config, quietLog())
-	guard.ttl = 500 * time.Millisecond
+	guard.SetLifetimes(auth.Lifetimes{Positive: 500 * time.Millisecond})
 	srv := httptest.NewServer(guard.Wrap(s))
 	defer srv.Close()
 	target := srv.URL + "/v1/indexes/model-to-app/keys/m?watch=true"

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authenticationv1 "k8s.io/api/authentication/v1"
+
+	"github.com/iidp/metasync/internal/auth"
 )
 
 // Limits bound what the callers of the API may hold open at once. A zero
@@ -122,28 +123,11 @@ func (s *Server) connLimiter() *connLimiter {
 	return s.conns
 }
 
-// callerKey carries, in a request's context, who TokenAuth found the
-// caller to be (see callerName).
-type callerKey struct{}
-
-// callerName names an authenticated caller for the per-caller limit: its
-// user name and, for a service account token bound to a pod, the pod: the
-// pods of one Deployment share their account, not their limit. The other
-// extras (a token's credential id among them) are left out: one caller
-// cannot multiply its limit by asking for more tokens.
-func callerName(u authenticationv1.UserInfo) string {
-	name := "user:" + u.Username
-	if pod := u.Extra["authentication.kubernetes.io/pod-uid"]; len(pod) > 0 {
-		name += "\x00pod:" + pod[0]
-	}
-	return name
-}
-
 // callerOf is who a request comes from, for the per-caller limit: the
 // identity that TokenAuth found, else the remote address (without port).
 func callerOf(r *http.Request) string {
-	if c, ok := r.Context().Value(callerKey{}).(string); ok && c != "" {
-		return c
+	if c, ok := auth.CallerFrom(r.Context()); ok && c.Name != "" {
+		return c.Name
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

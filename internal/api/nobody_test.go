@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -43,11 +44,11 @@ func probe(addr, path string) string {
 func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 	const limit = 8
 	quiet := slog.New(slog.DiscardHandler)
-	guard, err := NewTokenAuth(&rest.Config{Host: "http://127.0.0.1:1"}, quiet)
+	guard, err := auth.NewTokenAuth(&rest.Config{Host: "http://127.0.0.1:1"}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, auth := range map[string]*TokenAuth{"no auth": nil, "tokenreview": guard} {
+	for name, g := range map[string]*auth.TokenAuth{"no auth": nil, "tokenreview": guard} {
 		t.Run(name, func(t *testing.T) {
 			plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
 			if err != nil {
@@ -63,7 +64,7 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := s.HTTPServer(ln.Addr().String(), quiet, auth)
+			srv := s.HTTPServer(ln.Addr().String(), quiet, g)
 			go func() { _ = srv.Serve(s.Listener(ln)) }()
 			defer srv.Close()
 			addr := ln.Addr().String()
@@ -101,20 +102,6 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestBearerSchemeInAnyCase: the scheme's name is matched in any case, as
-// the apiserver matches it; what follows it is the token.
-func TestBearerSchemeInAnyCase(t *testing.T) {
-	for header, want := range map[string]string{
-		"Bearer abc": "abc", "bearer abc": "abc", "BEARER abc": "abc", "Bearer  abc ": "abc",
-		"Bearer": "", "Bearer ": "", "Basic abc": "", "Bearerabc": "", "": "",
-	} {
-		got, ok := bearer(header)
-		if got != want || ok != (want != "" || header == "Bearer ") {
-			t.Errorf("bearer(%q) = %q %v, want %q", header, got, ok, want)
-		}
 	}
 }
 

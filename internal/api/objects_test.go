@@ -40,21 +40,6 @@ func TestObjectsAndChains(t *testing.T) {
 	}
 }
 
-// TestAccessPathOfObjects: an object's fields are granted per resource,
-// the list of chains as a path of its own.
-func TestAccessPathOfObjects(t *testing.T) {
-	for target, want := range map[string]string{
-		"/v1/resources/appmodels/objects/meta-test%2Fbase": "/v1/resources/appmodels/*",
-		"/v1/indexes/model-to-app/keys/m/objects":          "/v1/indexes/model-to-app/*",
-		"/v1/chains":                         "/v1/chains",
-		"/v1/chains/model-to-addresses/keys": "/v1/chains/model-to-addresses/*",
-	} {
-		if got := accessPath(httptest.NewRequest("GET", target, nil).URL); got != want {
-			t.Errorf("accessPath(%s) = %s, want %s", target, got, want)
-		}
-	}
-}
-
 // TestObjectBeforeTheFirstList: a resource that has not completed a list
 // does not say "no such object" (it does not know yet): 503, Retry-After.
 func TestObjectBeforeTheFirstList(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iidp/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -116,7 +117,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	// 503 at two checks in a row, a heartbeat period apart, ends: a
 	// caller's streams outlive the last review that worked by at most that
 	// verdict's life and two heartbeat periods (and the reviews' timeouts).
-	recheck, _ := r.Context().Value(recheckKey{}).(func() int)
+	var recheck func() int
+	if c, ok := auth.CallerFrom(r.Context()); ok {
+		recheck = c.Recheck
+	}
 	checked := time.Now()
 	var failingSince time.Time
 	stale := false // the last frame sent said "stale"

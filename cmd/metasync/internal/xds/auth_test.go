@@ -23,7 +23,7 @@ import (
 
 // fakeAccess is an Authorizer of the unit tests: tokens name users, and
 // each user may read the access URLs it is granted. The real one
-// (api.TokenAuth.Check) is proven against the control plane in
+// (auth.TokenAuth.Check) is proven against the control plane in
 // cmd/metasync.
 type fakeAccess struct {
 	mu      gosync.Mutex

@@ -77,7 +77,7 @@ type Engine interface {
 	StaleChanged() <-chan struct{}
 }
 
-// Authorizer decides what a client may read, as api.TokenAuth.Check
+// Authorizer decides what a client may read, as auth.TokenAuth.Check
 // does for HTTP: whether the caller of r (the bearer token of the
 // stream's "authorization" metadata) is authenticated (thing "") or may
 // get thing, the non-resource URL that the HTTP lookup of the same

@@ -1,4 +1,4 @@
-package api
+package auth
 
 import (
 	"context"
@@ -186,9 +186,10 @@ func (a *TokenAuth) Collect(ch chan<- prometheus.Metric) {
 	a.busy.Collect(ch)
 }
 
-type verboseNoteKey struct{}
-
-// Wrap returns h behind the guard.
+// Wrap returns h behind the guard. An authorized request reaches h with
+// its Caller in its context (CallerFrom); a /readyz?verbose whose caller
+// may not see the reasons reaches it without ?verbose, and with why
+// (WithheldFrom).
 func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -221,34 +222,20 @@ func (a *TokenAuth) Wrap(h http.Handler) http.Handler {
 			return
 		}
 		// A change stream lasts: it asks again, from the same caches as
-		// the lookups, as it goes (see Server.stream).
-		recheck := func() int { return a.checkRequest(r, thing).code }
-		ctx := context.WithValue(r.Context(), recheckKey{}, recheck)
-		// What a request reads beyond its path (the steps of an explained
-		// chain) is asked for with the same token and caches.
-		ctx = context.WithValue(ctx, mayGetKey{}, func(other string) verdict { return a.checkRequest(r, other) })
-		ctx = context.WithValue(ctx, callerKey{}, callerName(v.user))
-		h.ServeHTTP(w, r.WithContext(ctx))
+		// the lookups, as it goes. What a request reads beyond its path
+		// (the steps of an explained chain) is asked for with the same
+		// token and caches.
+		c := Caller{
+			Name:    CallerName(v.user),
+			Recheck: func() int { return a.checkRequest(r, thing).code },
+			MayGet: func(other string) (int, string) {
+				v := a.checkRequest(r, other)
+				return v.code, v.msg
+			},
+		}
+		h.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 	})
 }
-
-// mayGetKey carries, in an authorized request's context, a function that
-// tells whether its caller may get another thing (a non-resource URL as
-// in the table of TokenAuth).
-type mayGetKey struct{}
-
-// mayGet asks whether r's caller may get thing: a zero verdict when it
-// may, or without TokenAuth.
-func mayGet(r *http.Request, thing string) verdict {
-	if f, ok := r.Context().Value(mayGetKey{}).(func(string) verdict); ok {
-		return f(thing)
-	}
-	return verdict{}
-}
-
-// recheckKey carries, in an authorized request's context, a function that
-// authorizes the request again: 0, or the status that would refuse it now.
-type recheckKey struct{}
 
 const msgNoToken = "a bearer token is required"
 
@@ -258,15 +245,9 @@ func withoutVerbose(r *http.Request, note string) *http.Request {
 	q.Del("verbose")
 	u := *r.URL
 	u.RawQuery = q.Encode()
-	r2 := r.WithContext(context.WithValue(r.Context(), verboseNoteKey{}, note))
+	r2 := r.WithContext(WithWithheld(r.Context(), note))
 	r2.URL = &u
 	return r2
-}
-
-// verboseNote is why TokenAuth took ?verbose away from r, or "".
-func verboseNote(r *http.Request) string {
-	s, _ := r.Context().Value(verboseNoteKey{}).(string)
-	return s
 }
 
 // accessPath names what a request reads, as the non-resource URL that
@@ -347,4 +328,26 @@ func (a *TokenAuth) checkRequest(r *http.Request, thing string) verdict {
 	})
 	v.user = user // who the caller is, for the per-caller limits
 	return v
+}
+
+// Lifetimes are how long the guard's verdicts live and how long it waits
+// for a review; NewTokenAuth sets the daemon's (see TokenAuth). Tests
+// shorten them.
+type Lifetimes struct {
+	Positive, Negative time.Duration // verdicts that allow; 401 and 403
+	Review             time.Duration // one review's timeout
+	Grace              time.Duration // a positive verdict whose refresh fails, past its expiry
+}
+
+// SetLifetimes changes the lifetimes: the zero ones keep theirs. Call it
+// before the guard serves.
+func (a *TokenAuth) SetLifetimes(l Lifetimes) {
+	for _, f := range []struct {
+		to *time.Duration
+		v  time.Duration
+	}{{&a.ttl, l.Positive}, {&a.negativeTTL, l.Negative}, {&a.timeout, l.Review}, {&a.grace, l.Grace}} {
+		if f.v > 0 {
+			*f.to = f.v
+		}
+	}
 }
