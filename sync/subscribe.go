@@ -117,43 +117,61 @@ type Subscription struct {
 	synced  atomic.Bool
 	version atomic.Pointer[string] // see Version
 
-	// Written by the hub (under hub.mu, then mu), read by Next.
-	mu       gosync.Mutex
-	signal   chan struct{} // capacity 1: something is pending
-	dirty    bool          // key and chain: the answer may have changed
+	// A subscription's state has three owners, each with its lock:
+	inbox          // what the hub hands to Next, under inbox.mu
+	outbox         // what Next has sent and is sending, under nextMu
+	path   subPath // where the hub holds a key or chain subscription, under hub.mu
+}
+
+// inbox is what the hub tells a subscription between two calls of Next:
+// written by the hub (under hub.mu, then mu), read and reset by Next.
+type inbox struct {
+	mu     gosync.Mutex
+	signal chan struct{} // capacity 1: something is pending
+	gone   bool          // a reload removed the target
+	rebind bool          // a reload changed what the target reads
+
+	// Key and chain subscriptions.
+	dirty bool // the answer may have changed
+
+	// Index subscriptions.
 	pending  map[string]struct{}
-	overflow bool              // index: pending was given up (see markKeys)
-	pendAt   *indexer.Snapshot // index: the snapshot of the last hook that added to pending
-	gone     bool              // a reload removed the target
-	rebind   bool              // a reload changed what the target reads
-	// base and baseIx, of an index subscription: what the subscriber
-	// holds once the queue is delivered is the values of baseIx in base.
-	// nil when the subscriber holds the current values of its index, none
-	// changed since (it is caught up): the hub then sets base at the next
-	// change, to the snapshot that the change replaced. An idle
-	// subscription so holds no snapshot, nor any copy of the index: what
-	// it sent is read back from the immutable snapshots the store shares.
+	overflow bool              // pending was given up (see markKeys)
+	pendAt   *indexer.Snapshot // the snapshot of the last hook that added to pending
+	// base and baseIx: what the subscriber holds once the queue is
+	// delivered is the values of baseIx in base. nil when the subscriber
+	// holds the current values of its index, none changed since (it is
+	// caught up): the hub then sets base at the next change, to the
+	// snapshot that the change replaced. An idle subscription so holds no
+	// snapshot, nor any copy of the index: what it sent is read back from
+	// the immutable snapshots the store shares.
 	base   *indexer.Snapshot
 	baseIx indexer.Index
+}
 
-	// Next's own state, under nextMu.
+// outbox is Next's own state, under nextMu (calls of Next are serialized
+// by it).
+type outbox struct {
 	nextMu  gosync.Mutex
-	force   bool // key and chain: send the next answer even if equal to last
 	phase   int
 	resumed bool
-	last    []string // key and chain: the last answer sent
-	// index: the keys to send, sorted, each with its values in batchIx of
-	// batch. For an initial snapshot, the batch's own sorted keys
-	// (Snapshot.Keys, shared by every reader): nothing is copied.
+
+	// Key and chain subscriptions.
+	force bool     // send the next answer even if equal to last
+	last  []string // the last answer sent
+
+	// Index subscriptions: the keys to send, sorted, each with its values
+	// in batchIx of batch. For an initial snapshot, the batch's own sorted
+	// keys (Snapshot.Keys, shared by every reader): nothing is copied.
 	queue    []string
 	batch    *indexer.Snapshot
 	batchIx  indexer.Index
-	complete uint64 // index: every change up to this seq is delivered
-
-	// path is what the hub holds of a key or chain subscription: the keys
-	// it is registered on, per index (under hub.mu).
-	path map[indexer.Index]map[string]struct{}
+	complete uint64 // every change up to this seq is delivered
 }
+
+// subPath is what the hub holds of a key or chain subscription: the keys
+// it is registered on, per index (under hub.mu).
+type subPath = map[indexer.Index]map[string]struct{}
 
 // pendingFloor is the size of the pending set of an index subscription
 // that is never given up, however small the index.
@@ -189,7 +207,7 @@ const (
 // The subscription ends when ctx ends or Close is called; it holds no
 // goroutine. An unknown index or chain is an error.
 func (e *Engine) Subscribe(ctx context.Context, t Target) (*Subscription, error) {
-	s := &Subscription{e: e, target: t, done: make(chan struct{}), signal: make(chan struct{}, 1)}
+	s := &Subscription{e: e, target: t, done: make(chan struct{}), inbox: inbox{signal: make(chan struct{}, 1)}}
 	if err := e.hub.add(s); err != nil {
 		return nil, err
 	}
