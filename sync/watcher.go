@@ -84,23 +84,30 @@ type watcher struct {
 	failingSince time.Time
 	listed       atomic.Int64 // objects decoded by the current list
 
-	failures    atomic.Int64 // errors recorded by fail, ever
 	established atomic.Int64 // unix nanos: the first watch established in the current run, 0 if none yet
+	gone        atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
 
-	watches atomic.Int64 // watch requests that started
-	gone    atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
-
-	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
-	// Requests that ended, and how long they took, in nanoseconds: lists
-	// (all pages of one) and watches (from their start to their end).
-	lists, listNanos, watchesEnded, watchNanos atomic.Int64
-	ruleErrors                                 []atomic.Int64 // per index of the resource
-	ruleLog                                    rate.Sometimes
+	*totals                   // the resource's, shared with the watchers it restarts
+	ruleErrors []atomic.Int64 // per index of the resource
+	ruleLog    rate.Sometimes
 	// failing: the objects whose rule fails now, per index.
 	failing failingSet
 	// freshened, if set, is called when the resource may no longer be
 	// stale: its first list or catch-up, a snapshot dropped.
 	freshened func()
+}
+
+// totals are what a resource has done since the engine started: a
+// watcher that restarts the resource (a reload) takes its predecessor's,
+// halted by then, and goes on counting in them.
+type totals struct {
+	failures atomic.Int64 // errors recorded by fail
+	watches  atomic.Int64 // watch requests that started
+
+	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
+	// Requests that ended, and how long they took, in nanoseconds: lists
+	// (all pages of one) and watches (from their start to their end).
+	lists, listNanos, watchesEnded, watchNanos atomic.Int64
 }
 
 // noteFresh calls freshened, if set.
@@ -121,6 +128,7 @@ func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
 		plan:       plan,
 		log:        log.With("resource", plan.Name),
 		synced:     make(chan struct{}),
+		totals:     &totals{},
 		ruleErrors: make([]atomic.Int64, len(plan.Indexes)),
 		ruleLog:    rate.Sometimes{First: 5, Interval: 30 * time.Second},
 	}
@@ -178,15 +186,7 @@ func (w *watcher) inherit(old *watcher) {
 			}
 		}
 	}
-	for _, c := range []struct{ to, from *atomic.Int64 }{
-		{&w.added, &old.added}, {&w.updated, &old.updated}, {&w.deleted, &old.deleted},
-		{&w.relists, &old.relists}, {&w.listErrors, &old.listErrors}, {&w.watchErrors, &old.watchErrors},
-		{&w.watches, &old.watches}, {&w.failures, &old.failures},
-		{&w.lists, &old.lists}, {&w.listNanos, &old.listNanos},
-		{&w.watchesEnded, &old.watchesEnded}, {&w.watchNanos, &old.watchNanos},
-	} {
-		c.to.Store(c.from.Load())
-	}
+	w.totals = old.totals
 	for i, ix := range w.plan.Indexes {
 		for j, was := range old.plan.Indexes {
 			if was.Name == ix.Name {
