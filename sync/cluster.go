@@ -120,10 +120,10 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 	other := false
 	defer func() {
 		id.mu.Unlock()
-		if other { // after id.mu: writeSnapshotFile takes snaps.mu, then id.mu
-			e.snaps.mu.Lock()
-			e.snaps.status.Load, e.snaps.status.LoadReason, e.snaps.status.WrittenAt = "cold", "cluster", time.Time{}
-			e.snaps.mu.Unlock()
+		if other { // after id.mu: writeWarmFile takes warm.mu, then id.mu
+			e.warm.mu.Lock()
+			e.warm.status.Load, e.warm.status.LoadReason, e.warm.status.WrittenAt = "cold", "cluster", time.Time{}
+			e.warm.mu.Unlock()
 		}
 	}()
 	if id.verdict != nil {

@@ -61,7 +61,7 @@ type Engine struct {
 	epoch   string // names this engine's run in subscription versions
 
 	staleAfter time.Duration
-	snaps      snapshots
+	warm       warmFiles
 	ident      identity // the cluster's, and the snapshot's (see cluster.go)
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
@@ -251,11 +251,11 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		return nil, err
 	}
 	if opts.SnapshotDir != "" {
-		e.snaps.dir, e.snaps.interval = opts.SnapshotDir, opts.SnapshotInterval
-		if e.snaps.interval <= 0 {
-			e.snaps.interval = DefaultSnapshotInterval
+		e.warm.dir, e.warm.interval = opts.SnapshotDir, opts.SnapshotInterval
+		if e.warm.interval <= 0 {
+			e.warm.interval = DefaultSnapshotInterval
 		}
-		e.loadSnapshot()
+		e.loadWarmFile()
 	}
 	return e, nil
 }
@@ -276,8 +276,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	var writer gosync.WaitGroup
-	if e.snaps.dir != "" {
-		writer.Go(func() { e.writeSnapshots(ctx) })
+	if e.warm.dir != "" {
+		writer.Go(func() { e.writeWarmFiles(ctx) })
 	}
 	<-ctx.Done()
 	e.mu.Lock()
@@ -285,7 +285,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	e.running.Wait()
 	writer.Wait()
-	if e.snaps.dir != "" && e.writeSnapshotFile() == nil {
+	if e.warm.dir != "" && e.writeWarmFile() == nil {
 		st := e.SnapshotStatus()
 		e.log.Info("snapshot written", "objects", st.Objects, "bytes", st.Bytes, "took", st.WriteDuration.Round(time.Microsecond).String())
 	}

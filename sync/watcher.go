@@ -156,7 +156,7 @@ type carried struct {
 // inherit takes over the counts and the synced state of the halted
 // watcher of the resource's previous definition, so that its metrics go on
 // counting and its indexes, which keep that one's answers until the first
-// list, do not read as "not known yet". Until then, snapshots keep what
+// list, do not read as "not known yet". Until then, warm-start files keep what
 // they answer (see carried).
 func (w *watcher) inherit(old *watcher) {
 	w.inherited = old.isSynced()
@@ -218,7 +218,7 @@ func (w *watcher) run(ctx context.Context) {
 	if w.resumeRV == "" && w.unverified() && w.cluster != nil {
 		// Data of a snapshot that this watcher lists, not resumes (carried
 		// over a reload, or to be listed): the cluster check still decides
-		// whether it is dropped at once, and what later snapshots record.
+		// whether it is dropped at once, and what later warm-start files record.
 		// Best effort: the list replaces it anyway.
 		checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		_, _ = w.cluster(checkCtx)

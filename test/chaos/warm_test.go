@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -390,19 +390,19 @@ func rewriteVersions(t *testing.T, dir, rv string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := snapshot.Decode(data)
+	f, err := warmfile.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, f.Config, f.Cluster, f.WrittenAt, len(f.Resources))
+	enc := warmfile.NewEncoder(&buf, f.Config, f.Cluster, f.WrittenAt, len(f.Resources))
 	for _, r := range f.Resources {
 		enc.Resource(r.Name, rv, r.Relist, r.Indexes, r.Strings)
 		for _, tb := range r.Tables {
 			enc.Table(tb.WithObjects)
 			tb.Each(enc.Key)
 		}
-		r.EachObject(func(o snapshot.Object) { enc.Object(o.Key, o.Payload, o.HasPayload, o.Meta, o.Entries) })
+		r.EachObject(func(o warmfile.Object) { enc.Object(o.Key, o.Payload, o.HasPayload, o.Meta, o.Entries) })
 	}
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)

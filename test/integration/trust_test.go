@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -319,7 +319,7 @@ func TestSnapshotOfAnotherClusterIsIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := snapshot.Decode(data)
+	f, err := warmfile.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}

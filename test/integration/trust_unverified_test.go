@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -158,13 +158,13 @@ func TestUnknownClusterSnapshotIsNotResumedAsThisOne(t *testing.T) {
 	}
 }
 
-func decodeSnapshot(t *testing.T, dir string) *snapshot.File {
+func decodeSnapshot(t *testing.T, dir string) *warmfile.File {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, msync.SnapshotFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := snapshot.Decode(data)
+	f, err := warmfile.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}

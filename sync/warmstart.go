@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/iidp/metasync/indexer"
-	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/internal/warmfile"
 )
 
 // SnapshotFile is the name of the snapshot in Options.SnapshotDir.
@@ -45,8 +45,8 @@ type SnapshotStatus struct {
 	WriteError    string        `json:"writeError,omitempty"`
 }
 
-// snapshots is the engine's snapshot state.
-type snapshots struct {
+// warmFiles is the state of the engine's warm-start files (--snapshot-dir).
+type warmFiles struct {
 	dir      string
 	interval time.Duration
 	mu       gosync.Mutex // one write at a time; guards status
@@ -55,9 +55,9 @@ type snapshots struct {
 
 // SnapshotStatus returns the state of the engine's snapshots.
 func (e *Engine) SnapshotStatus() SnapshotStatus {
-	e.snaps.mu.Lock()
-	defer e.snaps.mu.Unlock()
-	return e.snaps.status
+	e.warm.mu.Lock()
+	defer e.warm.mu.Unlock()
+	return e.warm.status
 }
 
 // WriteSnapshot writes what the indexes hold to out, with each resource's
@@ -117,7 +117,7 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 			at = r.w.restoredAt
 		}
 	}
-	enc := snapshot.NewEncoder(out, v.plan.DataHash(), cluster, at, len(rs))
+	enc := warmfile.NewEncoder(out, v.plan.DataHash(), cluster, at, len(rs))
 	total := 0
 	for _, r := range rs {
 		total += writeResource(enc, r.w, r.rv, r.relist)
@@ -130,7 +130,7 @@ func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
 // objects. Data carried over a reload is in the current definition's
 // layout too: the store's Reconfigure kept each index by name, and laid
 // out the objects' entries anew. It returns the number of objects.
-func writeResource(enc *snapshot.Encoder, w *watcher, rv string, relist bool) int {
+func writeResource(enc *warmfile.Encoder, w *watcher, rv string, relist bool) int {
 	img := w.src.Image()
 	names := make([]string, len(w.plan.Indexes))
 	for i, ix := range w.plan.Indexes {
@@ -214,10 +214,10 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 	if e.started.Load() {
 		return time.Time{}, errors.New("RestoreSnapshot after Start")
 	}
-	f, err := snapshot.Decode(data)
+	f, err := warmfile.Decode(data)
 	if err != nil {
 		reason := "corrupt"
-		var se *snapshot.Error
+		var se *warmfile.Error
 		if errors.As(err, &se) {
 			reason = se.Reason
 		}
@@ -290,7 +290,7 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 // its tables at once, its objects in the background (see
 // indexer.Source.Load). r's strings alias the snapshot's data, which
 // stays unchanged: what the source keeps, it copies.
-func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
+func (w *watcher) restoreFrom(r *warmfile.Resource, fields bool) {
 	indexes := make([]indexer.SavedIndex, len(r.Tables))
 	for i := range r.Tables {
 		t := &r.Tables[i]
@@ -300,7 +300,7 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 		if !fields {
 			return
 		}
-		r.EachObject(func(o snapshot.Object) {
+		r.EachObject(func(o warmfile.Object) {
 			if o.HasPayload {
 				f(o.Key, strings.Clone(o.Payload))
 			}
@@ -309,7 +309,7 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 	objects := func() []indexer.Object {
 		objs := make([]indexer.Object, 0, r.Objects)
 		seen := make(map[string]struct{}, r.Objects)
-		r.EachObject(func(o snapshot.Object) {
+		r.EachObject(func(o warmfile.Object) {
 			if _, dup := seen[o.Key]; dup {
 				// A copy: the snapshot's data may be unmapped once loaded.
 				w.log.Error("snapshot object twice: the first kept", "object", strings.Clone(o.Key))
@@ -328,10 +328,10 @@ func (w *watcher) restoreFrom(r *snapshot.Resource, fields bool) {
 	w.loaded = w.src.Load(r.Strings, indexes, r.Objects, payloads, objects)
 }
 
-// loadSnapshot restores the snapshot of Options.SnapshotDir, if there is
+// loadWarmFile restores the snapshot of Options.SnapshotDir, if there is
 // one that fits, and records how.
-func (e *Engine) loadSnapshot() {
-	path := filepath.Join(e.snaps.dir, SnapshotFile)
+func (e *Engine) loadWarmFile() {
+	path := filepath.Join(e.warm.dir, SnapshotFile)
 	e.removeTemporaries()
 	start := time.Now()
 	outcome, reason := "warm", ""
@@ -377,18 +377,18 @@ func (e *Engine) loadSnapshot() {
 			"age", time.Since(writtenAt).Round(time.Millisecond).String(), "took", time.Since(start).Round(time.Microsecond).String(),
 			"read", read.Round(time.Microsecond).String())
 	}
-	e.snaps.mu.Lock()
-	e.snaps.status.Load, e.snaps.status.LoadReason = outcome, reason
+	e.warm.mu.Lock()
+	e.warm.status.Load, e.warm.status.LoadReason = outcome, reason
 	if !writtenAt.IsZero() {
-		e.snaps.status.WrittenAt = writtenAt
+		e.warm.status.WrittenAt = writtenAt
 	}
-	e.snaps.mu.Unlock()
+	e.warm.mu.Unlock()
 }
 
 // removeTemporaries removes the temporary files that writes killed
 // midway left in Options.SnapshotDir (the folder is the engine's alone).
 func (e *Engine) removeTemporaries() {
-	tmps, _ := filepath.Glob(filepath.Join(e.snaps.dir, snapshotTemp))
+	tmps, _ := filepath.Glob(filepath.Join(e.warm.dir, warmFileTemp))
 	for _, p := range tmps {
 		if err := os.Remove(p); err != nil {
 			e.log.Warn("cannot remove a snapshot's temporary file", "path", p, "error", err.Error())
@@ -398,17 +398,17 @@ func (e *Engine) removeTemporaries() {
 	}
 }
 
-// snapshotTemp is the pattern of the temporary files of snapshot writes.
-const snapshotTemp = ".snapshot-*"
+// warmFileTemp is the pattern of the temporary files of snapshot writes.
+const warmFileTemp = ".snapshot-*"
 
-// writeSnapshotFile writes a snapshot to Options.SnapshotDir atomically: a
+// writeWarmFile writes a snapshot to Options.SnapshotDir atomically: a
 // temporary file in the same folder, synced, renamed over the last one.
-func (e *Engine) writeSnapshotFile() error {
-	e.snaps.mu.Lock()
-	defer e.snaps.mu.Unlock()
+func (e *Engine) writeWarmFile() error {
+	e.warm.mu.Lock()
+	defer e.warm.mu.Unlock()
 	start := time.Now()
-	n, size, err := e.writeSnapshotTo(e.snaps.dir)
-	st := &e.snaps.status
+	n, size, err := e.writeWarmFileTo(e.warm.dir)
+	st := &e.warm.status
 	if errors.Is(err, ErrNothingToSnapshot) {
 		e.log.Debug("no snapshot written: no resource has synced yet")
 		return err // the last snapshot, if any, stays
@@ -416,7 +416,7 @@ func (e *Engine) writeSnapshotFile() error {
 	if err != nil {
 		st.WriteErrors++
 		st.WriteError = err.Error()
-		e.log.Warn("snapshot not written", "dir", e.snaps.dir, "error", err.Error())
+		e.log.Warn("snapshot not written", "dir", e.warm.dir, "error", err.Error())
 		return err
 	}
 	st.Writes++
@@ -426,8 +426,8 @@ func (e *Engine) writeSnapshotFile() error {
 	return nil
 }
 
-func (e *Engine) writeSnapshotTo(dir string) (objects int, size int64, err error) {
-	tmp, err := os.CreateTemp(dir, snapshotTemp) // mode 0600
+func (e *Engine) writeWarmFileTo(dir string) (objects int, size int64, err error) {
+	tmp, err := os.CreateTemp(dir, warmFileTemp) // mode 0600
 	if err != nil {
 		return 0, 0, err
 	}
@@ -465,17 +465,17 @@ func (e *Engine) writeSnapshotTo(dir string) (objects int, size int64, err error
 	return objects, st.Size(), nil
 }
 
-// writeSnapshots writes a snapshot every interval until ctx ends; Start
+// writeWarmFiles writes a snapshot every interval until ctx ends; Start
 // writes the last one once the watches have stopped.
-func (e *Engine) writeSnapshots(ctx context.Context) {
-	t := time.NewTicker(e.snaps.interval)
+func (e *Engine) writeWarmFiles(ctx context.Context) {
+	t := time.NewTicker(e.warm.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = e.writeSnapshotFile()
+			_ = e.writeWarmFile()
 		}
 	}
 }

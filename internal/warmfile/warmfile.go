@@ -1,7 +1,8 @@
-// Package snapshot is the file format of metasync's warm start: for each
-// resource entry, the resourceVersion its data is as of, its indexes as
-// tables (what lookups read, loaded first) and its projected objects (what
-// later writes need); for the config they were built for.
+// Package warmfile is the format of the warm-start file (the "snapshot
+// file" of --snapshot-dir): for each resource entry, the resourceVersion
+// its data is as of, its indexes as tables (what lookups read, loaded
+// first) and its projected objects (what later writes need); for the
+// config they were built for.
 //
 // A file is untrusted input: Decode checks its checksum, its format
 // version and every length, count and reference against what is there, and
@@ -35,7 +36,7 @@
 //	      0 for the object key, else length+1, then the bytes),
 //	  then the byte 0
 //	checksum   4 bytes, little endian: CRC-32C of everything before it
-package snapshot
+package warmfile
 
 import (
 	"bufio"
@@ -59,7 +60,7 @@ const flagRelist = 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// File is a decoded snapshot. Its strings are substrings of the data it
+// File is a decoded file. Its strings are substrings of the data it
 // was decoded from, which must not change while they are used: clone what
 // is kept.
 type File struct {
@@ -71,7 +72,7 @@ type File struct {
 	Resources []Resource
 }
 
-// Resource is one resource entry of a snapshot.
+// Resource is one resource entry of a file.
 type Resource struct {
 	Name            string
 	ResourceVersion string
@@ -93,7 +94,7 @@ type Resource struct {
 	objects              []byte // validated
 }
 
-// Table is one index of a snapshot: each key with its values and, when
+// Table is one index of a file: each key with its values and, when
 // WithObjects, the object keys behind it.
 type Table struct {
 	WithObjects bool
@@ -114,7 +115,7 @@ type Object struct {
 	Entries [][]indexer.Entry
 }
 
-// Encoder writes one snapshot: for each resource, Resource, then Table and
+// Encoder writes one file: for each resource, Resource, then Table and
 // the Keys of each index's table in order, then Object for each object;
 // then Close. The first error sticks and is returned by Close.
 type Encoder struct {
@@ -135,7 +136,7 @@ type Encoder struct {
 	buf                []byte
 }
 
-// NewEncoder writes the header of a snapshot of the given number of
+// NewEncoder writes the header of a file of the given number of
 // resources to w.
 func NewEncoder(w io.Writer, config [32]byte, cluster string, writtenAt time.Time, resources int) *Encoder {
 	e := &Encoder{dst: w, crc: crc32.New(castagnoli), left: resources}
@@ -303,7 +304,7 @@ func (e *Encoder) Object(key string, payload string, hasPayload bool, meta index
 }
 
 // Close writes the checksum and flushes. It reports the first error of
-// the encoder, or of a snapshot whose resources were fewer than announced.
+// the encoder, or of a file whose resources were fewer than announced.
 func (e *Encoder) Close() error {
 	e.finish()
 	e.flush()
@@ -322,7 +323,7 @@ func (e *Encoder) Close() error {
 	return err
 }
 
-// Error is why a snapshot could not be read.
+// Error is why a file could not be read.
 type Error struct {
 	Reason string // one word, for metrics: truncated, checksum, format, corrupt
 	Detail string
@@ -334,7 +335,7 @@ func failure(reason, format string, args ...any) error {
 	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Decode checks a snapshot and reads its resources' headers; the tables
+// Decode checks a file and reads its resources' headers; the tables
 // and objects are read by Table.Each and Resource.EachObject. The strings
 // of the File alias data.
 func Decode(data []byte) (*File, error) {
@@ -436,7 +437,7 @@ func (r *Resource) EachObject(f func(Object)) {
 	}
 }
 
-// decoder reads the body of a snapshot; the first problem sticks and
+// decoder reads the body of a file; the first problem sticks and
 // every read after it returns zero values.
 type decoder struct {
 	b   []byte

@@ -19,7 +19,7 @@ import (
 
 	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
-	"github.com/iidp/metasync/internal/snapshot"
+	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/schema"
 )
 
@@ -123,7 +123,7 @@ func restored(t *testing.T, n int) (*Engine, []byte) {
 
 func TestSnapshotOfStaleDataKeepsItsAge(t *testing.T) {
 	r, data := restored(t, 10)
-	f, err := snapshot.Decode(data)
+	f, err := warmfile.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestSnapshotOfStaleDataKeepsItsAge(t *testing.T) {
 	if _, err := r.WriteSnapshot(&again); err != nil {
 		t.Fatal(err)
 	}
-	g, err := snapshot.Decode(again.Bytes())
+	g, err := warmfile.Decode(again.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestReloadOfAStaleResourceStaysStale(t *testing.T) {
 	if err != nil || n != 10 {
 		t.Fatalf("WriteSnapshot of a restarted resource that has not listed: %d objects, %v; want the 10 it answers", n, err)
 	}
-	f, err := snapshot.Decode(buf.Bytes())
+	f, err := warmfile.Decode(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 	if n, err := r.WriteSnapshot(&buf); err != nil || n != 10 {
 		t.Fatalf("WriteSnapshot: %d objects, %v; want 10", n, err)
 	}
-	f, err := snapshot.Decode(buf.Bytes())
+	f, err := warmfile.Decode(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestGoneResourceIsNotSnapshotted(t *testing.T) {
 
 func TestRestoreRefusesAnyVersion(t *testing.T) {
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
+	enc := warmfile.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
 	enc.Resource("appmodels", "0", false, []string{"model-to-app"}, nil)
 	enc.Table(true)
 	if err := enc.Close(); err != nil {
@@ -259,7 +259,7 @@ func compiledPlan(t *testing.T) *compiled.Plan {
 func craftedSnapshot(t *testing.T, dir string, fillers int) {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := snapshot.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
+	enc := warmfile.NewEncoder(&buf, compiledPlan(t).DataHash(), "", time.Now(), 1)
 	enc.Resource("appmodels", "4711", false, []string{"model-to-app"}, []string{"ghost-app", "ns/ghost"})
 	enc.Table(true)
 	enc.Key("ghost", []uint32{0}, []uint32{1})
