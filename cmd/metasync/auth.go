@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 )
 
 // authOptions are the flags that go with --auth: --auth-audience and

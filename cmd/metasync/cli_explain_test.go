@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/internal/feed"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -39,7 +39,7 @@ func TestGetExplain(t *testing.T) {
 	if err := f.Replace("endpointslices", []byte(slice)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
 	defer srv.Close()
 
 	out, errOut, code := cli("get", "--server", srv.URL, "--explain", "--chain", "model-to-addresses", "model1")
@@ -70,7 +70,7 @@ func TestGetExplain(t *testing.T) {
 	}
 	// A flood of explanations is refused, at once, with Retry-After.
 	refused := 0
-	for range api.ExplainBurstPerCaller + 5 {
+	for range server.ExplainBurstPerCaller + 5 {
 		resp, err := srv.Client().Get(srv.URL + "/v1/indexes/model-to-app/keys/model1?explain=true")
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +85,7 @@ func TestGetExplain(t *testing.T) {
 		}
 	}
 	if refused == 0 {
-		t.Errorf("%d explanations at once: none refused", api.ExplainBurstPerCaller+5)
+		t.Errorf("%d explanations at once: none refused", server.ExplainBurstPerCaller+5)
 	}
 	// Over HTTP: explain with watch, or a bad value, is a 400 naming it.
 	for path, wantErr := range map[string]string{

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/internal/feed"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -96,7 +96,7 @@ func TestGetNotesNotSynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
 	t.Cleanup(srv.Close)
 	for _, args := range [][]string{
 		{"get", "model-to-app", "model1", "--server", srv.URL},
@@ -119,7 +119,7 @@ func TestIndexesShowsFailingRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
 	t.Cleanup(srv.Close)
 	bad, _ := json.Marshal(map[string]any{
 		"apiVersion": "iidp.com/v1", "kind": "AppModel",

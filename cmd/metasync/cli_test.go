@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -39,7 +39,7 @@ func appmodelsPlan(t *testing.T) *schema.Plan {
 	return plan
 }
 
-// apiServer serves internal/api over an engine that was never started (no
+// apiServer serves the HTTP API (internal/server) over an engine that was never started (no
 // cluster) whose model-to-app index maps each of keys to "app-" + its
 // position in keys.
 func apiServer(t *testing.T, keys []string) *httptest.Server {
@@ -56,7 +56,7 @@ func apiServer(t *testing.T, keys []string) *httptest.Server {
 	if err := f.Replace("appmodels", objs...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
 	t.Cleanup(srv.Close)
 	return srv
 }

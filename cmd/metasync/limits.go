@@ -9,7 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 )
 
 // The defaults of the limits on streams and connections (see limitFlags).
@@ -50,17 +50,17 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 // allow is lowered to it, with a warning: never so high that accepting a
 // connection could fail for want of a descriptor, nor that streams could
 // take the room of lookups and probes.
-func (f limitFlags) limits(fds int, log *slog.Logger) (api.Limits, error) {
+func (f limitFlags) limits(fds int, log *slog.Logger) (server.Limits, error) {
 	for name, v := range map[string]int{"max-connections": *f.connections, "max-streams": *f.streams, "max-streams-per-caller": *f.perCaller} {
 		if v < 0 {
-			return api.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+			return server.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
 		}
 	}
 	connCap := maxAutoConnections
 	if fds > 0 {
 		connCap = fds - fdReserve(fds)
 		if connCap < 32 {
-			return api.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
+			return server.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
 		}
 	}
 	conns := *f.connections
@@ -73,7 +73,7 @@ func (f limitFlags) limits(fds int, log *slog.Logger) (api.Limits, error) {
 	}
 	streamCap := conns - lookupRoom(conns)
 	if streamCap < 1 {
-		return api.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
+		return server.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
 	}
 	streams := *f.streams
 	switch {
@@ -90,7 +90,7 @@ func (f limitFlags) limits(fds int, log *slog.Logger) (api.Limits, error) {
 	case perCaller > streams:
 		perCaller = streams
 	}
-	l := api.Limits{Streams: streams, StreamsPerCaller: perCaller, Connections: conns}
+	l := server.Limits{Streams: streams, StreamsPerCaller: perCaller, Connections: conns}
 	log.Info("limits", "connections", l.Connections, "streams", l.Streams, "streamsPerCaller", l.StreamsPerCaller, "fdLimit", fds)
 	return l, nil
 }
@@ -119,7 +119,7 @@ const (
 // twice and returns the free memory to the kernel (debug.FreeOSMemory):
 // net/http keeps a connection's buffers in pools that the first
 // collection only moves aside. It returns when ctx ends.
-func trimAfterStreams(ctx context.Context, log *slog.Logger, s *api.Server) {
+func trimAfterStreams(ctx context.Context, log *slog.Logger, s *server.Server) {
 	t := time.NewTicker(streamTrimPeriod)
 	defer t.Stop()
 	peak, prev := 0, 0

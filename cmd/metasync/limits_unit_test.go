@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/api"
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 )
 
 // TestLimitsFromFlags: the defaults follow the descriptor limit, and a
@@ -17,16 +17,16 @@ func TestLimitsFromFlags(t *testing.T) {
 	for _, c := range []struct {
 		fds  int
 		args string
-		want api.Limits
+		want server.Limits
 		err  string
 	}{
-		{fds: 1024, want: api.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 196}},
-		{fds: 256, want: api.Limits{Connections: 192, Streams: 168, StreamsPerCaller: 42}},
-		{fds: 1 << 20, want: api.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
-		{fds: 0, want: api.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
-		{fds: 1024, args: "--max-connections 5000 --max-streams 5000 --max-streams-per-caller 5000", want: api.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 784}},
-		{fds: 1024, args: "--max-connections 100", want: api.Limits{Connections: 100, Streams: 84, StreamsPerCaller: 21}},
-		{fds: 1024, args: "--max-streams 10 --max-streams-per-caller 3", want: api.Limits{Connections: 896, Streams: 10, StreamsPerCaller: 3}},
+		{fds: 1024, want: server.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 196}},
+		{fds: 256, want: server.Limits{Connections: 192, Streams: 168, StreamsPerCaller: 42}},
+		{fds: 1 << 20, want: server.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
+		{fds: 0, want: server.Limits{Connections: 16384, Streams: 4096, StreamsPerCaller: 256}},
+		{fds: 1024, args: "--max-connections 5000 --max-streams 5000 --max-streams-per-caller 5000", want: server.Limits{Connections: 896, Streams: 784, StreamsPerCaller: 784}},
+		{fds: 1024, args: "--max-connections 100", want: server.Limits{Connections: 100, Streams: 84, StreamsPerCaller: 21}},
+		{fds: 1024, args: "--max-streams 10 --max-streams-per-caller 3", want: server.Limits{Connections: 896, Streams: 10, StreamsPerCaller: 3}},
 		{fds: 1024, args: "--max-connections 16", err: "leaves no room for streams"},
 		{fds: 40, err: "file descriptor limit (40)"},
 		{fds: 1024, args: "--max-streams -1", err: "want a positive number"},

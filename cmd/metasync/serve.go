@@ -20,8 +20,8 @@ import (
 	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
-	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/internal/tlsfiles"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -41,7 +41,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); with --auth and TLS as the HTTP API: over TLS with --tls-cert-file, clients send bearer tokens with --auth=tokenreview, loopback only without --auth")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
-	heartbeat := fs.Duration("stream-heartbeat", api.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
+	heartbeat := fs.Duration("stream-heartbeat", server.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
 	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
 	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
@@ -101,7 +101,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	authOpts.tls = cert != nil
 	// Before the first request: every request to the apiserver counts.
-	clientMetrics := api.ClientGoMetrics()
+	clientMetrics := server.ClientGoMetrics()
 
 	flags := map[string]any{}
 	if *listen != "" {
@@ -175,7 +175,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	handler := api.New(engine, log)
+	handler := server.New(engine, log)
 	handler.SetHeartbeat(*heartbeat)
 	handler.SetLimits(limits)
 	reload := newReloader(*config, loaded, loadOpts, plan, engine, restCfg, log)
@@ -327,7 +327,7 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 	}
 }
 
-var _ http.Handler = (*api.Server)(nil)
+var _ http.Handler = (*server.Server)(nil)
 
 // xdsMaxConnections bounds the xDS server's open connections.
 const xdsMaxConnections = 4096

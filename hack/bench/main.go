@@ -86,8 +86,12 @@ func main() {
 		}
 		return
 	}
+	if *child == "bare-http" {
+		fmt.Fprintln(os.Stderr, "bench child:", serveBare(*childListen))
+		os.Exit(1)
+	}
 	if *child != "" {
-		fmt.Fprintf(os.Stderr, "bench: -child %q: only engines\n", *child)
+		fmt.Fprintf(os.Stderr, "bench: -child %q: only engines or bare-http\n", *child)
 		os.Exit(2)
 	}
 	err := run()
@@ -177,7 +181,7 @@ func run() error {
 	probes := []probe{polled(informerSees), polled(func(m string) bool { return len(ix.Lookup(m)) > 0 })}
 	var srv *streamServer
 	if *streams {
-		if srv, err = startStreams(engine); err != nil {
+		if srv, err = startStreams(cfg); err != nil {
 			return err
 		}
 		defer srv.stop()
@@ -238,7 +242,10 @@ func run() error {
 		rows = append(rows, more...)
 	}
 	if *httpDur > 0 {
-		bare, lookup := measureHTTP(engine, keys)
+		bare, lookup, err := measureHTTP(cfg, keys)
+		if err != nil {
+			return err
+		}
 		rows = append(rows, row{name: "HTTP lookups/s (bare net/http vs API)", unit: "req/s", baseline: bare, metasync: lookup, target: ratioAtLeast(0.7, "≥ 70 %"), higherIsBetter: true})
 	}
 	stopEngine()
@@ -472,7 +479,7 @@ func streamRows(ctx context.Context, engine *msync.Engine, srv *streamServer, ke
 	}
 	rows = append(rows,
 		row{name: fmt.Sprintf("heap per key subscription (%d open)", open), unit: "B", metasync: lib.heap},
-		row{name: fmt.Sprintf("heap per idle HTTP stream (%d open)", open), unit: "B", metasync: stream.heap},
+		row{name: fmt.Sprintf("daemon resident per idle HTTP stream (%d open)", open), unit: "B", metasync: stream.heap},
 		row{name: "stacks per idle HTTP stream", unit: "B", metasync: stream.stacks},
 		row{name: "goroutines per idle HTTP stream", unit: "count", metasync: stream.goroutines},
 	)

@@ -37,7 +37,8 @@ var (
 	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
 	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its heap every 5 s, and compacts once writes have paused for one look)")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
-	child       = flag.String("child", "", "internal: \"engines\", run as a child of the rollout rows")
+	child       = flag.String("child", "", "internal: \"engines\", run as a child of the rollout rows; \"bare-http\", the bare handler of the HTTP rows")
+	childListen = flag.String("child-listen", "", "internal: the bare-http child's address")
 	childNS     = flag.String("child-namespace", "", "internal: the child's namespace")
 	childConfig = flag.String("child-kubeconfig", "", "internal: the child's kubeconfig")
 )
@@ -210,6 +211,37 @@ func metasyncMemory(kubeconfig, namespace, dir string) (memory, error) {
 	return m, err
 }
 
+// gauges reads the samples of names (metrics without labels) from the
+// /metrics of the daemon on addr, in the order asked; a missing one is an
+// error.
+func gauges(addr string, names ...string) ([]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(names))
+	found := make([]bool, len(names))
+	for _, line := range strings.Split(string(b), "\n") {
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				out[i], err = strconv.ParseFloat(v, 64)
+				found[i] = err == nil
+			}
+		}
+	}
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("%s: no sample of %s in /metrics", addr, names[i])
+		}
+	}
+	return out, nil
+}
+
 // goMemory summarizes where the Go runtime of a daemon says its memory
 // goes, from its /metrics.
 func goMemory(client *http.Client, addr string) string {
@@ -299,12 +331,12 @@ type serveProcess struct {
 }
 
 // startServe starts `metasync serve` on namespace and waits for /readyz.
-func startServe(kubeconfig, namespace, dir string) (*serveProcess, error) {
+func startServe(kubeconfig, namespace, dir string, flags ...string) (*serveProcess, error) {
 	config, addr, err := serveConfig(dir, namespace)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(*metasyncBin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn")
+	cmd := exec.Command(*metasyncBin, append([]string{"serve", "--config", config, "--kubeconfig", kubeconfig, "--log-level", "warn"}, flags...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err

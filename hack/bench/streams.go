@@ -1,6 +1,7 @@
-// Change streams: a library subscription and an HTTP stream on the key
-// that each latency write adds, timed from the same writes as write ->
-// visible; and what 1,000 open subscriptions and idle HTTP streams cost.
+// Change streams: a library subscription and an HTTP stream of `metasync
+// serve` on the key that each latency write adds, timed from the same
+// writes as write -> visible; and what 1,000 open subscriptions and idle
+// HTTP streams cost.
 
 package main
 
@@ -12,39 +13,46 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
 
-	"github.com/iidp/metasync/internal/api"
+	"k8s.io/client-go/rest"
+
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
 
-// streamServer is the metasync API over the bench's engine, as `metasync
-// serve` builds it (HTTPServer: the daemon's timeouts), on a loopback
-// listener in this process.
+// streamServer is `metasync serve` (-metasync) over the bench's
+// AppModels, its stream limits raised for the open streams' rows.
 type streamServer struct {
 	addr string // host:port
-	srv  *http.Server
+	p    *serveProcess
+	dir  string
 }
 
-// startStreams serves the API of e on a loopback listener.
-func startStreams(e *msync.Engine) (*streamServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// startStreams runs `metasync serve` on the bench's namespace.
+func startStreams(cfg *rest.Config) (*streamServer, error) {
+	if _, err := os.Stat(*metasyncBin); err != nil {
+		return nil, fmt.Errorf("-metasync %s: %w (make bench builds it)", *metasyncBin, err)
+	}
+	dir, kubeconfig, err := workDir(cfg, "bench-streams-")
 	if err != nil {
 		return nil, err
 	}
-	srv := api.New(e, quiet).HTTPServer(ln.Addr().String(), quiet, nil)
-	go func() { _ = srv.Serve(ln) }()
-	return &streamServer{addr: ln.Addr().String(), srv: srv}, nil
+	p, err := startServe(kubeconfig, ns, dir, "--max-connections", "8192", "--max-streams", "8192", "--max-streams-per-caller", "2048")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &streamServer{addr: p.addr, p: p, dir: dir}, nil
 }
 
-// stop drains the server: its streams end (see api.Server.CloseStreams).
+// stop ends the daemon.
 func (s *streamServer) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = s.srv.Shutdown(ctx)
+	s.p.stop()
+	os.RemoveAll(s.dir)
 }
 
 // keyURL is the stream URL of an index key.
@@ -170,7 +178,9 @@ func httpProbe(s *streamServer) probe {
 	})
 }
 
-// openCost is what one open subscription or stream costs the process.
+// openCost is what one open subscription or stream costs: heap is the
+// live heap in this process (a subscription), the resident memory of the
+// daemon (a stream).
 type openCost struct {
 	heap, stacks, goroutines float64
 }
@@ -219,11 +229,24 @@ func openIdleStream(s *streamServer, key string) (net.Conn, error) {
 	return conn, nil
 }
 
+// daemonCost is what the daemon says it holds, in its /metrics and
+// /proc: resident memory, goroutine stacks and goroutines.
+func daemonCost(s *streamServer) (rss, stacks float64, goroutines int, err error) {
+	m, err := procMemory(s.p.cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	g, err := gauges(s.addr, "go_memstats_stack_inuse_bytes", "go_goroutines")
+	return m.rss, g[0], int(g[1]), err
+}
+
 // measureOpenStreams opens count key subscriptions of the library (each
-// with its snapshot taken), then count idle HTTP streams (clients that read
-// the snapshot and nothing more, each a bare TCP connection in this
-// process), on the first count keys, and returns the cost of one of each:
-// live heap, goroutine stacks and goroutines, before and after.
+// with its snapshot taken) in this process, then count idle HTTP streams
+// of the daemon (clients that read the snapshot and nothing more, each a
+// bare TCP connection), on the first count keys, and returns the cost of
+// one of each: for a subscription the live heap, goroutine stacks and
+// goroutines of this process; for a stream the daemon's resident memory
+// (VmRSS, in heap), stacks and goroutines, before and after.
 func measureOpenStreams(ctx context.Context, e *msync.Engine, s *streamServer, keys []string, count int) (lib, stream openCost, err error) {
 	logf("streams: %d library subscriptions, then %d idle HTTP streams", count, count)
 	h0, s0, g0 := usage()
@@ -244,15 +267,14 @@ func measureOpenStreams(ctx context.Context, e *msync.Engine, s *streamServer, k
 	}
 	subs = nil
 
-	h0, s0, g0 = usage()
+	r0, st0, gr0, err := daemonCost(s)
+	if err != nil {
+		return lib, stream, err
+	}
 	conns := make([]net.Conn, 0, count)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
-		}
-		// Wait for the handlers to see their clients go.
-		for deadline := time.Now().Add(10 * time.Second); e.Subscriptions().Open > 0 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 	for _, k := range keys[:count] {
@@ -262,8 +284,13 @@ func measureOpenStreams(ctx context.Context, e *msync.Engine, s *streamServer, k
 		}
 		conns = append(conns, c)
 	}
-	stream = costOf(h0, s0, g0, count)
-	logf("streams: per library subscription %.0f B heap, %.2f goroutines; per idle HTTP stream %.0f B heap, %.0f B stacks, %.2f goroutines",
+	time.Sleep(time.Second) // the daemon's handlers settle
+	r1, st1, gr1, err := daemonCost(s)
+	if err != nil {
+		return lib, stream, err
+	}
+	stream = openCost{heap: (r1 - r0) / float64(count), stacks: (st1 - st0) / float64(count), goroutines: float64(gr1-gr0) / float64(count)}
+	logf("streams: per library subscription %.0f B heap, %.2f goroutines; per idle HTTP stream of the daemon %.0f B resident, %.0f B stacks, %.2f goroutines",
 		lib.heap, lib.goroutines, stream.heap, stream.stacks, stream.goroutines)
 	return lib, stream, nil
 }

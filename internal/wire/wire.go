@@ -1,7 +1,8 @@
 // Package wire declares what the daemon's HTTP API sends: its answers, its
 // errors and the frames of its streams, once, for the server
-// (internal/api) and for every client of it in this tree (the CLI,
-// internal/streamclient, grpcresolver's remote resolver, hack/bench).
+// (cmd/metasync/internal/server) and for every client of it in this tree
+// (the CLI, internal/streamclient, grpcresolver's remote resolver,
+// hack/bench).
 // The design pins the form ("HTTP API", "Change streams"); a field added
 // here is added for all of them.
 //

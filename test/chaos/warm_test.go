@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/internal/warmfile"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )

@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/internal/kubeapply"
 	"github.com/iidp/metasync/internal/testenv"
 	msync "github.com/iidp/metasync/sync"
@@ -398,40 +394,8 @@ func TestTopologyAwareAnswers(t *testing.T) {
 	if got := e.LookupAt("service-to-addresses", "hinted", at("b", "")); !slices.Equal(got, []string{"10.5.0.2"}) {
 		t.Errorf("service-to-addresses hinted at b = %q", got)
 	}
-	// No hidden index is listed, nor looked up by its name over HTTP.
-	srv := httptest.NewServer(api.New(e, testLogger(t)))
-	defer srv.Close()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
-	}
-	for path, want := range map[string]string{
-		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=a":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.3:8080"]}`,
-		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=d":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.2:8080","10.5.0.3:8080"]}`,
-		"/v1/indexes/service-to-addresses/keys/hinted?zone=c": `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.3"]}`,
-		"/v1/indexes/service-to-addresses/keys/hinted":        `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.1","10.5.0.2","10.5.0.3"]}`,
-	} {
-		if code, body := get(path); code != 200 || body != want {
-			t.Errorf("GET %s = %d %s, want %s", path, code, body, want)
-		}
-	}
-	for _, path := range []string{"/v1/indexes/service-to-addresses%2Fhints/keys/hinted", "/v1/indexes/service-to-addresses/hints/keys/hinted"} {
-		if code, _ := get(path); code != 404 {
-			t.Errorf("GET %s = %d, want 404", path, code)
-		}
-	}
-	if code, body := get("/v1/chains/model-to-endpoints/keys/m-hinted?zone=not%20a%20zone"); code != 400 || !strings.Contains(body, `zone \"not a zone\"`) {
-		t.Errorf("a bad zone: %d %s", code, body)
-	}
-	if code, body := get("/v1/indexes/service-to-addresses/keys?zone=a&watch=true"); code != 400 || !strings.Contains(body, "zone and node narrow the answer of a key") {
-		t.Errorf("a zone on the keys of an index: %d %s", code, body)
-	}
+	// Over HTTP (?zone=, the hidden hints index, bad zones): the daemon's
+	// TestDaemonExplainsAndNarrows in cmd/metasync.
 
 	// A stream of a caller in zone b follows the hints as they change.
 	ctx, cancel := context.WithCancel(context.Background())

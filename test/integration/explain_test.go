@@ -2,22 +2,16 @@ package integration_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iidp/metasync/internal/api"
 	"github.com/iidp/metasync/internal/testenv"
-	"github.com/iidp/metasync/internal/wire"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -99,56 +93,15 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 		t.Fatalf("Conflicts = %+v", c)
 	}
 
-	srv := httptest.NewServer(api.New(e, testLogger(t)))
-	defer srv.Close()
-	get := func(path string) string {
-		t.Helper()
-		resp, err := srv.Client().Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	metric := func() string {
-		for _, line := range strings.Split(get("/metrics"), "\n") {
-			if strings.HasPrefix(line, `metasync_index_conflicting_keys{index="model-to-app"`) {
-				return line[strings.LastIndexByte(line, ' ')+1:]
-			}
-		}
-		return "absent"
-	}
-	if m := metric(); m != "1" {
-		t.Fatalf("metasync_index_conflicting_keys = %s, want 1", m)
-	}
-	if r := get("/readyz?verbose"); !strings.Contains(r, `"conflicts":[{"index":"model-to-app","count":1,"keys":["model1"]}]`) {
-		t.Fatalf("/readyz?verbose = %s", r)
-	}
-	// The chain over HTTP, step by step.
-	var ans wire.Lookup
-	if err := json.Unmarshal([]byte(get("/v1/chains/model-to-addresses/keys/model1?explain=true")), &ans); err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Steps) != 2 || !slices.Equal(*ans.Values, []string{"10.7.0.1"}) {
-		t.Fatalf("explained chain: %+v", ans)
-	}
-	s1, s2 := ans.Steps[0], ans.Steps[1]
-	if s1.Index != "model-to-app" || !slices.Equal(s1.Values, []string{"zeta"}) || !slices.Equal(s1.Conflicts, []string{"model1"}) ||
-		len(s1.Objects) != 2 || !s1.Objects[0].Chosen || s1.Objects[0].ResourceVersion != zetaRV || s1.Objects[0].CreationTimestamp == nil {
-		t.Fatalf("step 1: %+v", s1)
-	}
-	if s2.Index != "service-to-addresses" || !slices.Equal(s2.Keys, []string{"zeta"}) || len(s2.Objects) != 1 ||
-		s2.Objects[0].Key != ns+"/zeta-a" || s2.Objects[0].Resource != "endpointslices" || s2.Objects[0].ResourceVersion == "" {
-		t.Fatalf("step 2: %+v", s2)
-	}
+	// Over HTTP (the metric, /readyz?verbose, an explained chain): the
+	// daemon's TestDaemonExplainsAndNarrows in cmd/metasync.
 
 	// zeta lets go of model1: alpha answers, no conflict.
 	apply(t, ns, "zeta", iidp, "model2")
 	expectLookup("model1", "alpha")
 	expectChain(t, e, "model-to-addresses", "model1", "10.7.0.2")
-	if m := metric(); m != "0" {
-		t.Fatalf("metasync_index_conflicting_keys = %s once zeta let go, want 0", m)
+	if c := e.Conflicts(); len(c) != 0 {
+		t.Fatalf("Conflicts = %+v once zeta let go", c)
 	}
 	// zeta, older, claims it again: zeta answers.
 	apply(t, ns, "zeta", iidp, "model1", "model2")
@@ -206,11 +159,11 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 		t.Fatalf("unique on again: model1 = %v", got)
 	}
 
-	// zeta deleted: alpha answers, metric 0.
+	// zeta deleted: alpha answers, no conflict.
 	remove(t, appModelGVR, ns, "zeta")
 	expectLookup("model1", "alpha")
-	if m := metric(); m != "0" {
-		t.Fatalf("metasync_index_conflicting_keys = %s once zeta is gone, want 0", m)
+	if c := e.Conflicts(); len(c) != 0 {
+		t.Fatalf("Conflicts = %+v once zeta is gone", c)
 	}
 	x = e.Explain(msync.ChainOf("model-to-addresses", "model1"))
 	if len(x.Steps) != 2 || len(x.Steps[0].Objects) != 1 || x.Steps[0].Objects[0].Key != ns+"/alpha" || x.Steps[0].Objects[0].Chosen {

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/testenv"
 )
 

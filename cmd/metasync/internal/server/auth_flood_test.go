@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/testenv"
 )
 

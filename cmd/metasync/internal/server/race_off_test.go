@@ -1,6 +1,6 @@
 //go:build !race
 
-package api
+package server
 
 // raceEnabled: the tests run under the race detector (see race_on_test.go).
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -50,7 +50,7 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 	}
 	for name, g := range map[string]*auth.TokenAuth{"no auth": nil, "tokenreview": guard} {
 		t.Run(name, func(t *testing.T) {
-			plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+			plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

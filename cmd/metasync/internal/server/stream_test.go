@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ import (
 // cluster, on a real listener with the daemon's timeouts.
 func streamServer(t *testing.T, heartbeat time.Duration, writeTimeout ...time.Duration) (base string, f feed.Feeder, srv *http.Server, s *Server) {
 	t.Helper()
-	plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

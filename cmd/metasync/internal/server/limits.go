@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"container/list"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 )
 
 // Limits bound what the callers of the API may hold open at once. A zero

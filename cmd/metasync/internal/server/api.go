@@ -1,6 +1,6 @@
-// Package api is the HTTP API of `metasync serve`: index and chain lookups,
+// Package server is the HTTP API of `metasync serve`: index and chain lookups,
 // health (/livez, /readyz) and Prometheus metrics, over an engine.
-package api
+package server
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
-	"github.com/iidp/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )

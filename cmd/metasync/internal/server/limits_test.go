@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bufio"
@@ -168,7 +168,7 @@ func TestStreamLimitsPerIdentity(t *testing.T) {
 // cluster, as serve does with limits: HTTPServer on the limited Listener.
 func limitedServer(t *testing.T, l Limits) (base string, f feed.Feeder, s *Server) {
 	t.Helper()
-	plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ import (
 // indexes, no cluster.
 func offlineServer(t testing.TB) *Server {
 	t.Helper()
-	plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func offlineServer(t testing.TB) *Server {
 // AppModel of examples/appmodel's config per entry of apps (name to models).
 func fedServer(t testing.TB, apps map[string][]string) *Server {
 	t.Helper()
-	plan, err := schema.LoadPlan("../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
