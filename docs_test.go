@@ -71,3 +71,75 @@ func TestDocLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestDocYAMLBlocks: every yaml block of docs/ is a part of a file of
+// the tree (the reference config examples/appmodel/config.yaml, the
+// manifests of deploy/ or examples/): its lines, without their
+// indentation and comments, are lines of one such file, in the file's order. So a rule
+// or a manifest the pages show is one that the reference setup runs and
+// its tests check.
+func TestDocYAMLBlocks(t *testing.T) {
+	var files [][]string
+	for _, dir := range []string{"examples", "deploy"} {
+		_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+				b, _ := os.ReadFile(path)
+				files = append(files, strings.Split(string(b), "\n"))
+			}
+			return nil
+		})
+	}
+	// bare is a line without its indentation and its comment.
+	bare := func(line string) string {
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		return strings.TrimSpace(line)
+	}
+	// partOf reports whether block's lines are lines of file, in order.
+	partOf := func(block, file []string) bool {
+		at := 0
+		for _, line := range block {
+			for at < len(file) && bare(file[at]) != bare(line) {
+				at++
+			}
+			if at == len(file) {
+				return false
+			}
+			at++
+		}
+		return true
+	}
+	pages, _ := filepath.Glob("docs/*.md")
+	blocks := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(b)
+		for {
+			var block string
+			var ok bool
+			if _, rest, ok = strings.Cut(rest, "```yaml\n"); !ok {
+				break
+			}
+			block, rest, _ = strings.Cut(rest, "```")
+			blocks++
+			lines := strings.Split(strings.TrimRight(block, "\n "), "\n")
+			found := false
+			for _, f := range files {
+				if partOf(lines, f) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("%s: a yaml block that is no part of a file of examples/ or deploy/:\n%s", page, block)
+			}
+		}
+	}
+	if blocks == 0 {
+		t.Error("no yaml block in docs/: the test reads none")
+	}
+}
