@@ -47,7 +47,7 @@ type watcher struct {
 	kept                map[string]bool
 
 	// restored: the resource's objects came from a snapshot (see
-	// snapshot.go), and resumeRV is the resourceVersion its watch resumes
+	// warmstart.go), and resumeRV is the resourceVersion its watch resumes
 	// from ("" when the snapshot's data must be listed: restoredRelist).
 	// Set before Start. Until the watch has caught up (synced is closed),
 	// the resource is stale. dropped: the snapshot turned out to be of

@@ -74,7 +74,11 @@ func startIn(t *testing.T, dir string, envv []string, args ...string) *daemon {
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Kill()
 		<-d.done
-		if t.Failed() {
+		// The binary is built with -race: a race it reports fails the
+		// test that ran it.
+		if strings.Contains(d.stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("metasync serve reported a data race:\n%s", d.stderr)
+		} else if t.Failed() {
 			t.Logf("metasync serve stderr:\n%s", d.stderr)
 		}
 	})

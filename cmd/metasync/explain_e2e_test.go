@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/iidp/metasync/internal/kubeapply"
@@ -117,7 +118,16 @@ func TestDaemonExplainsAndNarrows(t *testing.T) {
 		t.Fatalf("/readyz?verbose = %s", r.raw)
 	}
 
-	// The chain, step by step.
+	// The chain, step by step, each object at its resourceVersion.
+	rvOf := func(name string) string {
+		t.Helper()
+		u, err := env.Dynamic.Resource(appModelsGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.GetResourceVersion()
+	}
+	zetaRV, alphaRV := rvOf("zeta"), rvOf("alpha")
 	var ans wire.Lookup
 	if err := json.Unmarshal([]byte(get("/v1/chains/model-to-addresses/keys/model1?explain=true").raw), &ans); err != nil {
 		t.Fatal(err)
@@ -127,8 +137,8 @@ func TestDaemonExplainsAndNarrows(t *testing.T) {
 	}
 	s1, s2 := ans.Steps[0], ans.Steps[1]
 	if s1.Index != "model-to-app" || !slices.Equal(s1.Values, []string{"zeta"}) || !slices.Equal(s1.Conflicts, []string{"model1"}) ||
-		len(s1.Objects) != 2 || !s1.Objects[0].Chosen || s1.Objects[0].Key != ns+"/zeta" || s1.Objects[0].ResourceVersion == "" ||
-		s1.Objects[0].CreationTimestamp == nil || s1.Objects[1].Key != ns+"/alpha" || s1.Objects[1].Chosen {
+		len(s1.Objects) != 2 || !s1.Objects[0].Chosen || s1.Objects[0].Key != ns+"/zeta" || s1.Objects[0].ResourceVersion != zetaRV ||
+		s1.Objects[0].CreationTimestamp == nil || s1.Objects[1].Key != ns+"/alpha" || s1.Objects[1].ResourceVersion != alphaRV || s1.Objects[1].Chosen {
 		t.Fatalf("step 1: %+v", s1)
 	}
 	if s2.Index != "service-to-addresses" || !slices.Equal(s2.Keys, []string{"zeta"}) || len(s2.Objects) != 1 ||
@@ -160,15 +170,34 @@ func TestDaemonExplainsAndNarrows(t *testing.T) {
 		t.Errorf("a zone on the keys of an index: %d %s", a.code, a.raw)
 	}
 
-	// zeta lets go of model1: alpha answers, no conflict.
+	// zeta lets go of model1: alpha answers, no conflict; zeta claims it
+	// again (older: it answers), then is deleted: alpha, no conflict.
+	alphaAnswers := func(what string) {
+		t.Helper()
+		testenv.Eventually(t, what+": alpha answers, no conflict", func() string {
+			if a := get("/v1/chains/model-to-addresses/keys/model1"); !strings.Contains(a.raw, `"values":["10.7.0.2"]`) {
+				return a.raw
+			}
+			if m := metric(); m != "0" {
+				return fmt.Sprintf("metasync_index_conflicting_keys = %s", m)
+			}
+			return ""
+		})
+	}
 	applyYAML(t, appModel(ns, "zeta", "model2"))
-	testenv.Eventually(t, "alpha answers, no conflict", func() string {
-		if a := get("/v1/chains/model-to-addresses/keys/model1"); !strings.Contains(a.raw, `"values":["10.7.0.2"]`) {
+	alphaAnswers("zeta let go")
+	applyYAML(t, appModel(ns, "zeta", "model1", "model2"))
+	testenv.Eventually(t, "zeta answers again, in conflict", func() string {
+		if a := get("/v1/chains/model-to-addresses/keys/model1"); !strings.Contains(a.raw, `"values":["10.7.0.1"]`) {
 			return a.raw
 		}
-		if m := metric(); m != "0" {
+		if m := metric(); m != "1" {
 			return fmt.Sprintf("metasync_index_conflicting_keys = %s", m)
 		}
 		return ""
 	})
+	if err := env.Dynamic.Resource(appModelsGVR).Namespace(ns).Delete(context.Background(), "zeta", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alphaAnswers("zeta deleted")
 }

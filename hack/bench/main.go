@@ -225,6 +225,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
+		srv.stop() // its watch would load the rows that follow
 		rows, streamSummary = append(rows, more...), summary
 	}
 	live, total, err := measureRelist(ctx, cfg)

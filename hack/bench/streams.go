@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	gosync "sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ type streamServer struct {
 	addr string // host:port
 	p    *serveProcess
 	dir  string
+	once gosync.Once
 }
 
 // startStreams runs `metasync serve` on the bench's namespace.
@@ -41,7 +43,7 @@ func startStreams(cfg *rest.Config) (*streamServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := startServe(kubeconfig, ns, dir, "--max-connections", "8192", "--max-streams", "8192", "--max-streams-per-caller", "2048")
+	p, err := startServe(kubeconfig, ns, dir, "--max-connections", "8192", "--max-streams", "4096", "--max-streams-per-caller", "1024")
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -49,10 +51,12 @@ func startStreams(cfg *rest.Config) (*streamServer, error) {
 	return &streamServer{addr: p.addr, p: p, dir: dir}, nil
 }
 
-// stop ends the daemon.
+// stop ends the daemon; a second call does nothing.
 func (s *streamServer) stop() {
-	s.p.stop()
-	os.RemoveAll(s.dir)
+	s.once.Do(func() {
+		s.p.stop()
+		os.RemoveAll(s.dir)
+	})
 }
 
 // keyURL is the stream URL of an index key.
@@ -237,7 +241,10 @@ func daemonCost(s *streamServer) (rss, stacks float64, goroutines int, err error
 		return 0, 0, 0, err
 	}
 	g, err := gauges(s.addr, "go_memstats_stack_inuse_bytes", "go_goroutines")
-	return m.rss, g[0], int(g[1]), err
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return m.rss, g[0], int(g[1]), nil
 }
 
 // measureOpenStreams opens count key subscriptions of the library (each

@@ -97,7 +97,7 @@ func openStream(addr, key string) (net.Conn, error) {
 // 1,000; goroutines likewise. Logged; the only assertion is a generous
 // bound on the bytes.
 //
-//	go test -run StreamMemoryPer1000 -v -count 3 ./internal/api/
+//	go test -run StreamMemoryPer1000 -v -count 3 ./cmd/metasync/internal/server/
 func TestStreamMemoryPer1000(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 3,000 connections")

@@ -69,7 +69,7 @@ func openIndexStream(addr string, read bool) (net.Conn, error) {
 // grow with the index, so the bound is far below what a copy costs
 // (about 10 MiB at 100,000 keys).
 //
-//	go test -run IndexStreamMemory -v -count 1 ./internal/api/
+//	go test -run IndexStreamMemory -v -count 1 ./cmd/metasync/internal/server/
 //
 // METASYNC_STREAM_MEMORY_KEYS=N measures at N keys only; under -race
 // (make test), 5,000 only.
