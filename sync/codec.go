@@ -21,6 +21,9 @@ import (
 // raw JSON is never kept.
 type object struct {
 	rv string // metadata.resourceVersion
+	// initialEnd marks the bookmark that ends a watch's initial events
+	// (see listByWatch).
+	initialEnd bool
 	// ix is the object as the indexer takes it: key, entries and payload
 	// (the projected fields as compact JSON, a string), already prepared.
 	ix indexer.Object
@@ -45,11 +48,18 @@ func (o *object) DeepCopyObject() runtime.Object {
 // small while they wait to be applied.
 func (o *object) GetObjectMeta() metav1.Object {
 	m := &metav1.ObjectMeta{ResourceVersion: o.rv, Name: o.ix.Key}
+	if o.initialEnd {
+		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
 	if ns, name, ok := strings.Cut(o.ix.Key, "/"); ok {
 		m.Namespace, m.Name = ns, name
 	}
 	return m
 }
+
+// initialEventsEndPath is where the bookmark that ends a watch's initial
+// events says so (metav1.InitialEventsAnnotationKey), for gjson.
+const initialEventsEndPath = `metadata.annotations.k8s\.io/initial-events-end`
 
 // objectList is a page of a LIST, already projected.
 type objectList struct {

@@ -38,6 +38,16 @@ type Options struct {
 	SnapshotDir string
 	// SnapshotInterval: default DefaultSnapshotInterval.
 	SnapshotInterval time.Duration
+	// StreamingList lists each resource as the apiserver streams it: a
+	// watch that sends the objects as events, then a bookmark
+	// (sendInitialEvents, the watch-list feature), which the apiserver
+	// serves from its watch cache without building the whole list in
+	// memory. A cold start of many engines at once then costs the
+	// apiserver about a seventh of the memory that their LISTs do, for
+	// more CPU and a longer list (BENCHMARKS.md, "Streaming lists"). A
+	// streaming list the apiserver refuses, or one that fails, is made
+	// with LIST. Default false: every list is a LIST request.
+	StreamingList bool
 }
 
 // testHookPublished, when set by a test, runs between the publication of
@@ -61,6 +71,7 @@ type Engine struct {
 	epoch   string // names this engine's run in subscription versions
 
 	staleAfter time.Duration
+	streaming  bool // Options.StreamingList
 	warm       warmFiles
 	ident      identity // the cluster's, and the snapshot's (see cluster.go)
 	// clientFor gives a new watcher its REST client; nil for an engine
@@ -238,6 +249,7 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		log:        log,
 		store:      store,
 		staleAfter: opts.StaleAfter,
+		streaming:  opts.StreamingList,
 		clientFor:  clientFor,
 		ident:      identity{fetch: clusterID},
 	}
@@ -367,6 +379,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			continue
 		}
 		w := newWatcher(r, e.log)
+		w.streaming.Store(e.streaming)
 		w.reloaded, w.cluster = reload, e.checkCluster
 		w.freshened = e.staleMayHaveChanged
 		if e.clientFor != nil {

@@ -2,7 +2,9 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	gosync "sync"
 	"time"
@@ -46,8 +48,32 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 			w.listNanos.Add(int64(time.Since(start)))
 		}
 	}()
-	body, err := w.request(&opts).Stream(ctx)
-	if err != nil {
+	var list *objectList
+	var err error
+	if opts.Continue == "" && opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact && w.streaming.Load() {
+		list, err = w.listByWatch(ctx, opts.ResourceVersion)
+		switch {
+		case errors.Is(err, errNoStreamingList):
+			w.streaming.Store(false)
+			w.log.Info("the apiserver does not stream lists as watch events: listing with LIST from now on", "reason", err.Error())
+			list, err = nil, nil
+		case err != nil && ctx.Err() == nil:
+			// A LIST may work where the watch did not (a watch that
+			// keeps failing must not keep the resource from syncing).
+			w.log.Debug("streaming list failed: listing with LIST", "error", err.Error())
+			list, err = nil, nil
+		}
+	}
+	if list == nil && err == nil {
+		var body io.ReadCloser
+		if body, err = w.request(&opts).Stream(ctx); err == nil {
+			list, err = streamList(body, w.project)
+			body.Close()
+		} else {
+			list = nil
+		}
+	}
+	if list == nil && err != nil {
 		if ctx.Err() != nil {
 			return nil, err // a stop or a resync, not trouble
 		}
@@ -56,8 +82,6 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 		w.fail(fmt.Errorf("list: %w", err))
 		return nil, err
 	}
-	list, err := streamList(body, w.project)
-	body.Close()
 	if list != nil {
 		w.listed.Add(int64(len(list.Items)))
 		w.log.Debug("list page", "objects", len(list.Items), "took", time.Since(start).String())
@@ -113,8 +137,80 @@ func (w *watcher) checkGone(err error) {
 	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
 }
 
-// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
+// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH:
+// the watcher's List streams the list itself (listByWatch), and hands the
+// reflector one page of projected objects, with no store of its own in
+// between.
 func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
+
+// errNoStreamingList: the apiserver does not stream a list as watch
+// events (sendInitialEvents), or not for this request.
+var errNoStreamingList = errors.New("no streaming list")
+
+// streamingListTimeout bounds a streaming list: an apiserver too old to
+// know sendInitialEvents sends the objects but never the bookmark that
+// ends them, and its watch ends after this; the watcher then lists.
+const streamingListTimeout = 60
+
+// listByWatch lists the resource as the apiserver's watch cache streams
+// it (a watch with sendInitialEvents, the watch-list feature): each object
+// is projected as its event arrives, and the list ends at the bookmark
+// that closes the initial events, whose resourceVersion is the list's.
+// The apiserver serves it from its cache without building the whole list
+// in memory, which a LIST of the same objects does for each caller (a
+// cold rollout of many engines is measured in BENCHMARKS.md). rv is the
+// reflector's: "" or "0" ask for the current state, as ListWithContext's
+// LIST does; another is the oldest state it may be.
+//
+// An apiserver that refuses the request (the feature off, an old
+// version) or ends the watch before the bookmark gives
+// errNoStreamingList: the watcher lists from then on.
+func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, error) {
+	if rv == "0" {
+		rv = ""
+	}
+	yes := true
+	timeout := int64(streamingListTimeout)
+	opts := metav1.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
+	wi, err := w.request(&opts).Watch(ctx)
+	if err != nil {
+		if refusesStreamingList(err) {
+			return nil, fmt.Errorf("%w: %w", errNoStreamingList, err)
+		}
+		return nil, err
+	}
+	defer wi.Stop()
+	list := &objectList{}
+	for ev := range wi.ResultChan() {
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			list.Items = append(list.Items, ev.Object)
+		case watch.Bookmark:
+			if o, ok := ev.Object.(*object); ok && o.initialEnd {
+				list.ResourceVersion = o.rv
+				return list, nil
+			}
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			if refusesStreamingList(err) {
+				return nil, fmt.Errorf("%w: %w", errNoStreamingList, err)
+			}
+			return nil, err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("%w: the watch ended before the bookmark that ends its initial events (%d objects sent)", errNoStreamingList, len(list.Items))
+}
+
+// refusesStreamingList reports whether err says the apiserver does not
+// stream this list: it does not know the request's parameters, or may
+// not serve it as a watch.
+func refusesStreamingList(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsForbidden(err)
+}
 
 // establishedAfter is how long a watch must stay open without an error to
 // count as established, whether or not it delivers events.

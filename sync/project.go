@@ -20,10 +20,10 @@ import (
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
 func (w *watcher) project(raw string) *object {
-	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp")
+	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp", initialEventsEndPath)
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
-	o := &object{rv: strings.Clone(meta[2].Str)}
+	o := &object{rv: strings.Clone(meta[2].Str), initialEnd: meta[4].Str == "true"}
 	// The provenance that explain tells and unique indexes order
 	// claimants by; Prepare encodes it beside the entries.
 	o.ix.Meta = indexer.Meta{Version: meta[2].Str, Created: createdAt(meta[3].Str)}

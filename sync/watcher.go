@@ -85,6 +85,7 @@ type watcher struct {
 	listed       atomic.Int64 // objects decoded by the current list
 
 	established atomic.Int64 // unix nanos: the first watch established in the current run, 0 if none yet
+	streaming   atomic.Bool  // lists are streamed (Options.StreamingList, see listByWatch) until the apiserver refuses one
 	gone        atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
 
 	*totals                   // the resource's, shared with the watchers it restarts

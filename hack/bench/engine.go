@@ -42,11 +42,17 @@ func engineLogger() *slog.Logger {
 // startEngine starts an engine on cfg in the background, without waiting
 // for its sync; the returned function cancels it and waits for it to end.
 func startEngine(cfg *rest.Config) (*msync.Engine, func(), error) {
+	return startEngineWith(cfg, msync.Options{})
+}
+
+// startEngineWith is startEngine with opts (its logger set here).
+func startEngineWith(cfg *rest.Config, opts msync.Options) (*msync.Engine, func(), error) {
 	p, err := plan()
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := msync.New(p, cfg, msync.Options{Logger: engineLogger()})
+	opts.Logger = engineLogger()
+	e, err := msync.New(p, cfg, opts)
 	if err != nil {
 		return nil, nil, err
 	}

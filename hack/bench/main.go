@@ -165,6 +165,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The same, listed as the apiserver streams it (Options.StreamingList).
+	streamedRaw, streamedSync, _, err := timeSyncs(ctx, cfg, msync.Options{StreamingList: true}, rawStreamingList)
+	if err != nil {
+		return err
+	}
 	base, informerSees, stopInformer, err := measureInformer(ctx, dyn, keys)
 	if err != nil {
 		return err
@@ -208,6 +213,8 @@ func run() error {
 		row{name: "heap per indexed object", unit: "B", baseline: base.bytesPerObject, metasync: ms.bytesPerObject, target: ratioAtMost(1.0/12, "≤ 1/12")},
 		row{name: "initial sync (metasync: median of 5)", unit: "s", baseline: base.sync.Seconds(), metasync: ms.sync.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
 		row{name: "raw LIST, bytes only (median of 5)", unit: "s", baseline: listDur.Seconds(), metasync: listDur.Seconds(), raw: true},
+		row{name: "initial sync, streaming list (median of 5)", unit: "s", baseline: base.sync.Seconds(), metasync: streamedSync.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
+		row{name: "raw streaming list, bytes only (median of 5)", unit: "s", baseline: streamedRaw.Seconds(), metasync: streamedRaw.Seconds(), raw: true},
 		row{name: "lookup, hot key", unit: "ns", baseline: base.lookupHot, metasync: ms.lookupHot, target: atMost(1.3*floorHot, "≤ 1.3 × map")},
 		row{name: "lookup, random keys", unit: "ns", baseline: base.lookupRandom, metasync: ms.lookupRandom, target: atMost(1.3*floorRandom.single, "≤ 1.3 × map")},
 		row{name: "lookup, random, 2 goroutines", unit: "ns", baseline: base.lookupParallel, metasync: ms.lookupParallel, target: atMost(1.3*floorRandom.parallel, "≤ 1.3 × map")},
@@ -430,29 +437,36 @@ func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, d
 // at 100,000 objects) would slow down every garbage collection of the
 // syncs.
 func measureSyncs(ctx context.Context, cfg *rest.Config) (listDur, syncDur time.Duration, err error) {
+	listDur, syncDur, _, err = timeSyncs(ctx, cfg, msync.Options{}, rawList)
+	return listDur, syncDur, err
+}
+
+// timeSyncs times, 5 times interleaved, a raw list (rawList or
+// rawStreamingList) and the initial sync of an engine with opts, and
+// returns their medians and the raw list's size.
+func timeSyncs(ctx context.Context, cfg *rest.Config, opts msync.Options, raw func(context.Context, *rest.Config, int) (time.Duration, int, error)) (listDur, syncDur time.Duration, size int, err error) {
 	var syncs, lists []time.Duration
-	listBytes := 0
 	for range 5 {
-		d, size, err := rawList(ctx, cfg, 1)
+		d, n, err := raw(ctx, cfg, 1)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		lists, listBytes = append(lists, d), size
-		e, stop, err := startEngine(cfg)
+		lists, size = append(lists, d), n
+		e, stop, err := startEngineWith(cfg, opts)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		start := time.Now()
 		if err := e.WaitForSync(ctx); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		syncs = append(syncs, time.Since(start))
 		stop()
 		runtime.GC() // the next run starts without this one's garbage
 	}
 	listDur, syncDur = median(lists), median(syncs)
-	logf("raw LIST %v (median %s, %d bytes); metasync sync %v (median %s)", lists, listDur, listBytes, syncs, syncDur)
-	return listDur, syncDur, nil
+	logf("raw list %v (median %s, %d bytes); metasync sync %v (median %s), streaming %v", lists, listDur, size, syncs, syncDur, opts.StreamingList)
+	return listDur, syncDur, size, nil
 }
 
 // streamRows are the rows of the change streams: the subscribers' latency

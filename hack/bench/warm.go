@@ -52,6 +52,7 @@ var (
 	childEngines   = flag.Int("child-engines", 0, "internal: engines of a rollout child")
 	childSnapshots = flag.String("child-snapshots", "", "internal: snapshot folders' root of a rollout child")
 	childFirst     = flag.Int("child-first", 0, "internal: number of the child's first engine")
+	childStreaming = flag.Bool("child-streaming", false, "internal: the rollout child's engines list as the apiserver streams it (Options.StreamingList)")
 )
 
 // rolloutNS holds the rollout's small AppModels.
@@ -353,11 +354,16 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	phase := func(what string) (apiCounts, time.Duration, error) {
+	api := apiserverProcess()
+	// phase starts the engines (streaming: with Options.StreamingList) and
+	// returns what the apiserver served, its peak resident memory over
+	// what it held before, and how long until every engine caught up.
+	phase := func(what string, streaming bool, snapshots string) (apiCounts, float64, time.Duration, error) {
 		before, err := apiserverCounts(ctx, kube)
 		if err != nil {
-			return apiCounts{}, 0, err
+			return apiCounts{}, 0, 0, err
 		}
+		rss0 := api.resetPeak()
 		start := time.Now()
 		per := (*rollout + *rolloutProcs - 1) / *rolloutProcs
 		var cmds []*exec.Cmd
@@ -365,14 +371,14 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 		for p := 0; p*per < *rollout; p++ {
 			k := min(per, *rollout-p*per)
 			cmd := exec.Command(os.Args[0], "-child", "engines", "-child-kubeconfig", kubeconfig, "-child-namespace", rolloutNS,
-				"-child-engines", strconv.Itoa(k), "-child-first", strconv.Itoa(p*per), "-child-snapshots", dir)
+				"-child-engines", strconv.Itoa(k), "-child-first", strconv.Itoa(p*per), "-child-snapshots", snapshots, fmt.Sprintf("-child-streaming=%t", streaming))
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
-				return apiCounts{}, 0, err
+				return apiCounts{}, 0, 0, err
 			}
 			if err := cmd.Start(); err != nil {
-				return apiCounts{}, 0, err
+				return apiCounts{}, 0, 0, err
 			}
 			ch := make(chan string, 1)
 			go func() {
@@ -386,42 +392,121 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 		}
 		for i, ch := range lines {
 			if l := <-ch; !strings.HasPrefix(l, "synced") {
-				return apiCounts{}, 0, fmt.Errorf("rollout child %d: %q", i, l)
+				return apiCounts{}, 0, 0, fmt.Errorf("rollout child %d: %q", i, l)
 			}
 		}
 		took := time.Since(start)
+		peak := api.peak() - rss0
 		for _, cmd := range cmds {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 		for _, cmd := range cmds {
 			if err := cmd.Wait(); err != nil {
-				return apiCounts{}, 0, fmt.Errorf("rollout child: %w", err)
+				return apiCounts{}, 0, 0, fmt.Errorf("rollout child: %w", err)
 			}
 		}
 		after, err := apiserverCounts(ctx, kube)
 		if err != nil {
-			return apiCounts{}, 0, err
+			return apiCounts{}, 0, 0, err
 		}
 		d := after.minus(before)
-		logf("rollout %s: %d engines in %d processes synced in %s: %v LISTs, %.1f MB, apiserver CPU %.2f s",
-			what, *rollout, len(cmds), took.Round(time.Millisecond), d.lists, d.listBytes/1e6, d.cpu)
-		return d, took, nil
+		logf("rollout %s: %d engines in %d processes synced in %s: %v LISTs, %.1f MB, apiserver CPU %.2f s, apiserver peak resident +%.1f MiB over %.1f MiB",
+			what, *rollout, len(cmds), took.Round(time.Millisecond), d.lists, d.listBytes/1e6, d.cpu, peak/(1<<20), rss0/(1<<20))
+		return d, peak, took, nil
 	}
-	cold, coldTook, err := phase("cold")
+	// The streaming lists' cold start first, on the apiserver as fresh as
+	// it is here: the LISTs' then start from an apiserver whose heap has
+	// grown for the first, which can only make their peak look smaller.
+	streamed, streamedPeak, streamedTook, err := phase("cold, streaming lists", true, filepath.Join(dir, "snapshots-streaming"))
 	if err != nil {
 		return nil, err
 	}
-	warmed, warmTook, err := phase("warm")
+	snapshots := filepath.Join(dir, "snapshots")
+	cold, coldPeak, coldTook, err := phase("cold", false, snapshots)
+	if err != nil {
+		return nil, err
+	}
+	warmed, warmPeak, warmTook, err := phase("warm", false, snapshots)
 	if err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("rollout of %d engines, %d objects each (cold | warm): ", *rollout, *rolloutObjects)
-	return []row{
+	streaming := fmt.Sprintf("rollout of %d engines, cold (LIST | streaming list): ", *rollout)
+	rows := []row{
 		{name: name + "LISTs", baseline: cold.lists, metasync: warmed.lists, raw: true},
 		{name: name + "LIST bytes", unit: "MB", baseline: cold.listBytes / 1e6, metasync: warmed.listBytes / 1e6, raw: true},
 		{name: name + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: warmed.cpu, raw: true},
 		{name: name + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: warmTook.Seconds(), raw: true},
-	}, nil
+	}
+	if api.pid != 0 {
+		rows = append(rows, row{name: name + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: warmPeak / (1 << 20), raw: true})
+	}
+	rows = append(rows,
+		row{name: streaming + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: streamed.cpu, raw: true},
+		row{name: streaming + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: streamedTook.Seconds(), raw: true})
+	if api.pid != 0 {
+		rows = append(rows, row{name: streaming + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: streamedPeak / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 × LIST")})
+	}
+	return rows, nil
+}
+
+// apiserverProc is the kube-apiserver that envtest started, a child of
+// this process, read in /proc (pid 0: not found; its reads are then 0).
+type apiserverProc struct{ pid int }
+
+// apiserverProcess finds this process's kube-apiserver child.
+func apiserverProcess() apiserverProc {
+	entries, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if s[open+1:end] == "kube-apiserver" && len(fields) > 1 && fields[1] == self {
+			// Its peak is measured by resetting it: that takes the
+			// right to write the process's clear_refs.
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+				logf("rollout: the kube-apiserver's peak memory cannot be reset (%v): it is not measured", err)
+				return apiserverProc{}
+			}
+			return apiserverProc{pid: pid}
+		}
+	}
+	logf("rollout: no kube-apiserver child found: its memory is not measured")
+	return apiserverProc{}
+}
+
+// resetPeak makes the kernel's peak resident memory (VmHWM) of the
+// apiserver its current one (clear_refs 5), and returns it.
+func (p apiserverProc) resetPeak() float64 {
+	if p.pid == 0 {
+		return 0
+	}
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.pid), []byte("5"), 0)
+	m, _ := procMemory(p.pid)
+	return m.rss
+}
+
+// peak is the apiserver's VmHWM: its peak resident memory since the last
+// resetPeak.
+func (p apiserverProc) peak() float64 {
+	if p.pid == 0 {
+		return 0
+	}
+	m, _ := procMemory(p.pid)
+	return m.hwm
 }
 
 // runEnginesChild runs -child-engines engines of the rollout, each with
@@ -451,7 +536,7 @@ func runEnginesChild() error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		e, err := msync.New(p, cfg, msync.Options{Logger: quiet, SnapshotDir: dir, SnapshotInterval: time.Hour})
+		e, err := msync.New(p, cfg, msync.Options{Logger: quiet, SnapshotDir: dir, SnapshotInterval: time.Hour, StreamingList: *childStreaming})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	gosync "sync"
@@ -112,4 +113,43 @@ func restCfgFor(cfg *rest.Config) *rest.Config {
 	c.NegotiatedSerializer = clientscheme.Codecs.WithoutConversion()
 	c.AcceptContentTypes = "application/json"
 	return c
+}
+
+// rawStreamingList times a streaming list of the AppModels (a watch with
+// sendInitialEvents), bytes only, until the bookmark that ends its
+// initial events; the median of runs and the bytes read.
+func rawStreamingList(ctx context.Context, cfg *rest.Config, runs int) (time.Duration, int, error) {
+	c, err := rest.RESTClientFor(restCfgFor(cfg))
+	if err != nil {
+		return 0, 0, err
+	}
+	var durs []time.Duration
+	size := 0
+	buf := make([]byte, 256<<10)
+	for range runs {
+		start := time.Now()
+		body, err := c.Get().AbsPath("/apis/iidp.com/v1/namespaces", ns, "appmodels").
+			Param("labelSelector", "iidp=iidp").Param("watch", "true").Param("sendInitialEvents", "true").
+			Param("resourceVersionMatch", "NotOlderThan").Param("allowWatchBookmarks", "true").Stream(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		var tail []byte
+		size = 0
+		for {
+			n, err := body.Read(buf)
+			size += n
+			tail = append(tail[max(0, len(tail)-64):], buf[:n]...)
+			if bytes.Contains(tail, []byte("k8s.io/initial-events-end")) {
+				break
+			}
+			if err != nil {
+				body.Close()
+				return 0, 0, fmt.Errorf("streaming list: %w", err)
+			}
+		}
+		body.Close()
+		durs = append(durs, time.Since(start))
+	}
+	return median(durs), size, nil
 }

@@ -1,0 +1,112 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	gosync "sync"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/testenv"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// streamCounter counts the configmap requests of an engine: LISTs,
+// streaming lists (watches with sendInitialEvents) and other watches;
+// while refuse is set, it answers each streaming list with it (an HTTP
+// status and a Status body) instead of the apiserver.
+type streamCounter struct {
+	next http.RoundTripper
+
+	mu                       gosync.Mutex
+	lists, streamed, watches int
+	refuse                   int
+}
+
+func (c *streamCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/configmaps") {
+		return c.next.RoundTrip(r)
+	}
+	q := r.URL.Query()
+	c.mu.Lock()
+	refuse := 0
+	switch {
+	case q.Get("watch") != "true":
+		c.lists++
+	case q.Get("sendInitialEvents") == "true":
+		c.streamed++
+		refuse = c.refuse
+	default:
+		c.watches++
+	}
+	c.mu.Unlock()
+	if refuse != 0 {
+		body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused by the test","reason":"%s","code":%d}`, http.StatusText(refuse), refuse)
+		return &http.Response{StatusCode: refuse, Status: fmt.Sprint(refuse), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	}
+	return c.next.RoundTrip(r)
+}
+
+func (c *streamCounter) counts() (lists, streamed, watches int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lists, c.streamed, c.watches
+}
+
+// TestStreamingList: with Options.StreamingList, the engine lists a
+// resource by a watch that streams it (no LIST request) and answers as
+// after a LIST, follows the writes that come after, and falls back to
+// LIST when the apiserver refuses the streaming list (422) or fails it
+// (500), in the same list.
+func TestStreamingList(t *testing.T) {
+	testenv.Need(t, env)
+	for _, c := range []struct {
+		name   string
+		refuse int
+		// the LISTs and streaming lists the first sync makes
+		lists, streamed int
+	}{
+		{"served", 0, 0, 1},
+		{"refused", http.StatusUnprocessableEntity, 1, 1},
+		{"failed", http.StatusInternalServerError, 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := "streaming-" + c.name
+			env.Namespace(t, ns)
+			for i := range 50 {
+				createConfigMap(t, ns, fmt.Sprintf("cm-%02d", i), fmt.Sprintf("app-%d", i%5))
+			}
+			cfg := rest.CopyConfig(env.Config)
+			counter := &streamCounter{refuse: c.refuse}
+			cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+				counter.next = next
+				return counter
+			}
+			e := runEngineWith(t, configMapPlan(t, ns), cfg, msync.Options{StreamingList: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+			defer cancel()
+			if err := e.WaitForSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if lists, streamed, _ := counter.counts(); lists != c.lists || streamed != c.streamed {
+				t.Errorf("first sync: %d LISTs and %d streaming lists, want %d and %d", lists, streamed, c.lists, c.streamed)
+			}
+			want := []string{ns + "/cm-02", ns + "/cm-07", ns + "/cm-12", ns + "/cm-17", ns + "/cm-22", ns + "/cm-27", ns + "/cm-32", ns + "/cm-37", ns + "/cm-42", ns + "/cm-47"}
+			if got := e.Lookup("cm-app", "app-2"); !slices.Equal(got, want) {
+				t.Fatalf("app-2 = %v, want %v", got, want)
+			}
+			if st := e.Status()[0]; !st.Ready || st.Objects != 50 || st.Lists != 1 {
+				t.Errorf("status %+v, want ready, 50 objects, 1 list", st)
+			}
+			// The watch after the list follows the writes.
+			createConfigMap(t, ns, "late", "app-late")
+			expect(t, e, "cm-app", "app-late", ns+"/late")
+		})
+	}
+}
