@@ -272,8 +272,18 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// TestConvergenceUnderFaults runs the faults against an engine that lists
+// with LIST, then against one that lists as the apiserver streams
+// (Options.StreamingList).
 func TestConvergenceUnderFaults(t *testing.T) {
 	testenv.Need(t, env)
+	t.Run("LIST", func(t *testing.T) { convergeUnderFaults(t, false) })
+	t.Run("streaming lists", func(t *testing.T) { convergeUnderFaults(t, true) })
+}
+
+// convergeUnderFaults is TestConvergenceUnderFaults with its engine's
+// lists streamed or not.
+func convergeUnderFaults(t *testing.T, streaming bool) {
 	ctx := context.Background()
 	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
 	env.InstallCRD(t, gadgetCRD)
@@ -310,7 +320,7 @@ func TestConvergenceUnderFaults(t *testing.T) {
 		}
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
-	e, err := msync.New(plan, cfg, msync.Options{Logger: logger, StaleAfter: 3 * time.Second})
+	e, err := msync.New(plan, cfg, msync.Options{Logger: logger, StaleAfter: 3 * time.Second, StreamingList: streaming})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,6 +442,9 @@ func TestConvergenceUnderFaults(t *testing.T) {
 	fmt.Fprintf(&b, "lost deletes: %d, ghost entries: %d (both must be 0)\n", lost, ghosts)
 	t.Log(b.String())
 	if path := os.Getenv("METASYNC_CHAOS_REPORT"); path != "" {
+		if streaming {
+			path += ".streaming" // the LIST run's report stays at path
+		}
 		_ = os.WriteFile(path, []byte(b.String()), 0o644)
 	}
 	if lost != 0 || ghosts != 0 {
