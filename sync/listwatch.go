@@ -163,8 +163,9 @@ const streamingListTimeout = 60
 // LIST does; another is the oldest state it may be.
 //
 // An apiserver that refuses the request (the feature off, an old
-// version) or ends the watch before the bookmark gives
-// errNoStreamingList: the watcher lists from then on.
+// version), or whose watch runs to its timeout without the bookmark,
+// gives errNoStreamingList: the watcher lists from then on. Any other
+// failure is the caller's to retry as a LIST.
 func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, error) {
 	if rv == "0" {
 		rv = ""
@@ -173,7 +174,12 @@ func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, erro
 	timeout := int64(streamingListTimeout)
 	opts := metav1.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 		ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
-	wi, err := w.request(&opts).Watch(ctx)
+	// The apiserver ends the watch at timeoutSeconds; this bounds it on
+	// this side too, for a server or proxy that would not.
+	lctx, cancel := context.WithTimeout(ctx, (streamingListTimeout+10)*time.Second)
+	defer cancel()
+	start := time.Now()
+	wi, err := w.request(&opts).Watch(lctx)
 	if err != nil {
 		if refusesStreamingList(err) {
 			return nil, fmt.Errorf("%w: %w", errNoStreamingList, err)
@@ -181,16 +187,36 @@ func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, erro
 		return nil, err
 	}
 	defer wi.Stop()
-	list := &objectList{}
+	// The state the initial events build, by object key: an apiserver may
+	// send changes and deletes among them (the end bookmark of some
+	// versions comes from a timer), as client-go's own streaming list
+	// applies them to a store.
+	state := map[string]runtime.Object{}
 	for ev := range wi.ResultChan() {
 		switch ev.Type {
-		case watch.Added, watch.Modified:
-			list.Items = append(list.Items, ev.Object)
-		case watch.Bookmark:
-			if o, ok := ev.Object.(*object); ok && o.initialEnd {
-				list.ResourceVersion = o.rv
-				return list, nil
+		case watch.Added, watch.Modified, watch.Deleted:
+			o, ok := ev.Object.(*object)
+			if !ok {
+				return nil, fmt.Errorf("streaming list: a %s event of %T", ev.Type, ev.Object)
 			}
+			if ev.Type == watch.Deleted {
+				delete(state, o.ix.Key)
+			} else {
+				state[o.ix.Key] = o
+			}
+		case watch.Bookmark:
+			o, ok := ev.Object.(*object)
+			if !ok || !o.initialEnd {
+				continue
+			}
+			if o.rv == "" {
+				return nil, errors.New("streaming list: the bookmark that ends the initial events has no resourceVersion")
+			}
+			list := &objectList{ListMeta: metav1.ListMeta{ResourceVersion: o.rv}, Items: make([]runtime.Object, 0, len(state))}
+			for _, o := range state {
+				list.Items = append(list.Items, o)
+			}
+			return list, nil
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
 			if refusesStreamingList(err) {
@@ -202,7 +228,13 @@ func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, erro
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, fmt.Errorf("%w: the watch ended before the bookmark that ends its initial events (%d objects sent)", errNoStreamingList, len(list.Items))
+	err = fmt.Errorf("streaming list: the watch ended before the bookmark that ends its initial events (%d objects sent, after %s)", len(state), time.Since(start).Round(time.Millisecond))
+	if time.Since(start) >= (streamingListTimeout-5)*time.Second {
+		// It ran to its timeout with no bookmark: an apiserver that does
+		// not know sendInitialEvents sends the objects and never one.
+		return nil, fmt.Errorf("%w: %w", errNoStreamingList, err)
+	}
+	return nil, err // a connection that ended: the next list streams again
 }
 
 // refusesStreamingList reports whether err says the apiserver does not

@@ -10,6 +10,7 @@ import (
 	gosync "sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/internal/testenv"
@@ -26,6 +27,9 @@ type streamCounter struct {
 	mu                       gosync.Mutex
 	lists, streamed, watches int
 	refuse                   int
+	// body, when set, answers each streaming list (200, a watch stream
+	// the test wrote) instead of the apiserver.
+	body func() string
 }
 
 func (c *streamCounter) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -35,16 +39,21 @@ func (c *streamCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	q := r.URL.Query()
 	c.mu.Lock()
 	refuse := 0
+	var body func() string
 	switch {
 	case q.Get("watch") != "true":
 		c.lists++
 	case q.Get("sendInitialEvents") == "true":
 		c.streamed++
-		refuse = c.refuse
+		refuse, body = c.refuse, c.body
 	default:
 		c.watches++
 	}
 	c.mu.Unlock()
+	if body != nil {
+		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body())), Request: r}, nil
+	}
 	if refuse != 0 {
 		body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused by the test","reason":"%s","code":%d}`, http.StatusText(refuse), refuse)
 		return &http.Response{StatusCode: refuse, Status: fmt.Sprint(refuse), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
@@ -107,6 +116,58 @@ func TestStreamingList(t *testing.T) {
 			// The watch after the list follows the writes.
 			createConfigMap(t, ns, "late", "app-late")
 			expect(t, e, "cm-app", "app-late", ns+"/late")
+		})
+	}
+}
+
+// TestStreamingListByTheEvents: a streaming list is the state its initial
+// events build: an object deleted among them (an apiserver whose closing
+// bookmark comes from a timer sends changes first) is not listed; a
+// stream that ends before its closing bookmark (a connection cut) is
+// listed again with LIST, at once.
+func TestStreamingListByTheEvents(t *testing.T) {
+	testenv.Need(t, env)
+	const ns = "streaming-events"
+	env.Namespace(t, ns)
+	createConfigMap(t, ns, "real", "app-x")
+	cms, err := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := cms.ResourceVersion
+	cm := func(typ, name string) string {
+		return fmt.Sprintf(`{"type":%q,"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q,"resourceVersion":%q},"data":{"app":"app-x"}}}`+"\n", typ, name, ns, rv)
+	}
+	end := fmt.Sprintf(`{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":%q,"annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", rv)
+	for _, c := range []struct {
+		name, stream string
+		lists        int
+	}{
+		{"deleted among them", cm("ADDED", "real") + cm("ADDED", "gone") + cm("MODIFIED", "gone") + cm("DELETED", "gone") + end, 0},
+		{"cut before the bookmark", cm("ADDED", "real"), 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := rest.CopyConfig(env.Config)
+			counter := &streamCounter{body: func() string { return c.stream }}
+			cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+				counter.next = next
+				return counter
+			}
+			e := runEngineWith(t, configMapPlan(t, ns), cfg, msync.Options{StreamingList: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+			defer cancel()
+			if err := e.WaitForSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.Lookup("cm-app", "app-x"); !slices.Equal(got, []string{ns + "/real"}) {
+				t.Errorf("app-x = %v, want only %s/real", got, ns)
+			}
+			if lists, streamed, _ := counter.counts(); lists != c.lists || streamed != 1 {
+				t.Errorf("%d LISTs and %d streaming lists, want %d and 1", lists, streamed, c.lists)
+			}
+			if st := e.Status()[0]; !st.Ready || st.Objects != 1 || st.Listed != 1 {
+				t.Errorf("status %+v, want ready, 1 object, 1 listed", st)
+			}
 		})
 	}
 }
