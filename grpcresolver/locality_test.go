@@ -1,15 +1,12 @@
 package grpcresolver_test
 
 import (
-	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/internal/routingtest"
-	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -17,33 +14,12 @@ import (
 // hinted for its zone, and every backend once the hints are gone (through
 // a daemon's ?zone=: TestRemoteWithLocality in cmd/metasync/internal/server).
 func TestWithLocality(t *testing.T) {
-	cfg := routingtest.Config(routingtest.Chain)
-	cfg.Resources[1].Indexes[0].Hints = "hints"
-	plan, err := schema.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, f := routingtest.HintedEngine(t)
 	quiet := slog.New(slog.DiscardHandler)
-	r, f, err := feed.New(plan, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := r.(*msync.Engine)
 	b1, b2 := routingtest.StartBackend(t), routingtest.StartBackend(t)
 	routingtest.SetApp(t, f, "base", "model1")
-	hinted := func(zones ...string) {
-		t.Helper()
-		var hints []string
-		for i, b := range []*routingtest.Backend{b1, b2} {
-			if zones != nil {
-				hints = append(hints, b.Addr+"\tzone="+zones[i])
-			}
-		}
-		js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base"}, "addresses": []string{b1.Addr, b2.Addr}, "hints": hints})
-		if err := f.Apply("backends", js); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bs := []*routingtest.Backend{b1, b2}
+	hinted := func(zones ...string) { t.Helper(); routingtest.SetHintedBackends(t, f, "base", bs, zones...) }
 	hinted("a", "b")
 
 	at := grpcresolver.WithLocality(msync.Locality{Zone: "b"})

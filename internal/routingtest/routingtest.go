@@ -87,6 +87,41 @@ func Engine(t *testing.T) (*msync.Engine, feed.Feeder) {
 	return e.(*msync.Engine), f
 }
 
+// HintedEngine is Engine whose backends' addresses carry zone hints
+// (index app-to-addresses has hints: the "hints" field; see
+// SetHintedBackends).
+func HintedEngine(t *testing.T) (*msync.Engine, feed.Feeder) {
+	t.Helper()
+	cfg := Config(Chain)
+	cfg.Resources[1].Indexes[0].Hints = "hints"
+	plan, err := schema.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, f, err := feed.New(plan, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.(*msync.Engine), f
+}
+
+// SetHintedBackends makes bs the addresses of app on a HintedEngine,
+// bs[i] hinted for zones[i]; with no zones, none is hinted.
+func SetHintedBackends(t *testing.T, f feed.Feeder, app string, bs []*Backend, zones ...string) {
+	t.Helper()
+	addrs, hints := []string{}, []string{}
+	for i, b := range bs {
+		addrs = append(addrs, b.Addr)
+		if zones != nil {
+			hints = append(hints, b.Addr+"\tzone="+zones[i])
+		}
+	}
+	js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app}, "addresses": addrs, "hints": hints})
+	if err := f.Apply("backends", js); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // SetApp makes app serve models.
 func SetApp(t *testing.T, f feed.Feeder, app string, models ...string) {
 	t.Helper()
