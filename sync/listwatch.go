@@ -137,10 +137,10 @@ func (w *watcher) checkGone(err error) {
 	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
 }
 
-// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH:
-// the watcher's List streams the list itself (listByWatch), and hands the
-// reflector one page of projected objects, with no store of its own in
-// between.
+// IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
+// With Options.StreamingList the watcher's List streams the list itself
+// (listByWatch) and hands the reflector one page of projected objects,
+// with no store of the reflector's in between.
 func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
 
 // errNoStreamingList: the apiserver does not stream a list as watch
@@ -152,8 +152,8 @@ var errNoStreamingList = errors.New("no streaming list")
 // ends them, and its watch ends after this; the watcher then lists.
 const streamingListTimeout = 60
 
-// listByWatch lists the resource as the apiserver's watch cache streams
-// it (a watch with sendInitialEvents, the watch-list feature): each object
+// listByWatch lists the resource as the apiserver streams it (a watch
+// with sendInitialEvents, the watch-list feature): each object
 // is projected as its event arrives, and the list ends at the bookmark
 // that closes the initial events, whose resourceVersion is the list's.
 // The apiserver serves it from its cache without building the whole list
