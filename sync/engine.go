@@ -42,11 +42,13 @@ type Options struct {
 	// watch that sends the objects as events, then a bookmark
 	// (sendInitialEvents, the watch-list feature), which the apiserver
 	// serves from its watch cache without building the whole list in
-	// memory. A cold start of many engines at once then costs the
-	// apiserver about a seventh of the memory that their LISTs do, for
-	// more CPU and a longer list (BENCHMARKS.md, "Streaming lists"). A
-	// streaming list the apiserver refuses, or one that fails, is made
-	// with LIST. Default false: every list is a LIST request.
+	// memory. Measured, a cold start of many engines at once cost the
+	// apiserver a seventh of the memory of their LISTs on a fresh
+	// apiserver, and twice as much on one that had served a larger
+	// resource before; more CPU and a longer list in both (BENCHMARKS.md,
+	// "Streaming lists"). A streaming list the apiserver refuses, or one
+	// that fails, is made with LIST. Default false: every list is a LIST
+	// request.
 	StreamingList bool
 }
 
