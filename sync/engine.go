@@ -43,10 +43,10 @@ type Options struct {
 	// (sendInitialEvents, the watch-list feature), which the apiserver
 	// serves from its watch cache without building the whole list in
 	// memory. Measured, a cold start of many engines at once cost the
-	// apiserver a seventh of the memory of their LISTs on a fresh
-	// apiserver, and twice as much on one that had served a larger
-	// resource before; more CPU and a longer list in both (BENCHMARKS.md,
-	// "Streaming lists"). A streaming list the apiserver refuses, or one
+	// apiserver a seventh of the memory of their LISTs when they watched
+	// most of their resource's objects, and as much or more when they
+	// watched a small part of a large resource; more CPU and a longer
+	// list in every case (BENCHMARKS.md, "Streaming lists"). A streaming list the apiserver refuses, or one
 	// that fails, is made with LIST. Default false: every list is a LIST
 	// request.
 	StreamingList bool
