@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	gosync "sync"
 	"time"
@@ -62,25 +61,23 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 			// keeps failing must not keep the resource from syncing).
 			w.log.Debug("streaming list failed: listing with LIST", "error", err.Error())
 			list, err = nil, nil
-		}
-	}
-	if list == nil && err == nil {
-		var body io.ReadCloser
-		if body, err = w.request(&opts).Stream(ctx); err == nil {
-			list, err = streamList(body, w.project)
-			body.Close()
-		} else {
-			list = nil
-		}
-	}
-	if list == nil && err != nil {
-		if ctx.Err() != nil {
+		case err != nil:
 			return nil, err // a stop or a resync, not trouble
 		}
-		w.checkGone(err)
-		w.listErrors.Add(1)
-		w.fail(fmt.Errorf("list: %w", err))
-		return nil, err
+	}
+	if list == nil {
+		body, rerr := w.request(&opts).Stream(ctx)
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return nil, rerr // a stop or a resync, not trouble
+			}
+			w.checkGone(rerr)
+			w.listErrors.Add(1)
+			w.fail(fmt.Errorf("list: %w", rerr))
+			return nil, rerr
+		}
+		list, err = streamList(body, w.project)
+		body.Close()
 	}
 	if list != nil {
 		w.listed.Add(int64(len(list.Items)))
