@@ -20,10 +20,13 @@ import (
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
 func (w *watcher) project(raw string) *object {
-	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp", initialEventsEndPath)
+	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp")
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
-	o := &object{rv: strings.Clone(meta[2].Str), initialEnd: meta[4].Str == "true"}
+	o := &object{rv: strings.Clone(meta[2].Str)}
+	// Only a bookmark has no name: its annotation is read for it alone,
+	// not on every object's way.
+	o.initialEnd = meta[0].Str == "" && gjson.Get(raw, initialEventsEndPath).Str == "true"
 	// The provenance that explain tells and unique indexes order
 	// claimants by; Prepare encodes it beside the entries.
 	o.ix.Meta = indexer.Meta{Version: meta[2].Str, Created: createdAt(meta[3].Str)}
