@@ -46,15 +46,26 @@ type group struct {
 }
 
 // slot is one key of a page and its values; every key in a table has at
-// least one value.
+// least one value. It holds two pointers and two lengths, 24 bytes: no
+// capacity (a table's values are never appended to) and no hash, which a
+// page laid out anew computes again from the key (see updatePage).
 type slot struct {
-	tag    uint32 // the low 32 bits of the key's hash: its home group and control byte
-	klen   uint32 // keys come from objects of at most a few megabytes
-	kptr   *byte
-	values []string
+	kptr *byte
+	vptr *string
+	klen uint32 // keys come from objects of at most a few megabytes
+	vlen uint32
 }
 
 func (s *slot) key() string { return unsafe.String(s.kptr, s.klen) }
+
+// values returns the slot's values; their capacity is their length, so
+// that an append by a caller copies them.
+func (s *slot) values() []string { return unsafe.Slice(s.vptr, s.vlen) }
+
+// setValues points the slot at values, which must not be empty.
+func (s *slot) setValues(values []string) {
+	s.vptr, s.vlen = unsafe.SliceData(values), uint32(len(values))
+}
 
 // ctrlOf returns the control byte of a tag: its low 7 bits (its home
 // group comes from its high bits).
@@ -120,7 +131,7 @@ func (t *table) lookup(hs hashSeed, key string) []string {
 		for m := matches(g.ctrl, c); m != 0; m &= m - 1 {
 			s := &g.slots[bits.TrailingZeros64(m)>>3]
 			if sameKey(s, key) {
-				return s.values
+				return unsafe.Slice(s.vptr, s.vlen)
 			}
 		}
 		if empties(g.ctrl) != 0 {
@@ -168,12 +179,15 @@ func find(p []group, h uint64, key string) (int, int) {
 	}
 }
 
-// layout returns a new page holding the given slots, filled to at most 3/4
-// so that most keys sit in their home group and every probe ends.
-func layout(slots []slot) []group {
-	p := newPage(len(slots))
-	for i := range slots {
-		insert(p, &slots[i])
+// layout returns a new page holding the keys of the given changes (which
+// must all have values), filled to at most 3/4 so that most keys sit in
+// their home group and every probe ends. The page keeps the changes' key
+// strings: the caller owns them.
+func layout(changes []change) []group {
+	p := newPage(len(changes))
+	for i := range changes {
+		s := newSlot(&changes[i])
+		insert(p, &s, changes[i].hash)
 	}
 	return p
 }
@@ -188,16 +202,17 @@ func newPage(n int) []group {
 	return p[:cap(p)] // use what the allocator rounded up to
 }
 
-// insert puts s in the first empty slot of its probe sequence in p, which
-// must not hold its key and must have room.
-func insert(p []group, s *slot) {
-	i := home(s.tag, len(p))
+// insert puts s, whose key's hash is h, in the first empty slot of its
+// probe sequence in p, which must not hold its key and must have room.
+func insert(p []group, s *slot, h uint64) {
+	tag := uint32(h)
+	i := home(tag, len(p))
 	for {
 		g := &p[i]
 		if e := empties(g.ctrl); e != 0 {
 			j := bits.TrailingZeros64(e) >> 3
 			g.slots[j] = *s
-			g.ctrl |= ctrlOf(s.tag) << (8 * j)
+			g.ctrl |= ctrlOf(tag) << (8 * j)
 			return
 		}
 		if i++; i == len(p) {
@@ -234,7 +249,9 @@ type change struct {
 
 // newSlot returns the slot of c, holding c.key itself: the caller owns it.
 func newSlot(c *change) slot {
-	return slot{tag: uint32(c.hash), klen: uint32(len(c.key)), kptr: unsafe.StringData(c.key), values: c.values}
+	s := slot{kptr: unsafe.StringData(c.key), klen: uint32(len(c.key))}
+	s.setValues(c.values)
+	return s
 }
 
 // newSlotCopy returns the slot of c with a copy of c.key, for a key that
@@ -246,10 +263,11 @@ func newSlotCopy(c *change) slot {
 }
 
 // update returns the table with changes applied, and the change in its
-// number of keys. Keys must be distinct among changes; the keys it
-// inserts are copied (a change's key is borrowed). Pages and chunks
-// that no change touches are shared with t.
-func (t *table) update(changes []change) (table, int) {
+// number of keys. Keys must be distinct among changes, hashed with hs
+// (the table's keys too: a page laid out anew hashes its keys again); the
+// keys it inserts are copied (a change's key is borrowed). Pages and
+// chunks that no change touches are shared with t.
+func (t *table) update(hs hashSeed, changes []change) (table, int) {
 	out := table{bits: t.bits, dir: slices.Clone(t.dir)}
 	copied := -1 // the last chunk copied; pages come in order
 	slices.SortFunc(changes, func(a, b change) int { return t.page(a.hash) - t.page(b.hash) })
@@ -260,7 +278,7 @@ func (t *table) update(changes []change) (table, int) {
 		for end < len(changes) && t.page(changes[end].hash) == pi {
 			end++
 		}
-		page, d := updatePage(t.pageAt(pi), changes[start:end])
+		page, d := updatePage(hs, t.pageAt(pi), changes[start:end])
 		delta += d
 		if ci := pi >> chunkBits; ci != copied {
 			c := *out.dir[ci]
@@ -286,7 +304,7 @@ func (t *table) update(changes []change) (table, int) {
 // writes in proportion, and a page follows its keys down as well as up.
 // (With 1/4, a store scaled down from 50,000 keys to 500 by deletes held
 // 1.3x the same keys built fresh; with 3/8, 1.1x.)
-func updatePage(old []group, changes []change) ([]group, int) {
+func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 	// at[i] is the slot of changes[i] in old, g*groupSlots+j, or -1.
 	var buf [8]int
 	at := buf[:0]
@@ -315,7 +333,7 @@ func updatePage(old []group, changes []change) ([]group, int) {
 			k := at[i]
 			switch {
 			case k >= 0 && len(c.values) > 0:
-				p[k/groupSlots].slots[k%groupSlots].values = c.values
+				p[k/groupSlots].slots[k%groupSlots].setValues(c.values)
 			case k >= 0:
 				g := &p[k/groupSlots]
 				j := k % groupSlots
@@ -327,7 +345,7 @@ func updatePage(old []group, changes []change) ([]group, int) {
 				g.slots[j] = slot{}
 			case len(c.values) > 0:
 				s := newSlotCopy(c)
-				insert(p, &s)
+				insert(p, &s, c.hash)
 			}
 		}
 		return p, inserts - removes
@@ -346,14 +364,15 @@ func updatePage(old []group, changes []change) ([]group, int) {
 	for g := range old {
 		for j := range old[g].slots {
 			if old[g].ctrl>>(8*j)&0x80 != 0 && !slices.Contains(at, g*groupSlots+j) {
-				insert(p, &old[g].slots[j])
+				s := &old[g].slots[j]
+				insert(p, s, hashKey(hs, s.key()))
 			}
 		}
 	}
 	for i := range changes {
 		if c := &changes[i]; len(c.values) > 0 {
 			s := newSlotCopy(c)
-			insert(p, &s)
+			insert(p, &s, c.hash)
 		}
 	}
 	return p, inserts - removes
@@ -367,7 +386,7 @@ func build(bits uint, changes []change) table {
 	for i := range changes {
 		counts[t.page(changes[i].hash)]++
 	}
-	groups := make([][]slot, 1<<bits)
+	groups := make([][]change, 1<<bits)
 	for i := range changes {
 		c := &changes[i]
 		if len(c.values) == 0 {
@@ -375,9 +394,9 @@ func build(bits uint, changes []change) table {
 		}
 		pi := t.page(c.hash)
 		if groups[pi] == nil {
-			groups[pi] = make([]slot, 0, counts[pi])
+			groups[pi] = make([]change, 0, counts[pi])
 		}
-		groups[pi] = append(groups[pi], newSlot(c))
+		groups[pi] = append(groups[pi], *c)
 	}
 	// Pages are laid out apart: a large table on every core (a restore
 	// or a first list of many objects waits for it).
@@ -414,7 +433,7 @@ func (t *table) all(f func(key string, values []string)) {
 			for g := range p {
 				for j := range p[g].slots {
 					if p[g].ctrl>>(8*j)&0x80 != 0 {
-						f(p[g].slots[j].key(), p[g].slots[j].values)
+						f(p[g].slots[j].key(), p[g].slots[j].values())
 					}
 				}
 			}

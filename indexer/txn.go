@@ -403,10 +403,10 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 		}
 	}
 	var delta int
-	is.values, delta = is.values.update(values)
+	is.values, delta = is.values.update(s.seed, values)
 	is.keys += delta
 	if len(objects) > 0 {
-		o, _ := is.objects.update(objects)
+		o, _ := is.objects.update(s.seed, objects)
 		is.objects = &o
 	}
 	// Spread the index over more pages when it has outgrown its pages

@@ -325,7 +325,7 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 		for key, c := range chosen {
 			changes = append(changes, change{hash: src.s.hash(key), key: key, values: c.values})
 		}
-		is.values, _ = is.values.update(changes)
+		is.values, _ = is.values.update(src.s.seed, changes)
 	}
 }
 
@@ -337,7 +337,7 @@ func (is *indexSnap) unchoose(s *Store) {
 		for key, c := range is.chosen {
 			changes = append(changes, change{hash: s.hash(key), key: key, values: c.raw})
 		}
-		is.values, _ = is.values.update(changes)
+		is.values, _ = is.values.update(s.seed, changes)
 	}
 	is.chosen = nil
 }
