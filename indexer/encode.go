@@ -33,7 +33,11 @@ func encodeAfter(head []byte, objectKey string, entries [][]Entry) string {
 			size += 2 + len(e.Key) + 2 + len(e.Value)
 		}
 	}
-	b := make([]byte, 0, size)
+	return string(appendEncoding(make([]byte, 0, size), objectKey, head, entries))
+}
+
+// appendEncoding appends to b what encodeAfter returns.
+func appendEncoding(b []byte, objectKey string, head []byte, entries [][]Entry) []byte {
 	b = append(b, head...)
 	for _, es := range entries {
 		b = binary.AppendUvarint(b, uint64(len(es)))
@@ -53,7 +57,7 @@ func encodeAfter(head []byte, objectKey string, entries [][]Entry) string {
 			prev = e.Value
 		}
 	}
-	return string(b)
+	return b
 }
 
 // encodeMeta appends an object's provenance to b: the creation time in

@@ -79,7 +79,7 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 		return out
 	}
 	buf := make([][]Entry, len(src.indexes))
-	for object, enc := range src.objects {
+	for object, enc := range src.objects.All() {
 		es := decodeInto(buf, enc, object)
 		var meta *Meta
 		for _, p := range []int{pos, fbPos} {

@@ -30,8 +30,8 @@ func (src *Source) Image() *Image {
 		return img
 	}
 	img.ids, img.width = slices.Clone(src.indexes), len(src.indexes)
-	img.objs = make([]imageObject, 0, len(src.objects))
-	for k, enc := range src.objects {
+	img.objs = make([]imageObject, 0, src.objects.Len())
+	for k, enc := range src.objects.All() {
 		img.objs = append(img.objs, imageObject{k, enc})
 	}
 	return img
@@ -102,7 +102,7 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 	s.mu.Lock()
 	// A unique index answers what its claims choose, which its saved
 	// table alone cannot tell: such a source is built from its objects.
-	if src.removed || len(src.objects) > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) {
+	if src.removed || src.objects.Len() > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) {
 		s.mu.Unlock()
 		src.Replace(objects())
 		close(done)

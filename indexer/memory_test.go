@@ -233,9 +233,9 @@ func TestMemoryFollowsScaleDown(t *testing.T) {
 // BenchmarkBytesPerObject shows where the heap of an indexed object goes,
 // for objects like the bench's AppModels (an object key of 25 bytes,
 // three keys of 14 and one value of 10, a resourceVersion and a creation
-// time), in a unique index: the whole, and the writer's map of objects
-// rebuilt alone (its slots, the object keys' and the encodings' bytes);
-// the index's tables are the rest. Run it once:
+// time), in a unique index: the whole, and the writer's set of objects
+// (its slots, and the records: object keys and encodings); the index's
+// tables are the rest. Run it once:
 //
 //	go test -run '^$' -bench BytesPerObject -benchtime 1x ./indexer/
 func BenchmarkBytesPerObject(b *testing.B) {
@@ -260,23 +260,17 @@ func BenchmarkBytesPerObject(b *testing.B) {
 		objs = nil
 		total := liveHeap() - before
 
-		at := liveHeap()
-		slots := make(map[string]string, len(src.objects))
-		for k, v := range src.objects {
-			slots[k] = v // the same strings: the slots alone
-		}
-		slotBytes := liveHeap() - at
-		var encBytes, keyBytes int
-		for k, v := range src.objects {
-			encBytes += sizeClass(len(v))
-			keyBytes += sizeClass(len(k))
+		slotBytes := 8 * len(src.objects.slots)
+		var recBytes int
+		for _, p := range src.objects.slots {
+			if p != nil {
+				recBytes += sizeClass(len(recordAt(p)))
+			}
 		}
 		b.ReportMetric(float64(total)/n, "B/object")
-		b.ReportMetric(float64(slotBytes)/n, "map-slots-B/object")
-		b.ReportMetric(float64(keyBytes)/n, "object-key-B/object")
-		b.ReportMetric(float64(encBytes)/n, "encoding-B/object")
-		b.ReportMetric(float64(total-slotBytes)/n-float64(keyBytes+encBytes)/n, "index-tables-B/object")
-		runtime.KeepAlive(slots)
+		b.ReportMetric(float64(slotBytes)/n, "set-slots-B/object")
+		b.ReportMetric(float64(recBytes)/n, "record-B/object")
+		b.ReportMetric((float64(total)-float64(slotBytes+recBytes))/n, "index-tables-B/object")
 		runtime.KeepAlive(s)
 	}
 }

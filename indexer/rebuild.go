@@ -21,7 +21,7 @@ import (
 // of the index, however large.
 func (src *Source) Replace(objs []Object) {
 	src.s.mu.Lock()
-	empty := len(src.objects) == 0
+	empty := src.objects.Len() == 0
 	src.s.mu.Unlock()
 	if empty {
 		src.rebuild(objs)
@@ -36,13 +36,13 @@ func (src *Source) Replace(objs []Object) {
 	for i := range objs {
 		o := &objs[i]
 		seen[o.Key] = struct{}{}
-		if old, ok := src.objects[o.Key]; ok && old == o.enc && samePayload(snap, src, o) {
+		if old, ok := src.objects.Get(o.Key); ok && old == o.enc && samePayload(snap, src, o) {
 			continue
 		}
 		tx.Put(*o)
 	}
 	var gone []string
-	for key := range src.objects {
+	for key := range src.objects.All() {
 		if _, ok := seen[key]; !ok {
 			gone = append(gone, key)
 		}
@@ -79,15 +79,15 @@ func (src *Source) rebuildLocked(objs []Object) {
 		return
 	}
 
-	objects := make(map[string]string, len(objs))
+	objects := newObjectSet(s.seed, len(objs))
 	payloads := map[string]any{}
 	for i := range objs {
 		o := &objs[i]
 		src.Prepare(o)
 		key := o.Key
-		objects[key] = o.enc
+		objects.Put(o.rec)
 		if o.Payload != nil {
-			payloads[key] = o.Payload
+			payloads[strings.Clone(key)] = o.Payload
 			src.payloads = true
 		} else {
 			delete(payloads, key)
@@ -110,9 +110,8 @@ func (src *Source) rebuildLocked(objs []Object) {
 			published = append(published, Change{Index: s.handle(id), Keys: keys})
 		}
 	}
-	next.sources[src.id] = src.buildPayloads(len(objects), payloads)
+	next.sources[src.id] = src.buildPayloads(objects.Len(), payloads)
 	src.objects = objects
-	src.objectsPeak = len(objects)
 	s.publish(next, published)
 	src.tellConflicts()
 }
@@ -125,10 +124,10 @@ type decoded struct {
 
 // decodeAll decodes every object once, and counts the entries per index
 // (of n) to size the maps of buildIndex.
-func decodeAll(objects map[string]string, n int) ([]decoded, []int) {
-	all := make([]decoded, 0, len(objects))
+func decodeAll(objects *objectSet, n int) ([]decoded, []int) {
+	all := make([]decoded, 0, objects.Len())
 	counts := make([]int, n)
-	for objKey, enc := range objects {
+	for objKey, enc := range objects.All() {
 		es := decode(enc, objKey, n)
 		for i := range es {
 			counts[i] += len(es[i])
@@ -151,10 +150,14 @@ func (src *Source) buildIndex(i int, all []decoded, entries int, was *indexSnap)
 	}
 	for _, d := range all {
 		es := d.entries[i]
+		owner := "" // the object key's copy, made once (see Source.objects)
 		for j, e := range es {
 			values[e.Key] = append(values[e.Key], e.Value)
 			if objectsOf != nil && (j == 0 || es[j-1].Key != e.Key) {
-				objectsOf[e.Key] = append(objectsOf[e.Key], d.key)
+				if owner == "" {
+					owner = strings.Clone(d.key)
+				}
+				objectsOf[e.Key] = append(objectsOf[e.Key], owner)
 			}
 		}
 	}

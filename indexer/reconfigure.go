@@ -104,7 +104,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		if id, ok := s.srcName[spec.Name]; ok {
 			src = s.sources[id]
 		} else {
-			src = &Source{s: s, id: len(s.sources), name: spec.Name, objects: map[string]string{}}
+			src = &Source{s: s, id: len(s.sources), name: spec.Name, objects: newObjectSet(s.seed, 0)}
 			s.sources = append(s.sources, src)
 			next.sources = append(next.sources, &sourceSnap{})
 		}
@@ -137,7 +137,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		src.removed = true
 		src.indexes = nil
 		src.width.Store(0)
-		src.objects, src.dups, src.dupsPeak, src.objectsPeak = map[string]string{}, nil, nil, 0
+		src.objects, src.dups, src.dupsPeak = newObjectSet(s.seed, 0), nil, nil
 		src.unique, src.claims, src.singles = nil, nil, nil
 		next.sources[id] = &sourceSnap{}
 	}
@@ -226,7 +226,7 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 		}
 	}
 	if !slices.Equal(ids, src.indexes) {
-		for key, enc := range src.objects {
+		for key, enc := range src.objects.All() {
 			was := decode(enc, key, len(src.indexes))
 			now := make([][]Entry, len(ids))
 			for i, id := range ids {
@@ -235,7 +235,8 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 				}
 			}
 			head, _ := splitMeta(enc)
-			src.objects[key] = encodeAfter([]byte(head), key, now)
+			rec, _, _ := newRecord(key, []byte(head), now)
+			src.objects.Put(rec) // the key's slot: the loop goes on
 		}
 	}
 	claims := make([]map[string][]claim, len(ids))
@@ -299,7 +300,7 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 // each index key of its i-th index.
 func (src *Source) objectsTable(i int, bits uint) table {
 	of := map[string][]string{}
-	for key, enc := range src.objects {
+	for key, enc := range src.objects.All() {
 		es := decode(enc, key, len(src.indexes))[i]
 		for j, e := range es {
 			if j == 0 || es[j-1].Key != e.Key {

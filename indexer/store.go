@@ -53,8 +53,9 @@ type Object struct {
 	Meta Meta
 
 	// Set by Source.Prepare, which then drops Entries: a prepared object
-	// holds its entries in this one string only.
-	enc      string
+	// holds its entries in one string only, its record (see objectSet);
+	// enc, and Key, are substrings of it.
+	rec, enc string
 	prepared bool
 }
 
@@ -140,16 +141,17 @@ type Source struct {
 	withObjects bool
 	removed     bool // by a Reconfigure: writes change nothing (under s.mu)
 
-	// Writer state, guarded by s.mu. objects maps each object key to the
-	// object's normalized entries, encoded into one string (see encode), so
-	// that an update or delete can withdraw exactly them.
+	// Writer state, guarded by s.mu. objects holds each object's
+	// normalized entries, encoded into one string with its object key (see
+	// objectSet), so that an update or delete can withdraw exactly them.
 	//
 	// Nothing published, and nothing kept here but objects' values, shares
 	// memory with an encoding: keys and values are copied when they are
 	// published (once per write, see interner), so that an object's old
 	// encodings become garbage when it changes, and memory follows the
 	// current state, not the history of writes.
-	objects map[string]string
+	objects *objectSet
+	decoded [2][][]Entry       // see scratch
 	dups    []map[Entry]*int32 // per source index: extra contributors of an entry
 	// unique[i]: the i-th index is unique (SourceSpec.Unique). claims[i],
 	// of a unique index, holds the claims on each of its keys that have
@@ -161,11 +163,11 @@ type Source struct {
 	notes    []ConflictNote        // of the commit under way, for onConflict
 	payloads bool                  // some object has had a payload
 
-	// The largest count of objects, of each dups map and of each payload
-	// shard since that map was made: a Go map never gives back the room
-	// of deleted entries, so a map whose count falls far below its peak is
-	// copied into one sized for what it holds (see shrunk).
-	objectsPeak int
+	// The largest count of each dups map and of each payload shard since
+	// that map was made: a Go map never gives back the room of deleted
+	// entries, so a map whose count falls far below its peak is copied
+	// into one sized for what it holds (see shrunk). (objects gives back
+	// its own room.)
 	dupsPeak    []int
 	payloadPeak [payloadShards]int
 }

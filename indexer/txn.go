@@ -43,7 +43,6 @@ func (src *Source) Prepare(o *Object) {
 	if o.prepared {
 		return
 	}
-	o.Key = strings.Clone(o.Key)
 	entries := o.Entries
 	for i := range entries {
 		entries[i] = normalize(entries[i])
@@ -51,7 +50,8 @@ func (src *Source) Prepare(o *Object) {
 	for len(entries) < int(src.width.Load()) {
 		entries = append(entries, nil)
 	}
-	o.enc = encode(o.Key, o.Meta, entries)
+	var head [24]byte
+	o.rec, o.Key, o.enc = newRecord(o.Key, encodeMeta(head[:0], o.Meta), entries)
 	o.Meta.Version = ""
 	o.prepared = true
 	o.Entries = nil
@@ -62,11 +62,11 @@ func (src *Source) Prepare(o *Object) {
 func (t *Txn) Put(o Object) {
 	src := t.src
 	src.Prepare(&o)
-	old, had := src.objects[o.Key]
-	after := decode(o.enc, o.Key, len(src.indexes))
+	old, had := src.objects.Get(o.Key)
+	after := decodeInto(src.scratch(0), o.enc, o.Key)
 	var before [][]Entry
 	if had {
-		before = decode(old, o.Key, len(src.indexes))
+		before = decodeInto(src.scratch(1), old, o.Key)
 	}
 	for i := range src.indexes {
 		var b []Entry
@@ -85,10 +85,8 @@ func (t *Txn) Put(o Object) {
 	if !had {
 		t.count++
 	}
-	src.objects[o.Key] = o.enc
-	if !had && len(src.objects) > src.objectsPeak {
-		src.objectsPeak = len(src.objects)
-	}
+	src.objects.Put(o.rec)
+	src.dropScratch()
 	t.setPayload(o.Key, o.Payload)
 }
 
@@ -96,11 +94,11 @@ func (t *Txn) Put(o Object) {
 // unknown object does nothing.
 func (t *Txn) Delete(objectKey string) {
 	src := t.src
-	old, had := src.objects[objectKey]
+	old, had := src.objects.Get(objectKey)
 	if !had {
 		return
 	}
-	before := decode(old, objectKey, len(src.indexes))
+	before := decodeInto(src.scratch(1), old, objectKey)
 	for i := range src.indexes {
 		t.diff(i, objectKey, before[i], nil)
 		if src.unique[i] {
@@ -109,9 +107,38 @@ func (t *Txn) Delete(objectKey string) {
 		}
 	}
 	t.count--
-	delete(src.objects, objectKey)
-	src.objects = shrunk(src.objects, &src.objectsPeak)
+	src.objects.Delete(objectKey)
+	src.dropScratch()
 	t.setPayload(objectKey, nil)
+}
+
+// scratch returns the room for an object's decoded entries, one per
+// index, that Put (k 0: after, 1: before) and Delete (1) reuse from one
+// write to the next: nothing they call keeps the slices, and a decode's
+// garbage would otherwise be allocated beside the records that stay, and
+// scatter them.
+func (src *Source) scratch(k int) [][]Entry {
+	b := src.decoded[k]
+	if len(b) != len(src.indexes) {
+		b = make([][]Entry, len(src.indexes))
+		src.decoded[k] = b
+	}
+	return b
+}
+
+// dropScratch empties the scratch's entries, whose strings are parts of
+// records (an old one would stay alive through them), and lets the room
+// of a large object's go.
+func (src *Source) dropScratch() {
+	for _, b := range src.decoded {
+		for i, es := range b {
+			if cap(es) > 64 {
+				b[i] = nil
+			} else {
+				clear(es)
+			}
+		}
+	}
 }
 
 // setPayload records a payload change; nil removes the payload.
@@ -124,6 +151,10 @@ func (t *Txn) setPayload(objectKey string, p any) {
 	}
 	if t.payloads == nil {
 		t.payloads = map[string]any{}
+	}
+	if p != nil {
+		// A published key is a copy: objectKey is a part of a record.
+		objectKey = strings.Clone(objectKey)
 	}
 	t.payloads[objectKey] = p
 }

@@ -127,7 +127,7 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 		// (or the reverse) in one transaction.
 		for _, ch := range w.claims {
 			if ch.add {
-				cl = append(cl, claim{object: ch.object, value: strings.Clone(ch.value), created: ch.created})
+				cl = append(cl, claim{object: strings.Clone(ch.object), value: strings.Clone(ch.value), created: ch.created})
 			} else if j := slices.IndexFunc(cl, func(c claim) bool { return c.object == ch.object && c.value == ch.value }); j >= 0 {
 				cl = slices.Delete(cl, j, j+1)
 			}
@@ -247,7 +247,7 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 	}
 	src.scans++
 	buf := make([][]Entry, len(src.indexes))
-	for object, enc := range src.objects {
+	for object, enc := range src.objects.All() {
 		es := decodeInto(buf, enc, object)[i]
 		var created int64
 		read := false
@@ -258,7 +258,7 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 			if !read {
 				created, read = createdOf(enc), true
 			}
-			out[e.Key] = append(out[e.Key], claim{object: object, value: strings.Clone(e.Value), created: created})
+			out[e.Key] = append(out[e.Key], claim{object: strings.Clone(object), value: strings.Clone(e.Value), created: created})
 		}
 	}
 	return out

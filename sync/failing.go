@@ -93,6 +93,11 @@ func (f *failingSet) keep(old *failingSet, indexes func(string) bool) {
 }
 
 func (f *failingSet) add(key string, failed []ruleFailure, at time.Time) {
+	if len(failed) > 0 {
+		// A copy of its own: an object's key is a part of the record
+		// the indexer keeps of it, which an update replaces.
+		key = strings.Clone(key)
+	}
 	for _, rf := range failed {
 		f.put(rf.index, key, RuleFailure{Object: key, Error: rf.err, At: at})
 		f.last[rf.index] = RuleFailure{Object: key, Error: rf.err, At: at}
@@ -108,7 +113,7 @@ func (f *failingSet) put(index, key string, rf RuleFailure) {
 		objs = map[string]RuleFailure{}
 		f.objects[index] = objs
 	}
-	objs[strings.Clone(key)] = rf
+	objs[key] = rf
 }
 
 // remove takes key out of index; when it was the last failure recorded,

@@ -1,0 +1,202 @@
+package indexer
+
+import (
+	"encoding/binary"
+	"iter"
+	"math/bits"
+	"unsafe"
+)
+
+// objectSet is the writer's set of a source's objects: each object's
+// record, one string that holds its object key and its encoding (see
+// encode), so that an update or delete can withdraw exactly what the
+// object contributed. It is what map[string]string from object key to
+// encoding would be, in less memory: a slot is one pointer, to the start
+// of a record that begins with its own lengths, and the object key is
+// not a string of its own.
+//
+// An open-addressing table with linear probing, keys hashed with the
+// Store's secret seed (object keys are chosen by whoever may create
+// objects). A delete shifts the keys after it back (no tombstones), and
+// the table halves when it falls below an eighth full, so that its
+// memory follows the objects it holds, not the most it ever held. Not
+// safe for concurrent use: the writer's, under Store.mu.
+type objectSet struct {
+	seed  hashSeed
+	slots []*byte // a record's first byte, or nil
+	n     int
+}
+
+// The record of an object: uvarint(len(object key)), uvarint(len(encoding)),
+// the object key, the encoding.
+
+// newRecord returns the record of an object key and the encoding
+// encodeAfter would make of head and entries, in one allocation, with
+// the object key and encoding that are its substrings.
+func newRecord(objectKey string, head []byte, entries [][]Entry) (rec, key, enc string) {
+	// The encoding is written first, on the stack when it is small, for
+	// its length, which the record starts with.
+	var scratch [256]byte
+	e := appendEncoding(scratch[:0], objectKey, head, entries)
+	var pre [2 * binary.MaxVarintLen64]byte
+	p := binary.AppendUvarint(pre[:0], uint64(len(objectKey)))
+	p = binary.AppendUvarint(p, uint64(len(e)))
+	out := make([]byte, 0, len(p)+len(objectKey)+len(e))
+	out = append(out, p...)
+	out = append(out, objectKey...)
+	out = append(out, e...)
+	rec = unsafe.String(unsafe.SliceData(out), len(out))
+	key, enc = splitRecord(rec)
+	return rec, key, enc
+}
+
+// splitRecord returns the object key and the encoding of a record.
+func splitRecord(rec string) (key, enc string) {
+	kl, rest := uvarint(rec)
+	el, rest := uvarint(rest)
+	return rest[:kl], rest[kl : kl+el]
+}
+
+// recordAt returns the record whose first byte is p.
+func recordAt(p *byte) string {
+	// The two lengths are at most 20 bytes: read them, then the whole.
+	var kl, el uint64
+	i := 0
+	for shift := 0; ; shift += 7 {
+		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
+		i++
+		kl |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			break
+		}
+	}
+	for shift := 0; ; shift += 7 {
+		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
+		i++
+		el |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			break
+		}
+	}
+	return unsafe.String(p, i+int(kl)+int(el))
+}
+
+// newObjectSet returns an empty set with room for n objects.
+func newObjectSet(seed hashSeed, n int) *objectSet {
+	return &objectSet{seed: seed, slots: make([]*byte, slotsFor(n))}
+}
+
+// slotsFor returns the table size for n objects: a power of two at
+// least twice n (at least 8), so that it is at most half full.
+func slotsFor(n int) int {
+	if n < 4 {
+		return 8
+	}
+	return 1 << bits.Len(uint(2*n-1))
+}
+
+// Len returns the number of objects.
+func (m *objectSet) Len() int { return m.n }
+
+// find returns the slot of key, or of the empty slot where it would go,
+// and whether the key is there.
+func (m *objectSet) find(key string) (int, bool) {
+	mask := len(m.slots) - 1
+	i := int(hashKey(m.seed, key)) & mask
+	for {
+		p := m.slots[i]
+		if p == nil {
+			return i, false
+		}
+		if k, _ := splitRecord(recordAt(p)); k == key {
+			return i, true
+		}
+		i = (i + 1) & mask
+	}
+}
+
+// Get returns the encoding of the object key's object.
+func (m *objectSet) Get(key string) (enc string, ok bool) {
+	i, ok := m.find(key)
+	if !ok {
+		return "", false
+	}
+	_, enc = splitRecord(recordAt(m.slots[i]))
+	return enc, true
+}
+
+// Put sets the record of its object key, and reports whether the key is
+// new.
+func (m *objectSet) Put(rec string) bool {
+	key, _ := splitRecord(rec)
+	i, ok := m.find(key)
+	m.slots[i] = unsafe.StringData(rec)
+	if ok {
+		return false
+	}
+	m.n++
+	if m.n*4 > len(m.slots)*3 {
+		m.resize(slotsFor(m.n))
+	}
+	return true
+}
+
+// Delete removes the object key's record, if any.
+func (m *objectSet) Delete(key string) {
+	i, ok := m.find(key)
+	if !ok {
+		return
+	}
+	// Shift back the records after i that their home allows, up to the
+	// next empty slot: a probe from any record's home still reaches it.
+	mask := len(m.slots) - 1
+	for j := (i + 1) & mask; m.slots[j] != nil; j = (j + 1) & mask {
+		k, _ := splitRecord(recordAt(m.slots[j]))
+		h := int(hashKey(m.seed, k)) & mask
+		// The record at j may move to i when i lies on its probe path,
+		// from its home h to j (cyclically).
+		if (j-h)&mask >= (j-i)&mask {
+			m.slots[i] = m.slots[j]
+			i = j
+		}
+	}
+	m.slots[i] = nil
+	m.n--
+	if len(m.slots) > 16 && m.n*8 < len(m.slots) {
+		m.resize(slotsFor(m.n))
+	}
+}
+
+// resize moves every record to a table of size slots.
+func (m *objectSet) resize(size int) {
+	old := m.slots
+	m.slots = make([]*byte, size)
+	mask := size - 1
+	for _, p := range old {
+		if p == nil {
+			continue
+		}
+		k, _ := splitRecord(recordAt(p))
+		i := int(hashKey(m.seed, k)) & mask
+		for m.slots[i] != nil {
+			i = (i + 1) & mask
+		}
+		m.slots[i] = p
+	}
+}
+
+// All yields every object's key and encoding, in no order. The set may be
+// changed while it yields only by a Put of a key it holds (which keeps
+// the key's slot).
+func (m *objectSet) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, p := range m.slots {
+			if p == nil {
+				continue
+			}
+			if !yield(splitRecord(recordAt(p))) {
+				return
+			}
+		}
+	}
+}
