@@ -18,7 +18,7 @@ import (
 // An open-addressing table with linear probing, keys hashed with the
 // Store's secret seed (object keys are chosen by whoever may create
 // objects). A delete shifts the keys after it back (no tombstones), and
-// the table halves when it falls below an eighth full, so that its
+// the table is resized when it falls below an eighth full, so that its
 // memory follows the objects it holds, not the most it ever held. Not
 // safe for concurrent use: the writer's, under Store.mu.
 type objectSet struct {
@@ -86,13 +86,15 @@ func newObjectSet(seed hashSeed, n int) *objectSet {
 	return &objectSet{seed: seed, slots: make([]*byte, slotsFor(n))}
 }
 
-// slotsFor returns the table size for n objects: a power of two at
-// least twice n (at least 8), so that it is at most half full.
+// slotsFor returns the table size for n objects: the least power of two
+// (at least 8) that n fills to at most 3/4. A table grows past 3/4 full
+// (to between 3/8 and 3/4) and shrinks below 1/8.
 func slotsFor(n int) int {
-	if n < 4 {
+	need := (4*n + 2) / 3
+	if need <= 8 {
 		return 8
 	}
-	return 1 << bits.Len(uint(2*n-1))
+	return 1 << bits.Len(uint(need-1))
 }
 
 // Len returns the number of objects.

@@ -85,7 +85,11 @@ func (src *Source) rebuildLocked(objs []Object) {
 		o := &objs[i]
 		src.Prepare(o)
 		key := o.Key
-		objects.Put(o.rec)
+		// A copy, made here in a row: the records were made as the
+		// objects were decoded, among the decoder's garbage, and would
+		// stay scattered over the spans it leaves (resident memory
+		// that holds little).
+		objects.Put(strings.Clone(o.rec))
 		if o.Payload != nil {
 			payloads[strings.Clone(key)] = o.Payload
 			src.payloads = true
