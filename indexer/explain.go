@@ -6,7 +6,9 @@ import (
 )
 
 // Claim is what one object gives one key of an index: the values, and
-// where they come from. Explain's answer.
+// where they come from. Explain's answer. Its strings are parts of what
+// the source keeps of the object (one record each): an answer kept for
+// long keeps those records alive; copy what outlives a request.
 type Claim struct {
 	Object string // object key
 	Meta   Meta

@@ -62,7 +62,8 @@ func (img *Image) Table(i int, f func(key string, values, objects []string)) {
 // for each index (normalized: sorted, distinct) and its payload (nil if it
 // has none), in
 // no particular order, and returns how many there were. The entries are
-// f's only until it returns.
+// f's only until it returns; the key and the entries' strings are parts of
+// what the source keeps of the object (copy what outlives the image).
 func (img *Image) Objects(f func(key string, meta Meta, entries [][]Entry, payload any)) int {
 	buf := make([][]Entry, img.width)
 	for _, o := range img.objs {

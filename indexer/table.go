@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"runtime"
 	"slices"
@@ -48,7 +49,8 @@ type group struct {
 // slot is one key of a page and its values; every key in a table has at
 // least one value. It holds two pointers and two lengths, 24 bytes: no
 // capacity (a table's values are never appended to) and no hash, which a
-// page laid out anew computes again from the key (see updatePage).
+// page laid out anew computes again from a short key, and reads from the
+// 8 bytes before a long one's (see slotHash).
 type slot struct {
 	kptr *byte
 	vptr *string
@@ -247,19 +249,49 @@ type change struct {
 	values []string
 }
 
-// newSlot returns the slot of c, holding c.key itself: the caller owns it.
+// longKey is the length past which a table keeps a key's hash with it:
+// a page laid out anew would otherwise hash every byte of its keys again,
+// and a few keys of megabytes would make each write to their page cost
+// that much.
+const longKey = 64
+
+// newSlot returns the slot of c, holding c.key itself (the caller owns
+// it) when it is short, and a copy after its hash when it is long.
 func newSlot(c *change) slot {
-	s := slot{kptr: unsafe.StringData(c.key), klen: uint32(len(c.key))}
+	var s slot
+	if len(c.key) > longKey {
+		s = newSlotCopy(c)
+	} else {
+		s = slot{kptr: unsafe.StringData(c.key), klen: uint32(len(c.key))}
+	}
 	s.setValues(c.values)
 	return s
 }
 
 // newSlotCopy returns the slot of c with a copy of c.key, for a key that
-// the caller only borrows (a transaction's keys belong to encodings).
+// the caller only borrows (a transaction's keys belong to encodings). A
+// long key's copy follows its hash (see slotHash).
 func newSlotCopy(c *change) slot {
-	s := newSlot(c)
-	s.kptr = unsafe.StringData(strings.Clone(c.key))
+	s := slot{klen: uint32(len(c.key))}
+	if len(c.key) > longKey {
+		b := make([]byte, 8+len(c.key))
+		binary.LittleEndian.PutUint64(b, c.hash)
+		copy(b[8:], c.key)
+		s.kptr = &b[8]
+	} else {
+		s.kptr = unsafe.StringData(strings.Clone(c.key))
+	}
+	s.setValues(c.values)
 	return s
+}
+
+// slotHash returns the hash of s's key, hashed with hs: read from before
+// a long key, computed for a short one.
+func slotHash(hs hashSeed, s *slot) uint64 {
+	if s.klen > longKey {
+		return binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(s.kptr), -8)), 8))
+	}
+	return hashKey(hs, s.key())
 }
 
 // update returns the table with changes applied, and the change in its
@@ -365,7 +397,7 @@ func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 		for j := range old[g].slots {
 			if old[g].ctrl>>(8*j)&0x80 != 0 && !slices.Contains(at, g*groupSlots+j) {
 				s := &old[g].slots[j]
-				insert(p, s, hashKey(hs, s.key()))
+				insert(p, s, slotHash(hs, s))
 			}
 		}
 	}

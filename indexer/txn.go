@@ -41,6 +41,9 @@ func (src *Source) Begin() *Txn {
 // Replace prepare what was not.
 func (src *Source) Prepare(o *Object) {
 	if o.prepared {
+		// The record says which object this is, whatever Key was set
+		// to since.
+		o.Key, o.enc = splitRecord(o.rec)
 		return
 	}
 	entries := o.Entries
@@ -61,6 +64,9 @@ func (src *Source) Prepare(o *Object) {
 // and its payload replaces the previous one. Put sorts o.Entries in place.
 func (t *Txn) Put(o Object) {
 	src := t.src
+	if src.removed {
+		return // Commit publishes nothing either
+	}
 	src.Prepare(&o)
 	old, had := src.objects.Get(o.Key)
 	after := decodeInto(src.scratch(0), o.enc, o.Key)
@@ -94,6 +100,9 @@ func (t *Txn) Put(o Object) {
 // unknown object does nothing.
 func (t *Txn) Delete(objectKey string) {
 	src := t.src
+	if src.removed {
+		return
+	}
 	old, had := src.objects.Get(objectKey)
 	if !had {
 		return
@@ -239,7 +248,10 @@ func (t *Txn) workFor(i int, key string) *work {
 		if is.objects != nil {
 			w.objects = is.objects.lookup(t.src.s.seed, key)
 		}
-		m[key] = w
+		// The work's key is a copy: key is a part of a record, and what
+		// the commit derives from the work (claims, chosen answers, the
+		// keys the commit hook hears of) may outlive the record.
+		m[strings.Clone(key)] = w
 	}
 	return w
 }

@@ -246,6 +246,11 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 		return out
 	}
 	src.scans++
+	// The keys of out are those of keys: the entries' are parts of records.
+	own := make(map[string]string, len(keys))
+	for k := range keys {
+		own[k] = k
+	}
 	buf := make([][]Entry, len(src.indexes))
 	for object, enc := range src.objects.All() {
 		es := decodeInto(buf, enc, object)[i]
@@ -258,7 +263,8 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 			if !read {
 				created, read = createdOf(enc), true
 			}
-			out[e.Key] = append(out[e.Key], claim{object: strings.Clone(object), value: strings.Clone(e.Value), created: created})
+			key := own[e.Key]
+			out[key] = append(out[key], claim{object: strings.Clone(object), value: strings.Clone(e.Value), created: created})
 		}
 	}
 	return out
