@@ -4,17 +4,45 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
-// An object's encoding: the one string the writer keeps per object, from
-// which every key and value the indexes hold is cut (see Source.objects).
+// An object's encoding: what the writer keeps of an object's entries, in
+// its record (see objectSet), so that an update or delete can withdraw
+// exactly them.
+//
+// Keys are front-coded: an index's entries are sorted by key, and keys of
+// one object often share a beginning ("iiot_data_query",
+// "iiot_dataservice"), which a key after the first writes once. Values
+// that repeat the object key, its name, or the previous value are marks.
 
 // Marks of encode for a value that is not written out.
 const (
-	sameAsObjectKey = 0 // the value is the object key
-	sameAsPrevious  = 1 // the value is the previous entry's value
-	valueOffset     = 2 // otherwise: length + valueOffset, then the bytes
+	sameAsObjectKey  = 0 // the value is the object key
+	sameAsPrevious   = 1 // the value is the previous entry's value
+	sameAsObjectName = 2 // the value is the object key's part after its first '/'
+	valueOffset      = 3 // otherwise: length + valueOffset, then the bytes
 )
+
+// objectName returns the object key's part after its first '/', or ""
+// when it has none (a value equal to "" is written out, not marked).
+func objectName(objectKey string) string {
+	if i := strings.IndexByte(objectKey, '/'); i >= 0 {
+		return objectKey[i+1:]
+	}
+	return ""
+}
+
+// sharedPrefix returns the length of the longest common prefix of a and b.
+func sharedPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
 
 // encode packs an object's normalized entries into one string: its
 // provenance (see encodeMeta), then per index the number of entries, then
@@ -36,25 +64,42 @@ func encodeAfter(head []byte, objectKey string, entries [][]Entry) string {
 	return string(appendEncoding(make([]byte, 0, size), objectKey, head, entries))
 }
 
-// appendEncoding appends to b what encodeAfter returns.
+// appendEncoding appends to b what encodeAfter returns: the provenance,
+// then per index the number of entries, and per entry its key, as
+// uvarint(len(suffix)<<1 | shared>0), then uvarint(shared) when shared is
+// not 0, then the suffix, where shared is how many bytes the key begins
+// with of the previous key's; then its value, as a mark or as
+// uvarint(len+valueOffset) and the bytes.
 func appendEncoding(b []byte, objectKey string, head []byte, entries [][]Entry) []byte {
+	name := objectName(objectKey)
 	b = append(b, head...)
 	for _, es := range entries {
 		b = binary.AppendUvarint(b, uint64(len(es)))
-		prev := ""
+		prevKey, prev := "", ""
 		for j, e := range es {
-			b = binary.AppendUvarint(b, uint64(len(e.Key)))
-			b = append(b, e.Key...)
+			shared := 0
+			if j > 0 {
+				shared = sharedPrefix(prevKey, e.Key)
+			}
+			if shared > 0 {
+				b = binary.AppendUvarint(b, uint64(len(e.Key)-shared)<<1|1)
+				b = binary.AppendUvarint(b, uint64(shared))
+			} else {
+				b = binary.AppendUvarint(b, uint64(len(e.Key))<<1)
+			}
+			b = append(b, e.Key[shared:]...)
 			switch {
 			case e.Value == objectKey:
 				b = append(b, sameAsObjectKey)
 			case j > 0 && e.Value == prev:
 				b = append(b, sameAsPrevious)
+			case name != "" && e.Value == name:
+				b = append(b, sameAsObjectName)
 			default:
 				b = binary.AppendUvarint(b, uint64(len(e.Value))+valueOffset)
 				b = append(b, e.Value...)
 			}
-			prev = e.Value
+			prevKey, prev = e.Key, e.Value
 		}
 	}
 	return b
@@ -131,8 +176,10 @@ func decodeMeta(enc string) Meta {
 	return m
 }
 
-// decode unpacks what encode packed, for n indexes. The strings it returns
-// are substrings of enc (or objectKey).
+// decode unpacks what encode packed, for n indexes. The values it returns
+// are substrings of enc (or objectKey), and so are the keys written whole;
+// a key front-coded is rebuilt in memory of its own, one allocation per
+// call for them all.
 func decode(enc, objectKey string, n int) [][]Entry {
 	return decodeInto(make([][]Entry, n), enc, objectKey)
 }
@@ -142,11 +189,15 @@ func decode(enc, objectKey string, n int) [][]Entry {
 func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 	n := len(out)
 	_, enc = splitMeta(enc)
+	name := objectName(objectKey)
 	next := func() int {
 		v, rest := uvarint(enc)
 		enc = rest
 		return int(v)
 	}
+	// The room of the keys rebuilt: never written again where a key was
+	// cut, so each key stays as it was when the room grows.
+	var room []byte
 	for i := range n {
 		if enc == "" {
 			out[i] = out[i][:0] // none
@@ -160,12 +211,33 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 		es = es[:count]
 		for j := range count {
 			l := next()
-			es[j].Key, enc = enc[:l], enc[l:]
+			shared := 0
+			if l&1 == 1 {
+				shared = next()
+			}
+			l >>= 1
+			switch {
+			case shared == 0:
+				es[j].Key, enc = enc[:l], enc[l:]
+			case l == 0 && shared == len(es[j-1].Key):
+				es[j].Key = es[j-1].Key // the same key, with another value
+			default:
+				if cap(room)-len(room) < shared+l {
+					room = make([]byte, 0, max(shared+l, 2*cap(room), len(enc)+shared))
+				}
+				at := len(room)
+				room = append(room, es[j-1].Key[:shared]...)
+				room = append(room, enc[:l]...)
+				enc = enc[l:]
+				es[j].Key = unsafe.String(&room[at], shared+l)
+			}
 			switch l := next(); l {
 			case sameAsObjectKey:
 				es[j].Value = objectKey
 			case sameAsPrevious:
 				es[j].Value = es[j-1].Value
+			case sameAsObjectName:
+				es[j].Value = name
 			default:
 				es[j].Value, enc = enc[:l-valueOffset], enc[l-valueOffset:]
 			}

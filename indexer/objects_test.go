@@ -246,3 +246,50 @@ func TestPreparedKeyIsTheRecords(t *testing.T) {
 		t.Fatalf("after the delete: k answers %v, %d objects", got, n)
 	}
 }
+
+// FuzzEncodingRoundTrip: whatever an object's entries (keys sharing
+// beginnings or not, a key repeated with several values, empty keys and
+// values, values equal to the object key, to its name or to the previous
+// one), decode gives back exactly the normalized entries that encode was
+// given, and the provenance.
+func FuzzEncodingRoundTrip(f *testing.F) {
+	f.Add("ns/app", "model-1 app\nmodel-2 app\nmodel-10 ns/app\nmodel-1 other", int64(1764000000), "12345")
+	f.Add("app", "iiot_data_query app\niiot_dataservice app\niiot_edge_project app", int64(0), "v1")
+	f.Add("ns/", " \n x\nx \nxx xx", int64(-1), "")
+	f.Fuzz(func(t *testing.T, objectKey, lines string, created int64, version string) {
+		var entries [][]Entry
+		var es []Entry
+		for _, line := range strings.Split(lines, "\n") {
+			if line == "--" {
+				entries, es = append(entries, normalize(es)), nil
+				continue
+			}
+			k, v, _ := strings.Cut(line, " ")
+			es = append(es, Entry{Key: k, Value: v})
+		}
+		entries = append(entries, normalize(es))
+		meta := Meta{Version: version, Created: created}
+		rec, key, enc := newRecord(objectKey, encodeMeta(nil, meta), entries)
+		if k, e := splitRecord(rec); k != objectKey || key != objectKey || e != enc {
+			t.Fatalf("record splits into %q, %q", k, e)
+		}
+		got := decode(enc, key, len(entries))
+		for i := range entries {
+			if len(got[i]) != len(entries[i]) {
+				t.Fatalf("index %d: %d entries decoded, want %d", i, len(got[i]), len(entries[i]))
+			}
+			for j := range entries[i] {
+				if got[i][j] != entries[i][j] {
+					t.Fatalf("index %d entry %d: %q, want %q", i, j, got[i][j], entries[i][j])
+				}
+			}
+		}
+		m := decodeMeta(enc)
+		if want := max(created, 0); m.Created != want || m.Version != version {
+			t.Fatalf("provenance %+v, want created %d version %q", m, want, version)
+		}
+		if createdOf(enc) != max(created, 0) {
+			t.Fatalf("createdOf %d, want %d", createdOf(enc), max(created, 0))
+		}
+	})
+}
