@@ -187,6 +187,14 @@ func decode(enc, objectKey string, n int) [][]Entry {
 // decodeInto is decode into out (len(out) indexes), reusing the room of
 // out's slices: what it returns is valid until the next call with out.
 func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
+	var room []byte
+	return decodeIn(out, enc, objectKey, &room)
+}
+
+// decodeIn is decodeInto with the room of the keys it rebuilds given: calls
+// that share one append to it, for fewer allocations (a bulk build
+// decodes every object).
+func decodeIn(out [][]Entry, enc, objectKey string, keys *[]byte) [][]Entry {
 	n := len(out)
 	_, enc = splitMeta(enc)
 	name := objectName(objectKey)
@@ -197,7 +205,8 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 	}
 	// The room of the keys rebuilt: never written again where a key was
 	// cut, so each key stays as it was when the room grows.
-	var room []byte
+	room := *keys
+	defer func() { *keys = room }()
 	for i := range n {
 		if enc == "" {
 			out[i] = out[i][:0] // none
@@ -223,7 +232,7 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 				es[j].Key = es[j-1].Key // the same key, with another value
 			default:
 				if cap(room)-len(room) < shared+l {
-					room = make([]byte, 0, max(shared+l, 2*cap(room), len(enc)+shared))
+					room = make([]byte, 0, min(max(shared+l, 2*cap(room), len(enc)+shared), max(shared+l, 32<<10)))
 				}
 				at := len(room)
 				room = append(room, es[j-1].Key[:shared]...)

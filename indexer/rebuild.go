@@ -131,8 +131,9 @@ type decoded struct {
 func decodeAll(objects *objectSet, n int) ([]decoded, []int) {
 	all := make([]decoded, 0, objects.Len())
 	counts := make([]int, n)
+	var keys []byte // the keys decode rebuilds, for every object
 	for objKey, enc := range objects.All() {
-		es := decode(enc, objKey, n)
+		es := decodeIn(make([][]Entry, n), enc, objKey, &keys)
 		for i := range es {
 			counts[i] += len(es[i])
 		}
