@@ -59,26 +59,23 @@ func splitRecord(rec string) (key, enc string) {
 
 // recordAt returns the record whose first byte is p.
 func recordAt(p *byte) string {
-	// The two lengths are at most 20 bytes: read them, then the whole.
-	var kl, el uint64
-	i := 0
-	for shift := 0; ; shift += 7 {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		i++
-		kl |= uint64(c&0x7f) << shift
-		if c < 0x80 {
-			break
-		}
-	}
-	for shift := 0; ; shift += 7 {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		i++
-		el |= uint64(c&0x7f) << shift
-		if c < 0x80 {
-			break
-		}
-	}
+	kl, i := uvarintAt(p, 0)
+	el, i := uvarintAt(p, i)
 	return unsafe.String(p, i+int(kl)+int(el))
+}
+
+// uvarintAt reads the uvarint at p+i, and returns it and the offset after
+// it.
+func uvarintAt(p *byte, i int) (uint64, int) {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
+		i++
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, i
+		}
+	}
 }
 
 // newObjectSet returns an empty set with room for n objects.
