@@ -44,27 +44,13 @@ func sharedPrefix(a, b string) int {
 	return n
 }
 
-// encode packs an object's normalized entries into one string: its
-// provenance (see encodeMeta), then per index the number of entries, then
-// each key and value with its length. A value equal to the object key, or
-// to the previous value, is stored as a mark, not a copy.
+// encode returns the encoding of an object's normalized entries (see
+// appendEncoding); a record holds it (see newRecord).
 func encode(objectKey string, meta Meta, entries [][]Entry) string {
-	return encodeAfter(encodeMeta(nil, meta), objectKey, entries)
+	return string(appendEncoding(nil, objectKey, encodeMeta(nil, meta), entries))
 }
 
-// encodeAfter is encode with the provenance already encoded (head).
-func encodeAfter(head []byte, objectKey string, entries [][]Entry) string {
-	size := len(head)
-	for _, es := range entries {
-		size++
-		for _, e := range es {
-			size += 2 + len(e.Key) + 2 + len(e.Value)
-		}
-	}
-	return string(appendEncoding(make([]byte, 0, size), objectKey, head, entries))
-}
-
-// appendEncoding appends to b what encodeAfter returns: the provenance,
+// appendEncoding appends to b an object's encoding: the provenance,
 // then per index the number of entries, and per entry its key, as
 // uvarint(len(suffix)<<1 | shared>0), then uvarint(shared) when shared is
 // not 0, then the suffix, where shared is how many bytes the key begins
@@ -178,8 +164,7 @@ func decodeMeta(enc string) Meta {
 
 // decode unpacks what encode packed, for n indexes. The values it returns
 // are substrings of enc (or objectKey), and so are the keys written whole;
-// a key front-coded is rebuilt in memory of its own, one allocation per
-// call for them all.
+// a key front-coded is rebuilt in memory of its own (see decodeIn).
 func decode(enc, objectKey string, n int) [][]Entry {
 	return decodeInto(make([][]Entry, n), enc, objectKey)
 }
@@ -192,8 +177,9 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 }
 
 // decodeIn is decodeInto with the room of the keys it rebuilds given: calls
-// that share one append to it, for fewer allocations (a bulk build
-// decodes every object).
+// that share one append to it, for fewer allocations (a bulk build, a scan
+// for claims and an explanation decode every object). A room is only
+// appended to: a key once rebuilt never changes.
 func decodeIn(out [][]Entry, enc, objectKey string, keys *[]byte) [][]Entry {
 	n := len(out)
 	_, enc = splitMeta(enc)
@@ -232,7 +218,9 @@ func decodeIn(out [][]Entry, enc, objectKey string, keys *[]byte) [][]Entry {
 				es[j].Key = es[j-1].Key // the same key, with another value
 			default:
 				if cap(room)-len(room) < shared+l {
-					room = make([]byte, 0, min(max(shared+l, 2*cap(room), len(enc)+shared), max(shared+l, 32<<10)))
+					// What the key needs, or twice the room before (up to
+					// 32 KiB): a shared room grows in few steps.
+					room = make([]byte, 0, max(shared+l, min(2*cap(room), 32<<10), 64))
 				}
 				at := len(room)
 				room = append(room, es[j-1].Key[:shared]...)

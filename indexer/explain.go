@@ -81,8 +81,9 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 		return out
 	}
 	buf := make([][]Entry, len(src.indexes))
+	var room []byte // the keys decodeIn rebuilds, for the whole scan
 	for object, enc := range src.objects.All() {
-		es := decodeInto(buf, enc, object)
+		es := decodeIn(buf, enc, object, &room)
 		var meta *Meta
 		for _, p := range []int{pos, fbPos} {
 			if p < 0 {

@@ -31,7 +31,8 @@ type objectSet struct {
 // the object key, the encoding.
 
 // newRecord returns the record of an object key and the encoding
-// encodeAfter would make of head and entries, in one allocation, with
+// of head (the provenance) and entries (see appendEncoding), in one
+// allocation, with
 // the object key and encoding that are its substrings.
 func newRecord(objectKey string, head []byte, entries [][]Entry) (rec, key, enc string) {
 	// The encoding is written first, on the stack when it is small, for

@@ -252,8 +252,9 @@ func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
 		own[k] = k
 	}
 	buf := make([][]Entry, len(src.indexes))
+	var room []byte // the keys decodeIn rebuilds, for the whole scan
 	for object, enc := range src.objects.All() {
-		es := decodeInto(buf, enc, object)[i]
+		es := decodeIn(buf, enc, object, &room)[i]
 		var created int64
 		read := false
 		for _, e := range es {
