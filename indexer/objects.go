@@ -30,10 +30,9 @@ type objectSet struct {
 // The record of an object: uvarint(len(object key)), uvarint(len(encoding)),
 // the object key, the encoding.
 
-// newRecord returns the record of an object key and the encoding
-// of head (the provenance) and entries (see appendEncoding), in one
-// allocation, with
-// the object key and encoding that are its substrings.
+// newRecord returns the record of an object key and the encoding of head
+// (the provenance) and entries (see appendEncoding), in one allocation,
+// with the object key and encoding that are its substrings.
 func newRecord(objectKey string, head []byte, entries [][]Entry) (rec, key, enc string) {
 	// The encoding is written first, on the stack when it is small, for
 	// its length, which the record starts with.
