@@ -145,11 +145,12 @@ type Source struct {
 	// normalized entries, encoded into one string with its object key (see
 	// objectSet), so that an update or delete can withdraw exactly them.
 	//
-	// Nothing published, and nothing kept here but objects' values, shares
-	// memory with an encoding: keys and values are copied when they are
-	// published (once per write, see interner), so that an object's old
-	// encodings become garbage when it changes, and memory follows the
-	// current state, not the history of writes.
+	// Nothing published, and nothing kept here but the records, shares
+	// memory with a record: keys, values and object keys are copied when
+	// they are published (once per write, see interner) or kept (a
+	// transaction's work keys, claims), so that an object's old record
+	// becomes garbage when it changes, and memory follows the current
+	// state, not the history of writes.
 	objects *objectSet
 	decoded [2][][]Entry       // see scratch
 	dups    []map[Entry]*int32 // per source index: extra contributors of an entry

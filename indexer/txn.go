@@ -34,11 +34,12 @@ func (src *Source) Begin() *Txn {
 }
 
 // Prepare does, without any lock, the work of Put and Replace that needs
-// none: it copies the object key, sorts and de-duplicates the entries
-// (in place) and encodes them into the one string that the index will keep
-// (every key and value the index holds is a substring of it). Call it where
-// objects are decoded to take that work off the writer's path; Put and
-// Replace prepare what was not.
+// none: it sorts and de-duplicates the entries (in place) and encodes
+// them with the object key into the one string that the source will keep
+// of the object, its record (see objectSet); Key is then a part of it.
+// Call it where objects are decoded to take that work off the writer's
+// path; Put and Replace prepare what was not. A prepared object is the
+// one its record names: setting Key afterwards changes nothing.
 func (src *Source) Prepare(o *Object) {
 	if o.prepared {
 		// The record says which object this is, whatever Key was set
