@@ -62,7 +62,19 @@ func (s *slot) key() string { return unsafe.String(s.kptr, s.klen) }
 
 // values returns the slot's values; their capacity is their length, so
 // that an append by a caller copies them.
-func (s *slot) values() []string { return unsafe.Slice(s.vptr, s.vlen) }
+func (s *slot) values() []string { return valuesOf(s) }
+
+// valuesOf is s's values, made without unsafe.Slice's checks (a lookup
+// returns them): vptr is nil only when vlen is 0.
+func valuesOf(s *slot) []string {
+	n := int(s.vlen)
+	h := struct {
+		data *string
+		len  int
+		cap  int
+	}{s.vptr, n, n}
+	return *(*[]string)(unsafe.Pointer(&h))
+}
 
 // setValues points the slot at values, which must not be empty.
 func (s *slot) setValues(values []string) {
@@ -133,7 +145,7 @@ func (t *table) lookup(hs hashSeed, key string) []string {
 		for m := matches(g.ctrl, c); m != 0; m &= m - 1 {
 			s := &g.slots[bits.TrailingZeros64(m)>>3]
 			if sameKey(s, key) {
-				return unsafe.Slice(s.vptr, s.vlen)
+				return valuesOf(s)
 			}
 		}
 		if empties(g.ctrl) != 0 {
