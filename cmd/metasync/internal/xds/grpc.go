@@ -72,7 +72,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// UNAVAILABLE, and the client tries again).
 		u, code, msg := s.authorize(r, "")
 		if code != 0 {
-			s.deniedLog.Do(func() {
+			s.refusedLog.Do(func() {
 				s.log.Warn("xDS client refused", "remote", r.RemoteAddr, "status", code, "error", msg)
 			})
 			finish(w, codeOfHTTP(code), msg)

@@ -101,8 +101,11 @@ type Server struct {
 	badLog  rate.Sometimes
 
 	authorize Authorizer // nil: every client reads every target
-	deniedLog rate.Sometimes
-	unsureLog rate.Sometimes
+	// One budget of log lines each: clients refused (no valid token)
+	// must not use up the lines of targets denied, nor the reverse.
+	refusedLog rate.Sometimes
+	deniedLog  rate.Sometimes
+	unsureLog  rate.Sometimes
 
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
@@ -115,15 +118,16 @@ type Server struct {
 // New returns the server of engine; its metrics are registered with reg.
 func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 	s := &Server{
-		engine:    engine,
-		log:       log,
-		nackLog:   rate.Sometimes{First: 3, Interval: time.Minute},
-		badLog:    rate.Sometimes{First: 3, Interval: time.Minute},
-		deniedLog: rate.Sometimes{First: 3, Interval: time.Minute},
-		unsureLog: rate.Sometimes{First: 3, Interval: time.Minute},
-		clients:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
-		pushes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
-		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
+		engine:     engine,
+		log:        log,
+		nackLog:    rate.Sometimes{First: 3, Interval: time.Minute},
+		badLog:     rate.Sometimes{First: 3, Interval: time.Minute},
+		refusedLog: rate.Sometimes{First: 3, Interval: time.Minute},
+		deniedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
+		unsureLog:  rate.Sometimes{First: 3, Interval: time.Minute},
+		clients:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
+		pushes:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
+		nacks:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
 	}
 	if reg != nil {
 		reg.MustRegister(s.clients, s.pushes, s.nacks, resourcesCollector{s})
