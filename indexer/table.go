@@ -279,19 +279,17 @@ const longKey = 64
 // newSlot returns the slot of c, holding c.key itself (the caller owns
 // it) when it is short, and a copy after its hash when it is long.
 func newSlot(c *change) slot {
-	var s slot
 	if len(c.key) > longKey {
-		s = newSlotCopy(c)
-	} else {
-		s = slot{kptr: unsafe.StringData(c.key), klen: uint32(len(c.key))}
+		return newSlotCopy(c)
 	}
+	s := slot{kptr: unsafe.StringData(c.key), klen: uint32(len(c.key))}
 	s.setValues(c.values)
 	return s
 }
 
 // newSlotCopy returns the slot of c with a copy of c.key, for a key that
-// the caller only borrows (a transaction's keys belong to encodings). A
-// long key's copy follows its hash (see slotHash).
+// the caller only borrows (update's changes). A long key's copy follows
+// its hash (see slotHash).
 func newSlotCopy(c *change) slot {
 	s := slot{klen: uint32(len(c.key))}
 	if len(c.key) > longKey {
