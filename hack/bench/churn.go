@@ -11,9 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	gosync "sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,6 +32,60 @@ var (
 // churn, in ns.
 type latencies struct{ idle99, idle999, churn99, churn999, rate float64 }
 
+// runChurnOnly prints the lookups-under-churn rows alone (-only churn):
+// they need no control plane.
+func runChurnOnly() error {
+	rows, err := churnLookupRows(benchKeys())
+	if err != nil {
+		return err
+	}
+	printTable(fmt.Sprintf("lookups while a writer applies %d events/s, each lookup timed — %d AppModels, in process, %d CPUs", *churnRate, *n, runtime.NumCPU()),
+		"indexer", "metasync", rows)
+	return nil
+}
+
+// runLookupsOnly prints the lookup rows against a plain map alone (-only
+// lookups), on an engine fed in process: the index is the one a watch
+// builds, and no control plane shares the machine.
+func runLookupsOnly() error {
+	keys := benchKeys()
+	engine, _, err := fedEngine()
+	if err != nil {
+		return err
+	}
+	ix, _ := engine.Index("model-to-app")
+	var ms result
+	floorHot, floorRandom := lookupsVsMap(keys, ix, &ms)
+	printTable(fmt.Sprintf("lookups against a plain map — %d AppModels, in process, %d CPUs, %s", *n, runtime.NumCPU(), runtime.Version()), "map", "metasync", lookupRows(result{}, ms, floorHot, floorRandom))
+	return nil
+}
+
+// fedEngine is an engine holding the N AppModels, fed through package feed
+// (the projection and the indexer that a watch event goes through) instead
+// of an apiserver.
+func fedEngine() (*msync.Engine, feed.Feeder, error) {
+	p, err := plan()
+	if err != nil {
+		return nil, nil, err
+	}
+	e, f, err := feed.New(p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, nil, err
+	}
+	raw := make([][]byte, *n)
+	for i := range *n {
+		u := appModel(i)
+		u.SetNamespace(ns)
+		if raw[i], err = json.Marshal(u.Object); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := f.Replace("appmodels", raw...); err != nil {
+		return nil, nil, err
+	}
+	return e.(*msync.Engine), f, nil
+}
+
 // churnLookupRows measures both sides: the engine fed through package
 // feed (the projection and the indexer a watch event goes through, without
 // the apiserver, which could not take 1,000 writes/s beside the rest on
@@ -40,24 +94,8 @@ type latencies struct{ idle99, idle999, churn99, churn999, rate float64 }
 // models change) while two goroutines look up random keys, each lookup
 // timed.
 func churnLookupRows(keys []string) ([]row, error) {
-	p, err := plan()
+	engine, f, err := fedEngine()
 	if err != nil {
-		return nil, err
-	}
-	e, f, err := feed.New(p, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		return nil, err
-	}
-	engine := e.(*msync.Engine)
-	raw := make([][]byte, *n)
-	for i := range *n {
-		u := appModel(i)
-		u.SetNamespace(ns)
-		if raw[i], err = json.Marshal(u.Object); err != nil {
-			return nil, err
-		}
-	}
-	if err := f.Replace("appmodels", raw...); err != nil {
 		return nil, err
 	}
 	ix, _ := engine.Index("model-to-app")
@@ -90,81 +128,155 @@ func churnLookupRows(keys []string) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf("churn: engine %.0f events/s, indexer %.0f events/s", ms.rate, inf.rate)
+	// The floor: a plain map's lookups on the same keys, idle (no writer
+	// can share a plain map), timed the same way. Its p999 against its p99
+	// is the spread that the machine itself puts in a lookup's time.
+	m := make(map[string][]string, len(keys))
+	for i := range *n {
+		for j := range 3 {
+			m[model(i, j)] = []string{"app"}
+		}
+	}
+	mapLookup := func(k string) int { return len(m[k]) }
+	timedLookups(keys, mapLookup, segment, nil)
+	var floor hist
+	for d := time.Duration(0); d < *churnFor; d += segment {
+		timedLookups(keys, mapLookup, segment, &floor)
+	}
+	logf("churn: engine %.0f events/s, indexer %.0f events/s; plain map idle p99 %.0f ns, p999 %.0f ns", ms.rate, inf.rate, floor.quantile(0.99), floor.quantile(0.999))
 	return []row{
+		{name: "plain map p99, 2 goroutines, idle (floor)", unit: "ns", baseline: floor.quantile(0.99), metasync: floor.quantile(0.99), raw: true},
+		{name: "plain map p999, 2 goroutines, idle (floor)", unit: "ns", baseline: floor.quantile(0.999), metasync: floor.quantile(0.999), raw: true},
 		{name: "lookup p99, 2 goroutines, idle", unit: "ns", baseline: inf.idle99, metasync: ms.idle99},
 		{name: "lookup p999, 2 goroutines, idle", unit: "ns", baseline: inf.idle999, metasync: ms.idle999},
 		{name: fmt.Sprintf("lookup p99, 2 goroutines, %d events/s", *churnRate), unit: "ns", baseline: inf.churn99, metasync: ms.churn99, target: atMost(1.3*ms.idle99, "≤ 1.3 × idle p99")},
 		{name: fmt.Sprintf("lookup p999, 2 goroutines, %d events/s", *churnRate), unit: "ns", baseline: inf.churn999, metasync: ms.churn999, target: atMost(1.3*ms.idle99, "≤ 1.3 × idle p99")},
+		{name: "lookup p999: under churn / idle", unit: "x", baseline: inf.churn999 / inf.idle999, metasync: ms.churn999 / ms.idle999, raw: true},
 	}, nil
 }
 
-// measureChurn2 times lookups on 2 goroutines for churnFor, idle, then
-// while write(i, extra) runs at churnRate a second on another goroutine.
+// segment is how long each idle or churning stretch of measureChurn2
+// lasts: the two alternate, so that the machine's drift over seconds (its
+// other tenants, its clock) weighs on both alike.
+const segment = 250 * time.Millisecond
+
+// measureChurn2 times lookups on 2 goroutines for churnFor idle and for
+// churnFor while write(i, extra) runs at churnRate a second on another
+// goroutine, in alternating segments, and returns the quantiles of each.
 func measureChurn2(keys []string, lookup func(string) int, write func(i int, extra string) error) (latencies, error) {
 	var l latencies
-	timedLookups(keys, lookup) // warms the caches and the runtime: not counted
-	l.idle99, l.idle999 = timedLookups(keys, lookup)
-	stop := make(chan struct{})
-	var wrote atomic.Int64
-	var werr error
-	var wg gosync.WaitGroup
-	wg.Go(func() {
-		// Paced in steps of 10 ms: a ticker of 1 ms is not kept on a
-		// loaded machine; each step writes what the rate asks by then.
-		start := time.Now()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for k := 0; ; {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			due := int(time.Since(start).Seconds() * float64(*churnRate))
-			for ; k < due; k++ {
-				if err := write(k%*n, fmt.Sprintf("churn-%d", k)); err != nil {
-					werr = err
-					return
-				}
-				wrote.Add(1)
-			}
+	timedLookups(keys, lookup, segment, nil) // warms the caches and the runtime: not counted
+	var idle, busy hist
+	var wrote int64
+	var busyFor time.Duration
+	k := 0
+	for s := 0; time.Duration(s/2)*segment < *churnFor; s++ {
+		if s%2 == 0 {
+			timedLookups(keys, lookup, segment, &idle)
+			continue
 		}
-	})
-	start := time.Now()
-	l.churn99, l.churn999 = timedLookups(keys, lookup)
-	close(stop)
-	wg.Wait()
-	l.rate = float64(wrote.Load()) / time.Since(start).Seconds()
-	return l, werr
+		stop := make(chan struct{})
+		var werr error
+		var wg gosync.WaitGroup
+		start := time.Now()
+		wg.Go(func() {
+			// Paced in steps of 10 ms: a ticker of 1 ms is not kept on a
+			// loaded machine; each step writes what the rate asks by then.
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for first := k; ; {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				due := first + int(time.Since(start).Seconds()*float64(*churnRate))
+				for ; k < due; k++ {
+					if err := write(k%*n, fmt.Sprintf("churn-%d", k)); err != nil {
+						werr = err
+						return
+					}
+					wrote++
+				}
+			}
+		})
+		timedLookups(keys, lookup, segment, &busy)
+		close(stop)
+		wg.Wait()
+		busyFor += time.Since(start)
+		if werr != nil {
+			return l, werr
+		}
+	}
+	l.idle99, l.idle999 = idle.quantile(0.99), idle.quantile(0.999)
+	l.churn99, l.churn999 = busy.quantile(0.99), busy.quantile(0.999)
+	l.rate = float64(wrote) / busyFor.Seconds()
+	return l, nil
 }
 
-// timedLookups runs 2 goroutines of random lookups for churnFor, each
-// timed, and returns the p99 and p999 in ns.
-func timedLookups(keys []string, lookup func(string) int) (p99, p999 float64) {
+// timedLookups runs 2 goroutines of random lookups for d, each lookup
+// timed, and adds the times to h (when not nil).
+func timedLookups(keys []string, lookup func(string) int, d time.Duration, h *hist) {
 	var mu gosync.Mutex
-	var all []time.Duration
 	var wg gosync.WaitGroup
-	deadline := time.Now().Add(*churnFor)
+	deadline := time.Now().Add(d)
 	for g := range 2 {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), 9))
-			ds := make([]time.Duration, 0, 1<<20)
+			r := rand.New(rand.NewPCG(uint64(g), rand.Uint64()))
+			var mine hist
 			for time.Now().Before(deadline) {
 				for range 1000 {
 					k := keys[r.IntN(len(keys))]
 					t := time.Now()
 					lookup(k)
-					ds = append(ds, time.Since(t))
+					mine.add(time.Since(t))
 				}
 			}
-			mu.Lock()
-			all = append(all, ds...)
-			mu.Unlock()
+			if h != nil {
+				mu.Lock()
+				h.merge(&mine)
+				mu.Unlock()
+			}
 		})
 	}
 	wg.Wait()
-	slices.Sort(all)
-	at := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))].Nanoseconds()) }
-	return at(0.99), at(0.999)
+}
+
+// hist counts lookup times by the nanosecond up to 64 µs, and keeps the
+// longer ones as they are.
+type hist struct {
+	counts [1 << 16]uint32
+	long   []time.Duration
+	total  int
+}
+
+func (h *hist) add(d time.Duration) {
+	if d < time.Duration(len(h.counts)) {
+		h.counts[d]++
+	} else {
+		h.long = append(h.long, d)
+	}
+	h.total++
+}
+
+func (h *hist) merge(o *hist) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.long = append(h.long, o.long...)
+	h.total += o.total
+}
+
+// quantile is the time that a fraction q of the lookups took at most, in
+// ns.
+func (h *hist) quantile(q float64) float64 {
+	rank := int(q * float64(h.total-1))
+	for ns, c := range h.counts {
+		if rank < int(c) {
+			return float64(ns)
+		}
+		rank -= int(c)
+	}
+	slices.Sort(h.long)
+	return float64(h.long[min(rank, len(h.long)-1)].Nanoseconds())
 }

@@ -38,7 +38,7 @@ func benchLookups(keys []string, lookup func(string) int) (hot, random, parallel
 			}
 		})
 	})
-	return float64(h.NsPerOp()), nsPerOp(r), nsPerOp(p), float64(r.AllocsPerOp())
+	return nsPerOp(h), nsPerOp(r), nsPerOp(p), float64(r.AllocsPerOp())
 }
 
 // nsPerOp is r's time per operation as a float: testing's NsPerOp rounds
@@ -84,8 +84,40 @@ func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
 			onMap()
 		}
 	}
-	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	r.lookupHot, r.lookupRandom, r.lookupParallel = mid(ih), mid(ir), mid(ip)
+	// The ratios are of each round's pair, taken a second apart: the
+	// machine's speed drifts by more than the difference measured from one
+	// round to the next (the map's own rounds span up to 2 × in one run).
+	ratios := func(a, b []float64) float64 {
+		q := make([]float64, len(a))
+		for i := range a {
+			q[i] = a[i] / b[i]
+		}
+		return mid(q)
+	}
+	r.ratioHot, r.ratioRandom, r.ratioParallel = ratios(ih, mh), ratios(ir, mr), ratios(ip, mp)
 	logf("lookups, ns: map hot %v random %v parallel %v; index hot %v random %v parallel %v", mh, mr, mp, ih, ir, ip)
+	r.lookupHot, r.lookupRandom, r.lookupParallel = mid(ih), mid(ir), mid(ip)
 	return mid(mh), floor{mid(mr), mid(mp)}
+}
+
+// mid is the median of v, which it sorts.
+func mid(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+
+// lookupRows are the lookup rows of the table: base's (the informer's, or
+// nothing) and metasync's times, the map's as the floor, and metasync's
+// ratios to the map, each the median of the rounds' pairs.
+func lookupRows(base, ms result, floorHot float64, floorRandom floor) []row {
+	target := atMost(1.2, "≤ 1.2")
+	return []row{
+		{name: "lookup, hot key", unit: "ns", baseline: base.lookupHot, metasync: ms.lookupHot},
+		{name: "lookup, random keys", unit: "ns", baseline: base.lookupRandom, metasync: ms.lookupRandom},
+		{name: "lookup, random, 2 goroutines", unit: "ns", baseline: base.lookupParallel, metasync: ms.lookupParallel},
+		{name: "lookup allocs", unit: "allocs", baseline: base.lookupAllocs, metasync: ms.lookupAllocs, target: atMost(0, "0")},
+		{name: "plain map, hot key (floor)", unit: "ns", baseline: floorHot, metasync: floorHot, raw: true},
+		{name: "plain map, random keys (floor)", unit: "ns", baseline: floorRandom.single, metasync: floorRandom.single, raw: true},
+		{name: "plain map, random, 2 goroutines", unit: "ns", baseline: floorRandom.parallel, metasync: floorRandom.parallel, raw: true},
+		{name: "lookup / map, hot key (median of 5 rounds' pairs)", unit: "x", metasync: ms.ratioHot, target: target},
+		{name: "lookup / map, random keys (median of pairs)", unit: "x", metasync: ms.ratioRandom, target: target},
+		{name: "lookup / map, random, 2 goroutines (median of pairs)", unit: "x", metasync: ms.ratioParallel, target: target},
+	}
 }

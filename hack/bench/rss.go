@@ -318,7 +318,7 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 		tunedRSS = per(tm, te)
 	}
 	return []row{
-		{name: "resident memory per object (VmRSS − empty)", unit: "B", baseline: per(im, ie), metasync: per(mm, me), target: ratioAtMost(1.0/12, "≤ 1/12")},
+		{name: "resident memory per object (VmRSS − empty)", unit: "B", baseline: per(im, ie), metasync: per(mm, me), target: ratioAtMost(1.0/20, "≤ 1/20")},
 		{name: "peak resident memory during sync (VmHWM)", unit: "MiB", baseline: im.hwm / (1 << 20), metasync: mm.hwm / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 ×")},
 		{name: "resident memory, empty namespace", unit: "MiB", baseline: ie.rss / (1 << 20), metasync: me.rss / (1 << 20), target: ratioAtMost(1, "≤ informer")},
 	}, nil

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	gosync "sync"
 	"sync/atomic"
 	"time"
@@ -152,4 +153,17 @@ func rawStreamingList(ctx context.Context, cfg *rest.Config, runs int) (time.Dur
 		durs = append(durs, time.Since(start))
 	}
 	return median(durs), size, nil
+}
+
+// benchKeys are the models of the N AppModels, shuffled with a fixed seed:
+// the lookups' keys.
+func benchKeys() []string {
+	keys := make([]string, 0, 3**n)
+	for i := range *n {
+		for j := range 3 {
+			keys = append(keys, model(i, j))
+		}
+	}
+	rand.New(rand.NewPCG(7, 7)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys
 }
