@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +38,7 @@ var (
 	informerBin = flag.String("informer", "bin/bareinformer", "the informer program for the resident memory rows (hack/bareinformer; make bench builds it)")
 	churn       = flag.Bool("churn", true, "measure metasync serve's resident memory after churn (every AppModel updated, a tenth deleted and created again) against a fresh process on the same state")
 	churnSettle = flag.Duration("churn-settle", 15*time.Second, "pause after the churn before resident memory is read (the daemon looks at its heap every 5 s, and compacts once writes have paused for one look)")
+	rssRuns     = flag.Int("rss-runs", 3, "runs of each process for the resident memory rows; the run of median VmRSS counts")
 	rssSettle   = flag.Duration("rss-settle", 3*time.Second, "pause after the sync before resident memory is read")
 	child       = flag.String("child", "", "internal: \"engines\", run as a child of the rollout rows; \"bare-http\", the bare handler of the HTTP rows")
 	childListen = flag.String("child-listen", "", "internal: the bare-http child's address")
@@ -306,12 +309,27 @@ func measureRSS(cfg *rest.Config) ([]row, error) {
 				what string
 			}{&tm, func() (memory, error) { return informerMemory(kubeconfig, ns, true) }, "tuned informer"})
 	}
-	for _, step := range steps {
-		m, err := step.f()
-		if err != nil {
-			return nil, fmt.Errorf("rss, %s: %w", step.what, err)
+	// Each process runs -rss-runs times, in rounds of all of them, and the
+	// run of median VmRSS counts: the same program's resident memory
+	// varies by about half a MiB from one start to the next (which pages
+	// the runtime touched), as much as 50 B per object at 10,000.
+	runs := make([][]memory, len(steps))
+	for range max(*rssRuns, 1) {
+		for i, step := range steps {
+			m, err := step.f()
+			if err != nil {
+				return nil, fmt.Errorf("rss, %s: %w", step.what, err)
+			}
+			runs[i] = append(runs[i], m)
 		}
-		*step.m = m
+	}
+	for i, step := range steps {
+		ms := runs[i]
+		slices.SortFunc(ms, func(a, b memory) int { return cmp.Compare(a.rss, b.rss) })
+		*step.m = ms[len(ms)/2]
+		if len(ms) > 1 {
+			logf("rss: %s: VmRSS %.1f to %.1f MiB in %d runs, median %.1f", step.what, ms[0].rss/(1<<20), ms[len(ms)-1].rss/(1<<20), len(ms), step.m.rss/(1<<20))
+		}
 	}
 	per := func(full, empty memory) float64 { return (full.rss - empty.rss) / float64(*n) }
 	if *tunedPeer {
