@@ -3,6 +3,7 @@ package indexer
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -165,6 +166,33 @@ func BenchmarkReplace(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				src.Replace(objs)
+			}
+		})
+	}
+}
+
+// BenchmarkReplaceAllChanged is a relist in which every object changed
+// its keys: one transaction that changes every key of every page (the
+// replaced keys removed, the new ones inserted), which lays each page out
+// anew.
+func BenchmarkReplaceAllChanged(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			s, _, _, _ := benchStore(b, n)
+			src := s.Source("apps")
+			lists := [2][]Object{make([]Object, n), make([]Object, n)}
+			for i := range n {
+				name := fmt.Sprintf("app-%06d", i)
+				for v, l := range lists {
+					l[i] = Object{Key: "ns/" + name, Entries: [][]Entry{{{Key: fmt.Sprintf("m%d-%s", v, name), Value: name}, {Key: fmt.Sprintf("n%d-%s", v, name), Value: name}}}}
+				}
+			}
+			b.ReportAllocs()
+			v := 0
+			for b.Loop() {
+				list := slices.Clone(lists[v])
+				src.Replace(list)
+				v = 1 - v
 			}
 		})
 	}

@@ -198,11 +198,79 @@ func find(p []group, h uint64, key string) (int, int) {
 // keeps the changes' short key strings: the caller owns them.
 func layout(changes []change) []group {
 	p := newPage(len(changes))
-	for i := range changes {
+	var buf [128]int32
+	for _, i := range homeOrder(len(p), len(changes), func(i int) uint64 { return changes[i].hash }, buf[:0]) {
 		s := newSlot(&changes[i])
 		insert(p, &s, changes[i].hash)
 	}
 	return p
+}
+
+// homeOrder returns 0..n-1 ordered by the home group, in a page of groups
+// groups, of the hash that hash(i) returns (a counting sort; order of
+// arrival among keys of one home). A page filled in this order has each
+// key as close to its home as the page's crowding allows, as Robin Hood
+// hashing places them: filled in any other order, a few keys would land
+// many groups past theirs, and every lookup of one of them would probe
+// all those groups (a key 5 groups away cost 1.8 × one at home, hot in
+// the cache). The keys' distances add up to the same either way. buf is
+// used when it has room.
+func homeOrder(groups, n int, hash func(int) uint64, buf []int32) []int32 {
+	var few [65]int32
+	start := few[:0]
+	if groups+1 <= len(few) {
+		start = few[:groups+1]
+	} else {
+		start = make([]int32, groups+1)
+	}
+	var hbuf [128]int32
+	homes := hbuf[:0]
+	if n <= len(hbuf) {
+		homes = hbuf[:n]
+	} else {
+		homes = make([]int32, n)
+	}
+	for i := range n {
+		g := home(uint32(hash(i)), groups)
+		homes[i] = int32(g)
+		start[g+1]++
+	}
+	// The order starts at a group that no key of an earlier home spills
+	// into (one exists: a page has an empty slot), so that the keys that
+	// wrap past the last group come in their turn, not after all others.
+	first, carry := 0, 0
+	for k := range 2 * groups {
+		g := k % groups
+		if k >= groups && carry == 0 {
+			first = g
+			break
+		}
+		carry = max(0, carry+int(start[g+1])-groupSlots)
+	}
+	if first > 0 {
+		var rbuf [64]int32
+		rotated := append(rbuf[:0], start[1:]...)
+		for g := range groups {
+			start[(g-first+groups)%groups+1] = rotated[g]
+		}
+		for i, g := range homes {
+			homes[i] = int32((int(g) - first + groups) % groups)
+		}
+	}
+	for g := 1; g <= groups; g++ {
+		start[g] += start[g-1]
+	}
+	order := buf[:0]
+	if cap(buf) >= n {
+		order = buf[:n]
+	} else {
+		order = make([]int32, n)
+	}
+	for i, g := range homes {
+		order[start[g]] = int32(i)
+		start[g]++
+	}
+	return order
 }
 
 // newPage returns an empty page for n keys, to be filled to at most 7/8,
@@ -413,19 +481,41 @@ func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 		}
 	}
 	p := newPage(size)
+	// named marks the slots that a change names, one bit each: a commit
+	// may change every key of a page, and a search of at per slot would
+	// cost the square of that.
+	var few [4]uint64
+	named := few[:0]
+	if w := (slots + 63) / 64; w <= len(few) {
+		named = few[:w]
+	} else {
+		named = make([]uint64, w)
+	}
+	for _, k := range at {
+		if k >= 0 {
+			named[k/64] |= 1 << (k % 64)
+		}
+	}
+	// The slots to lay out, the kept ones then the inserted ones, with
+	// their hashes, placed in the order of their homes (see homeOrder).
+	ss := make([]slot, 0, size)
+	hashes := make([]uint64, 0, size)
 	for g := range old {
 		for j := range old[g].slots {
-			if old[g].ctrl>>(8*j)&0x80 != 0 && !slices.Contains(at, g*groupSlots+j) {
+			if k := g*groupSlots + j; old[g].ctrl>>(8*j)&0x80 != 0 && named[k/64]&(1<<(k%64)) == 0 {
 				s := &old[g].slots[j]
-				insert(p, s, slotHash(hs, s))
+				ss, hashes = append(ss, *s), append(hashes, slotHash(hs, s))
 			}
 		}
 	}
 	for i := range changes {
 		if c := &changes[i]; len(c.values) > 0 {
-			s := newSlotCopy(c)
-			insert(p, &s, c.hash)
+			ss, hashes = append(ss, newSlotCopy(c)), append(hashes, c.hash)
 		}
+	}
+	var order [128]int32
+	for _, i := range homeOrder(len(p), len(ss), func(i int) uint64 { return hashes[i] }, order[:0]) {
+		insert(p, &ss[i], hashes[i])
 	}
 	return p, inserts - removes
 }
