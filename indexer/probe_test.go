@@ -30,8 +30,8 @@ func groupsProbed(s *Store, t *table) map[int]int {
 
 // TestKeysNearHome checks that pages laid out anew, by a build and by
 // writes, place each key near its home group: filled in order of
-// arrival, about 1 key in 40 of 10,000 AppModels' was 3 to 8 groups
-// away, and a lookup of it probed every one.
+// arrival, about 1 key in 40 of 10,000 AppModels' was 2 to 7 groups
+// past home, and a lookup of it probed every one.
 func TestKeysNearHome(t *testing.T) {
 	s, err := New(SourceSpec{Name: "apps", Indexes: []string{"model-to-app"}})
 	if err != nil {

@@ -212,19 +212,19 @@ func layout(changes []change) []group {
 // key as close to its home as the page's crowding allows, as Robin Hood
 // hashing places them: filled in any other order, a few keys would land
 // many groups past theirs, and every lookup of one of them would probe
-// all those groups (a key 5 groups away cost 1.8 × one at home, hot in
-// the cache). The keys' distances add up to the same either way. buf is
-// used when it has room.
+// all those groups (a key whose lookup probed 5 groups cost 1.8 × one at
+// home, hot in the cache). The keys' distances add up to the same either
+// way. buf is used when it has room.
 func homeOrder(groups, n int, hash func(int) uint64, buf []int32) []int32 {
 	var few [65]int32
-	start := few[:0]
+	var start []int32
 	if groups+1 <= len(few) {
 		start = few[:groups+1]
 	} else {
 		start = make([]int32, groups+1)
 	}
 	var hbuf [128]int32
-	homes := hbuf[:0]
+	var homes []int32
 	if n <= len(hbuf) {
 		homes = hbuf[:n]
 	} else {
@@ -260,7 +260,7 @@ func homeOrder(groups, n int, hash func(int) uint64, buf []int32) []int32 {
 	for g := 1; g <= groups; g++ {
 		start[g] += start[g-1]
 	}
-	order := buf[:0]
+	var order []int32
 	if cap(buf) >= n {
 		order = buf[:n]
 	} else {
@@ -485,7 +485,7 @@ func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 	// may change every key of a page, and a search of at per slot would
 	// cost the square of that.
 	var few [4]uint64
-	named := few[:0]
+	var named []uint64
 	if w := (slots + 63) / 64; w <= len(few) {
 		named = few[:w]
 	} else {
