@@ -198,6 +198,30 @@ func BenchmarkReplaceAllChanged(b *testing.B) {
 	}
 }
 
+// BenchmarkRelayout is one write that lays a page out anew: a key added
+// to a page of 56 keys in 64 slots, which a copy in place would fill past
+// 7/8.
+func BenchmarkRelayout(b *testing.B) {
+	hs := newHashSeed(1)
+	changes := make([]change, 56)
+	for i := range changes {
+		k := fmt.Sprintf("model-%06d", i)
+		changes[i] = change{hash: hashKey(hs, k), key: k, values: []string{"app"}}
+	}
+	page := layout(changes)
+	if len(page)*groupSlots != 64 {
+		b.Fatalf("page of %d slots, want 64", len(page)*groupSlots)
+	}
+	k := "model-new"
+	add := []change{{hash: hashKey(hs, k), key: k, values: []string{"app"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, _ := updatePage(hs, page, add); len(p) == len(page) {
+			b.Fatal("the page was not laid out anew")
+		}
+	}
+}
+
 // BenchmarkRebuild fills an empty source from a full list: an initial
 // sync.
 func BenchmarkRebuild(b *testing.B) {

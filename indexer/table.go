@@ -498,24 +498,36 @@ func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 	}
 	// The slots to lay out, the kept ones then the inserted ones, with
 	// their hashes, placed in the order of their homes (see homeOrder).
-	ss := make([]slot, 0, size)
-	hashes := make([]uint64, 0, size)
+	// A slot is named by a reference, not copied: k >= 0 is old's slot k,
+	// k < 0 is changes[-k-1]. Pages hold about keysPerPage keys (up to
+	// four times that before the index gets more pages); those of up to
+	// 128 keys are ordered on the stack.
+	var refBuf [128]int32
+	var hashBuf [128]uint64
+	refs, hashes := refBuf[:0], hashBuf[:0]
+	if size > len(refBuf) {
+		refs, hashes = make([]int32, 0, size), make([]uint64, 0, size)
+	}
 	for g := range old {
 		for j := range old[g].slots {
 			if k := g*groupSlots + j; old[g].ctrl>>(8*j)&0x80 != 0 && named[k/64]&(1<<(k%64)) == 0 {
-				s := &old[g].slots[j]
-				ss, hashes = append(ss, *s), append(hashes, slotHash(hs, s))
+				refs, hashes = append(refs, int32(k)), append(hashes, slotHash(hs, &old[g].slots[j]))
 			}
 		}
 	}
 	for i := range changes {
 		if c := &changes[i]; len(c.values) > 0 {
-			ss, hashes = append(ss, newSlotCopy(c)), append(hashes, c.hash)
+			refs, hashes = append(refs, int32(-i-1)), append(hashes, c.hash)
 		}
 	}
 	var order [128]int32
-	for _, i := range homeOrder(len(p), len(ss), func(i int) uint64 { return hashes[i] }, order[:0]) {
-		insert(p, &ss[i], hashes[i])
+	for _, i := range homeOrder(len(p), len(refs), func(i int) uint64 { return hashes[i] }, order[:0]) {
+		if k := refs[i]; k >= 0 {
+			insert(p, &old[k/groupSlots].slots[k%groupSlots], hashes[i])
+		} else {
+			s := newSlotCopy(&changes[-k-1])
+			insert(p, &s, hashes[i])
+		}
 	}
 	return p, inserts - removes
 }
