@@ -49,7 +49,7 @@ func nsPerOp(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds
 // from parallel goroutines.
 type floor struct{ single, parallel float64 }
 
-// lookupsVsMap benchmarks the index's lookups and a plain map's, in five
+// lookupsVsMap benchmarks the index's lookups and a plain map's, in six
 // alternating rounds (the machine's speed drifts from one second to the
 // next), and returns the medians of each.
 func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
@@ -73,7 +73,7 @@ func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
 		ih, ir, ip = append(ih, hot), append(ir, random), append(ip, parallel)
 		r.lookupAllocs = max(r.lookupAllocs, allocs)
 	}
-	for round := range 5 {
+	for round := range lookupRounds {
 		// Which goes first alternates too: a drift of the machine's speed
 		// within a round favours neither.
 		if round%2 == 0 {
@@ -84,9 +84,10 @@ func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
 			onMap()
 		}
 	}
-	// The ratios are of each round's pair, taken a second apart: the
-	// machine's speed drifts by more than the difference measured from one
-	// round to the next (the map's own rounds span up to 2 × in one run).
+	// The ratios are of each round's pair, whose two runs of a row are
+	// about 3 s apart: the machine's speed drifts by more than the
+	// difference measured from one round to the next (the map's own rounds
+	// span up to 2 × in one run).
 	ratios := func(a, b []float64) float64 {
 		q := make([]float64, len(a))
 		for i := range a {
@@ -100,8 +101,18 @@ func lookupsVsMap(keys []string, ix indexer.Index, r *result) (float64, floor) {
 	return mid(mh), floor{mid(mr), mid(mp)}
 }
 
-// mid is the median of v, which it sorts.
-func mid(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+// lookupRounds is even: the map goes first in half the rounds.
+const lookupRounds = 6
+
+// mid is the median of v, which it sorts: the mean of the middle two of
+// an even count.
+func mid(v []float64) float64 {
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
+}
 
 // lookupRows are the lookup rows of the table: base's (the informer's, or
 // nothing) and metasync's times, the map's as the floor, and metasync's
@@ -116,7 +127,7 @@ func lookupRows(base, ms result, floorHot float64, floorRandom floor) []row {
 		{name: "plain map, hot key (floor)", unit: "ns", baseline: floorHot, metasync: floorHot, raw: true},
 		{name: "plain map, random keys (floor)", unit: "ns", baseline: floorRandom.single, metasync: floorRandom.single, raw: true},
 		{name: "plain map, random, 2 goroutines", unit: "ns", baseline: floorRandom.parallel, metasync: floorRandom.parallel, raw: true},
-		{name: "lookup / map, hot key (median of 5 rounds' pairs)", unit: "x", metasync: ms.ratioHot, target: target},
+		{name: "lookup / map, hot key (median of 6 rounds' pairs)", unit: "x", metasync: ms.ratioHot, target: target},
 		{name: "lookup / map, random keys (median of pairs)", unit: "x", metasync: ms.ratioRandom, target: target},
 		{name: "lookup / map, random, 2 goroutines (median of pairs)", unit: "x", metasync: ms.ratioParallel, target: target},
 	}
