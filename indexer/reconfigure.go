@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"sync/atomic"
 )
 
 // Reconfigure makes specs the store's sources, as one commit: readers see
@@ -119,7 +118,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 				ids[i] = id
 			} else {
 				ids[i] = len(s.heads)
-				head := &atomic.Pointer[indexSnap]{}
+				head := &indexHead{}
 				head.Store(emptyIndex)
 				s.heads = append(s.heads, head)
 				next.indexes = append(next.indexes, emptyIndex)

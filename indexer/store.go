@@ -116,7 +116,7 @@ type Store struct {
 	// Reconfigure removes keeps its id, retired.
 	sources []*Source
 	srcName map[string]int // source name -> source id, of live sources
-	heads   []*atomic.Pointer[indexSnap]
+	heads   []*indexHead
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -124,8 +124,21 @@ type Store struct {
 type Index struct {
 	s    *Store
 	id   int
-	head *atomic.Pointer[indexSnap]
+	head *indexHead
 	seed hashSeed
+}
+
+// indexHead is where a lookup by handle finds its index: the index's
+// current state, and whether the index has a fallback or hints (a lookup
+// then reads them and the index from one snapshot). The flag sits beside
+// the state, so that the lookups of every other index pass by at the cost
+// of a load from a line they read anyway: read through the snapshot's
+// configuration, it cost a hot lookup 2 ns of its 15. It follows the
+// snapshot's configuration, which stays the authority: a lookup that
+// reads it set goes to the current snapshot, which answers by its own.
+type indexHead struct {
+	atomic.Pointer[indexSnap]
+	served atomic.Bool
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -261,7 +274,7 @@ type config struct {
 	// heads[id] is the current state of index id, published with each
 	// snapshot: one load less for a lookup by handle than going through
 	// the snapshot.
-	heads []*atomic.Pointer[indexSnap]
+	heads []*indexHead
 	// fallback maps a live index id to its fallback's id, hints to its
 	// hints' id; companionOf maps the id of a fallback or hints index to
 	// the index it serves. served[id] says whether index id has either,
@@ -386,8 +399,12 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	}
 	s.current.Store(next)
 	for id, is := range next.indexes {
-		if h := s.heads[id]; h.Load() != is {
+		h := s.heads[id]
+		if h.Load() != is {
 			h.Store(is)
+		}
+		if served := id < len(next.conf.served) && next.conf.served[id]; h.served.Load() != served {
+			h.served.Store(served)
 		}
 	}
 	if s.onCommit != nil && len(changes) > 0 {
@@ -471,8 +488,8 @@ func (s *Store) Lookup(index, key string) []string {
 // of a service terminating, or one ready again) never shows the key
 // empty. It allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	if snap := ix.s.current.Load(); ix.id < len(snap.conf.served) && snap.conf.served[ix.id] {
-		return snap.Lookup(ix, key)
+	if ix.head.served.Load() {
+		return ix.s.current.Load().Lookup(ix, key)
 	}
 	return ix.head.Load().values.lookup(ix.seed, key)
 }
