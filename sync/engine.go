@@ -50,6 +50,23 @@ type Options struct {
 	// that fails, is made with LIST. Default false: every list is a LIST
 	// request.
 	StreamingList bool
+	// StreamingListAuto streams the lists, as StreamingList does, of the
+	// resources watched whole (no namespace, no label or field selector),
+	// and lists the others with LIST. The apiserver streams a list from
+	// its watch cache by walking every object of the resource and keeping
+	// each one's event for the watcher, whatever its namespace or
+	// selector, where a LIST of a namespace reads that namespace alone
+	// and holds only what its selector keeps: a streaming list costs the
+	// apiserver less than a LIST only when the watch takes its whole
+	// resource (BENCHMARKS.md, "Streaming lists"). StreamingList, when
+	// set, streams every list.
+	StreamingListAuto bool
+}
+
+// streams reports whether the engine lists resource r by a streaming list
+// (Options.StreamingList, StreamingListAuto).
+func (e *Engine) streams(r *compiled.Resource) bool {
+	return e.streaming || e.streamWhole && r.Namespace == "" && r.LabelSelector == "" && r.FieldSelector == ""
 }
 
 // testHookPublished, when set by a test, runs between the publication of
@@ -72,10 +89,11 @@ type Engine struct {
 	hub     *hub   // routes commits to subscriptions
 	epoch   string // names this engine's run in subscription versions
 
-	staleAfter time.Duration
-	streaming  bool // Options.StreamingList
-	warm       warmFiles
-	ident      identity // the cluster's, and the snapshot's (see cluster.go)
+	staleAfter  time.Duration
+	streaming   bool // Options.StreamingList
+	streamWhole bool // Options.StreamingListAuto
+	warm        warmFiles
+	ident       identity // the cluster's, and the snapshot's (see cluster.go)
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
 	clientFor func(w *watcher) error
@@ -248,12 +266,13 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		return nil, err
 	}
 	e := &Engine{
-		log:        log,
-		store:      store,
-		staleAfter: opts.StaleAfter,
-		streaming:  opts.StreamingList,
-		clientFor:  clientFor,
-		ident:      identity{fetch: clusterID},
+		log:         log,
+		store:       store,
+		staleAfter:  opts.StaleAfter,
+		streaming:   opts.StreamingList,
+		streamWhole: opts.StreamingListAuto,
+		clientFor:   clientFor,
+		ident:       identity{fetch: clusterID},
 	}
 	if e.staleAfter <= 0 {
 		e.staleAfter = DefaultStaleAfter
@@ -381,7 +400,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			continue
 		}
 		w := newWatcher(r, e.log)
-		w.streaming.Store(e.streaming)
+		w.streaming.Store(e.streams(r))
 		w.reloaded, w.cluster = reload, e.checkCluster
 		w.freshened = e.staleMayHaveChanged
 		if e.clientFor != nil {

@@ -50,3 +50,21 @@ func envForFlags(fs *flag.FlagSet, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// listMode is --streaming-list: "false" (every list a LIST), "true" (every
+// list streamed) or "auto" (the lists of resources watched whole
+// streamed); the flag alone means "true".
+type listMode string
+
+func (m *listMode) String() string { return string(*m) }
+
+func (m *listMode) Set(v string) error {
+	switch v {
+	case "true", "false", "auto":
+		*m = listMode(v)
+		return nil
+	}
+	return fmt.Errorf(`want "false", "true" or "auto", got %q`, v)
+}
+
+func (m *listMode) IsBoolFlag() bool { return true }

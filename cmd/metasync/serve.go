@@ -45,7 +45,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
 	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
 	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
-	streamingList := fs.Bool("streaming-list", false, "list each resource as the apiserver streams it (a watch with sendInitialEvents) instead of a LIST: measured, less apiserver memory when many daemons start at once and watch most of their resource's objects, as much or more when they watch a small part of a large resource, and more apiserver CPU and a longer first list (see docs/warm-start.md); LIST where the apiserver refuses it")
+	streamingList := listMode("false")
+	fs.Var(&streamingList, "streaming-list", `"true": list each resource as the apiserver streams it (a watch with sendInitialEvents) instead of a LIST; "auto": only the resources watched whole (no namespace, no label or field selector); "false": LIST. Measured: less apiserver memory when many daemons start at once and watch most of their resource's objects, as much or more when they watch a small part of a large resource, and more apiserver CPU and a longer first list (see docs/warm-start.md); LIST where the apiserver refuses it`)
 	memoryLimit := fs.String("memory-limit", "auto", `the Go runtime's soft memory limit: "auto" (90 % of the container's cgroup memory limit, unless GOMEMLIMIT is set), "off", or a quantity such as 400Mi or 0.5Gi`)
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	authOpts := authOptions{
@@ -130,7 +131,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	// The engine reads its snapshot, if any, before anything is asked of
 	// the apiserver.
 	engine, err := msync.New(plan, restCfg, msync.Options{Logger: log, StaleAfter: *staleAfter,
-		SnapshotDir: *snapshotDir, SnapshotInterval: *snapshotInterval, StreamingList: *streamingList})
+		SnapshotDir: *snapshotDir, SnapshotInterval: *snapshotInterval, StreamingList: streamingList == "true", StreamingListAuto: streamingList == "auto"})
 	if err != nil {
 		log.Error("engine", "error", err.Error())
 		return exitError{1}

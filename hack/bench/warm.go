@@ -53,6 +53,9 @@ var (
 	childSnapshots = flag.String("child-snapshots", "", "internal: snapshot folders' root of a rollout child")
 	childFirst     = flag.Int("child-first", 0, "internal: number of the child's first engine")
 	childStreaming = flag.Bool("child-streaming", false, "internal: the rollout child's engines list as the apiserver streams it (Options.StreamingList)")
+	childAuto      = flag.Bool("child-auto", false, "internal: the rollout child's engines stream the lists of resources watched whole (Options.StreamingListAuto)")
+	childWhole     = flag.Bool("child-whole", false, "internal: the rollout child's engines watch the whole resource: no namespace, no label selector")
+	rolloutWhole   = flag.Bool("rollout-whole", true, "with -rollout: also start the engines cold watching the whole resource, with LIST and with Options.StreamingListAuto")
 )
 
 // rolloutNS holds the rollout's small AppModels.
@@ -355,10 +358,10 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	}
 	defer os.RemoveAll(dir)
 	api := apiserverProcess()
-	// phase starts the engines (streaming: with Options.StreamingList) and
-	// returns what the apiserver served, its peak resident memory over
-	// what it held before, and how long until every engine caught up.
-	phase := func(what string, streaming bool, snapshots string) (apiCounts, float64, time.Duration, error) {
+	// phase starts the engines, listing as l says, and returns what the
+	// apiserver served, its peak resident memory over what it held
+	// before, and how long until every engine caught up.
+	phase := func(what string, l listing, snapshots string) (apiCounts, float64, time.Duration, error) {
 		before, err := apiserverCounts(ctx, kube)
 		if err != nil {
 			return apiCounts{}, 0, 0, err
@@ -371,7 +374,7 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 		for p := 0; p*per < *rollout; p++ {
 			k := min(per, *rollout-p*per)
 			cmd := exec.Command(os.Args[0], "-child", "engines", "-child-kubeconfig", kubeconfig, "-child-namespace", rolloutNS,
-				"-child-engines", strconv.Itoa(k), "-child-first", strconv.Itoa(p*per), "-child-snapshots", snapshots, fmt.Sprintf("-child-streaming=%t", streaming))
+				"-child-engines", strconv.Itoa(k), "-child-first", strconv.Itoa(p*per), "-child-snapshots", snapshots, fmt.Sprintf("-child-streaming=%t", l.streaming), fmt.Sprintf("-child-auto=%t", l.auto), fmt.Sprintf("-child-whole=%t", l.whole))
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -417,16 +420,16 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	// The streaming lists' cold start first, on the apiserver as fresh as
 	// it is here: the LISTs' then start from an apiserver whose heap has
 	// grown for the first, which can only make their peak look smaller.
-	streamed, streamedPeak, streamedTook, err := phase("cold, streaming lists", true, filepath.Join(dir, "snapshots-streaming"))
+	streamed, streamedPeak, streamedTook, err := phase("cold, streaming lists", listing{streaming: true}, filepath.Join(dir, "snapshots-streaming"))
 	if err != nil {
 		return nil, err
 	}
 	snapshots := filepath.Join(dir, "snapshots")
-	cold, coldPeak, coldTook, err := phase("cold", false, snapshots)
+	cold, coldPeak, coldTook, err := phase("cold", listing{}, snapshots)
 	if err != nil {
 		return nil, err
 	}
-	warmed, warmPeak, warmTook, err := phase("warm", false, snapshots)
+	warmed, warmPeak, warmTook, err := phase("warm", listing{}, snapshots)
 	if err != nil {
 		return nil, err
 	}
@@ -447,8 +450,36 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	if api.pid != 0 {
 		rows = append(rows, row{name: streaming + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: streamedPeak / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 × LIST")})
 	}
+	if !*rolloutWhole {
+		return rows, nil
+	}
+	// The engines watching the whole resource (every AppModel of the
+	// cluster), cold: with StreamingListAuto, which streams such lists,
+	// then with LISTs, on an apiserver grown by the phases above.
+	auto, autoPeak, autoTook, err := phase("cold, whole resource, auto", listing{auto: true, whole: true}, filepath.Join(dir, "snapshots-whole-auto"))
+	if err != nil {
+		return nil, err
+	}
+	whole, wholePeak, wholeTook, err := phase("cold, whole resource, LIST", listing{whole: true}, filepath.Join(dir, "snapshots-whole"))
+	if err != nil {
+		return nil, err
+	}
+	name = fmt.Sprintf("rollout of %d engines, whole resource, cold (LIST | auto): ", *rollout)
+	rows = append(rows,
+		row{name: name + "LISTs", baseline: whole.lists, metasync: auto.lists, raw: true},
+		row{name: name + "apiserver CPU", unit: "s", baseline: whole.cpu, metasync: auto.cpu, raw: true},
+		row{name: name + "all caught up", unit: "s", baseline: wholeTook.Seconds(), metasync: autoTook.Seconds(), raw: true})
+	if api.pid != 0 {
+		rows = append(rows, row{name: name + "apiserver peak memory", unit: "MiB", baseline: wholePeak / (1 << 20), metasync: autoPeak / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 × LIST")})
+	}
 	return rows, nil
 }
+
+// listing is how a rollout phase's engines list: streamed
+// (Options.StreamingList), auto (Options.StreamingListAuto), and whether
+// they watch the whole resource rather than the rollout's namespace with
+// a label selector.
+type listing struct{ streaming, auto, whole bool }
 
 // apiserverProc is the kube-apiserver that envtest started, a child of
 // this process, read in /proc (pid 0: not found; its reads are then 0).
@@ -517,11 +548,15 @@ func runEnginesChild() error {
 	if err != nil {
 		return err
 	}
-	p, err := mschema.Compile(&mschema.Config{Resources: []mschema.Resource{{
+	r := mschema.Resource{
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Namespace: *childNS, LabelSelector: "iidp=iidp",
 		Indexes: []mschema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
-	}}})
+	}
+	if *childWhole {
+		r.Namespace, r.LabelSelector = "", ""
+	}
+	p, err := mschema.Compile(&mschema.Config{Resources: []mschema.Resource{r}})
 	if err != nil {
 		return err
 	}
@@ -536,7 +571,7 @@ func runEnginesChild() error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		e, err := msync.New(p, cfg, msync.Options{Logger: quiet, SnapshotDir: dir, SnapshotInterval: time.Hour, StreamingList: *childStreaming})
+		e, err := msync.New(p, cfg, msync.Options{Logger: quiet, SnapshotDir: dir, SnapshotInterval: time.Hour, StreamingList: *childStreaming, StreamingListAuto: *childAuto})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/internal/testenv"
+	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -169,5 +171,93 @@ func TestStreamingListByTheEvents(t *testing.T) {
 				t.Errorf("status %+v, want ready, 1 object, 1 listed", st)
 			}
 		})
+	}
+}
+
+// requestLog records an engine's list requests of configmaps: for each,
+// the path and label selector it was made for, and whether it was
+// streamed (a watch with sendInitialEvents) or a LIST.
+type requestLog struct {
+	next http.RoundTripper
+
+	mu     gosync.Mutex
+	listed map[string][]string // path?labelSelector -> "list" or "streamed", in order
+}
+
+func (l *requestLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") {
+		q := r.URL.Query()
+		what := ""
+		switch {
+		case q.Get("watch") != "true":
+			what = "list"
+		case q.Get("sendInitialEvents") == "true":
+			what = "streamed"
+		}
+		if what != "" {
+			l.mu.Lock()
+			k := r.URL.Path + "?" + q.Get("labelSelector")
+			l.listed[k] = append(l.listed[k], what)
+			l.mu.Unlock()
+		}
+	}
+	return l.next.RoundTrip(r)
+}
+
+// TestStreamingListAuto: with Options.StreamingListAuto, the engine
+// streams the list of a resource watched whole and lists with LIST the
+// one watched in a namespace and the one watched with a label selector;
+// each answers what is there.
+func TestStreamingListAuto(t *testing.T) {
+	testenv.Need(t, env)
+	ns := "streaming-auto"
+	env.Namespace(t, ns)
+	for i := range 10 {
+		createConfigMap(t, ns, fmt.Sprintf("cm-%02d", i), "auto-app")
+	}
+	plan, err := mschema.Compile(&mschema.Config{Resources: []mschema.Resource{
+		{Name: "whole", Version: "v1", Resource: "configmaps", Indexes: []mschema.Index{{Name: "whole-app", Key: "data.app"}}},
+		{Name: "namespaced", Version: "v1", Resource: "configmaps", Namespace: ns, Indexes: []mschema.Index{{Name: "ns-app", Key: "data.app"}}},
+		{Name: "selected", Version: "v1", Resource: "configmaps", LabelSelector: "!absent", Indexes: []mschema.Index{{Name: "selected-app", Key: "data.app"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	log := &requestLog{listed: map[string][]string{}}
+	cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		log.next = next
+		return log
+	}
+	e := runEngineWith(t, plan, cfg, msync.Options{StreamingListAuto: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	got := maps.Clone(log.listed)
+	log.mu.Unlock()
+	want := map[string][]string{
+		"/api/v1/configmaps?":                       {"streamed"},
+		"/api/v1/namespaces/" + ns + "/configmaps?": {"list"},
+		"/api/v1/configmaps?!absent":                {"list"},
+	}
+	if !maps.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Errorf("first sync's lists: %v, want %v", got, want)
+	}
+	var all []string
+	for i := range 10 {
+		all = append(all, fmt.Sprintf("%s/cm-%02d", ns, i))
+	}
+	for _, index := range []string{"whole-app", "ns-app", "selected-app"} {
+		if got := e.Lookup(index, "auto-app"); !slices.Equal(got, all) {
+			t.Errorf("%s: auto-app = %v, want %v", index, got, all)
+		}
+	}
+	// Each follows the writes after its list.
+	createConfigMap(t, ns, "late", "auto-late")
+	for _, index := range []string{"whole-app", "ns-app", "selected-app"} {
+		expect(t, e, index, "auto-late", ns+"/late")
 	}
 }
