@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync/atomic"
 )
 
 // Reconfigure makes specs the store's sources, as one commit: readers see
@@ -118,7 +119,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 				ids[i] = id
 			} else {
 				ids[i] = len(s.heads)
-				head := &indexHead{}
+				head := &atomic.Pointer[indexSnap]{}
 				head.Store(emptyIndex)
 				s.heads = append(s.heads, head)
 				next.indexes = append(next.indexes, emptyIndex)

@@ -116,7 +116,7 @@ type Store struct {
 	// Reconfigure removes keeps its id, retired.
 	sources []*Source
 	srcName map[string]int // source name -> source id, of live sources
-	heads   []*indexHead
+	heads   []*atomic.Pointer[indexSnap]
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -124,21 +124,8 @@ type Store struct {
 type Index struct {
 	s    *Store
 	id   int
-	head *indexHead
+	head *atomic.Pointer[indexSnap]
 	seed hashSeed
-}
-
-// indexHead is where a lookup by handle finds its index: the index's
-// current state, and whether the index has a fallback or hints (a lookup
-// then reads them and the index from one snapshot). The flag sits beside
-// the state, so that the lookups of every other index pass by at the cost
-// of a load from a line they read anyway: read through the snapshot's
-// configuration, it cost a hot lookup 2 ns of its 15. It follows the
-// snapshot's configuration, which stays the authority: a lookup that
-// reads it set goes to the current snapshot, which answers by its own.
-type indexHead struct {
-	atomic.Pointer[indexSnap]
-	served atomic.Bool
 }
 
 // Source is the writer's handle on one source of a Store.
@@ -217,6 +204,14 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 }
 
 type indexSnap struct {
+	// served: published with a configuration that gives the index a
+	// fallback or hints (config.served), whose lookups read them and the
+	// index from one snapshot. It sits in the state so that a lookup by
+	// handle reads the flag and the state of one commit with one load:
+	// read through the snapshot's configuration, it cost a hot lookup 2
+	// ns of its 15; read from beside the state, a reader could pair one
+	// commit's flag with another's state.
+	served bool
 	keys   int
 	values table // index key -> index values: distinct, sorted
 	// objects, when the source tracks them, maps index keys to the object
@@ -274,7 +269,7 @@ type config struct {
 	// heads[id] is the current state of index id, published with each
 	// snapshot: one load less for a lookup by handle than going through
 	// the snapshot.
-	heads []*indexHead
+	heads []*atomic.Pointer[indexSnap]
 	// fallback maps a live index id to its fallback's id, hints to its
 	// hints' id; companionOf maps the id of a fallback or hints index to
 	// the index it serves. served[id] says whether index id has either,
@@ -397,14 +392,24 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	if !next.compacted && !slices.Equal(next.indexes, prev.indexes) {
 		next.writes++
 	}
+	// Each state carries its index's flag of this configuration (a
+	// commit's copy of a state keeps it; a build or a Reconfigure sets
+	// it here).
+	cloned := false
+	for id, is := range next.indexes {
+		if served := id < len(next.conf.served) && next.conf.served[id]; is.served != served {
+			if !cloned {
+				next.indexes, cloned = slices.Clone(next.indexes), true // it may be prev's
+			}
+			c := *is
+			c.served = served
+			next.indexes[id] = &c
+		}
+	}
 	s.current.Store(next)
 	for id, is := range next.indexes {
-		h := s.heads[id]
-		if h.Load() != is {
+		if h := s.heads[id]; h.Load() != is {
 			h.Store(is)
-		}
-		if served := id < len(next.conf.served) && next.conf.served[id]; h.served.Load() != served {
-			h.served.Store(served)
 		}
 	}
 	if s.onCommit != nil && len(changes) > 0 {
@@ -488,10 +493,13 @@ func (s *Store) Lookup(index, key string) []string {
 // of a service terminating, or one ready again) never shows the key
 // empty. It allocates nothing and takes no lock.
 func (ix Index) Lookup(key string) []string {
-	if ix.head.served.Load() {
-		return ix.s.current.Load().Lookup(ix, key)
+	// A state published with a fallback or hints for the index, or the
+	// shared empty one (a new index whose head is not stored yet, or a
+	// retired one): the current snapshot answers.
+	if is := ix.head.Load(); !is.served && is != emptyIndex {
+		return is.values.lookup(ix.seed, key)
 	}
-	return ix.head.Load().values.lookup(ix.seed, key)
+	return ix.s.current.Load().Lookup(ix, key)
 }
 
 // hash returns the hash of an index key.
