@@ -55,7 +55,9 @@ var (
 	childStreaming = flag.Bool("child-streaming", false, "internal: the rollout child's engines list as the apiserver streams it (Options.StreamingList)")
 	childAuto      = flag.Bool("child-auto", false, "internal: the rollout child's engines stream the lists of resources watched whole (Options.StreamingListAuto)")
 	childWhole     = flag.Bool("child-whole", false, "internal: the rollout child's engines watch the whole resource: no namespace, no label selector")
-	rolloutWhole   = flag.Bool("rollout-whole", true, "with -rollout: also start the engines cold watching the whole resource, with LIST and with Options.StreamingListAuto")
+	rolloutWhole   = flag.Bool("rollout-whole", true, "with -rollout: also start the engines cold watching the whole resource, with Options.StreamingListAuto and then with LIST")
+	wholeOnly      = flag.Bool("rollout-whole-only", false, "with -rollout: only the whole-resource phases, on an apiserver that served no other rollout")
+	wholeListFirst = flag.Bool("rollout-whole-list-first", false, "with -rollout: the whole-resource phase with LIST first (each phase's peak is measured over what the apiserver held before it, and a heap grown by an earlier phase makes a later one's look smaller)")
 )
 
 // rolloutNS holds the rollout's small AppModels.
@@ -417,54 +419,63 @@ func measureRollout(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 			what, *rollout, len(cmds), took.Round(time.Millisecond), d.lists, d.listBytes/1e6, d.cpu, peak/(1<<20), rss0/(1<<20))
 		return d, peak, took, nil
 	}
-	// The streaming lists' cold start first, on the apiserver as fresh as
-	// it is here: the LISTs' then start from an apiserver whose heap has
-	// grown for the first, which can only make their peak look smaller.
-	streamed, streamedPeak, streamedTook, err := phase("cold, streaming lists", listing{streaming: true}, filepath.Join(dir, "snapshots-streaming"))
-	if err != nil {
-		return nil, err
+	var rows []row
+	if !*wholeOnly {
+		// The streaming lists' cold start first, on the apiserver as fresh as
+		// it is here: the LISTs' then start from an apiserver whose heap has
+		// grown for the first, which can only make their peak look smaller.
+		streamed, streamedPeak, streamedTook, err := phase("cold, streaming lists", listing{streaming: true}, filepath.Join(dir, "snapshots-streaming"))
+		if err != nil {
+			return nil, err
+		}
+		snapshots := filepath.Join(dir, "snapshots")
+		cold, coldPeak, coldTook, err := phase("cold", listing{}, snapshots)
+		if err != nil {
+			return nil, err
+		}
+		warmed, warmPeak, warmTook, err := phase("warm", listing{}, snapshots)
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("rollout of %d engines, %d objects each (cold | warm): ", *rollout, *rolloutObjects)
+		streaming := fmt.Sprintf("rollout of %d engines, cold (LIST | streaming list): ", *rollout)
+		rows = []row{
+			{name: name + "LISTs", baseline: cold.lists, metasync: warmed.lists, raw: true},
+			{name: name + "LIST bytes", unit: "MB", baseline: cold.listBytes / 1e6, metasync: warmed.listBytes / 1e6, raw: true},
+			{name: name + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: warmed.cpu, raw: true},
+			{name: name + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: warmTook.Seconds(), raw: true},
+		}
+		if api.pid != 0 {
+			rows = append(rows, row{name: name + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: warmPeak / (1 << 20), raw: true})
+		}
+		rows = append(rows,
+			row{name: streaming + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: streamed.cpu, raw: true},
+			row{name: streaming + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: streamedTook.Seconds(), raw: true})
+		if api.pid != 0 {
+			rows = append(rows, row{name: streaming + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: streamedPeak / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 × LIST")})
+		}
 	}
-	snapshots := filepath.Join(dir, "snapshots")
-	cold, coldPeak, coldTook, err := phase("cold", listing{}, snapshots)
-	if err != nil {
-		return nil, err
-	}
-	warmed, warmPeak, warmTook, err := phase("warm", listing{}, snapshots)
-	if err != nil {
-		return nil, err
-	}
-	name := fmt.Sprintf("rollout of %d engines, %d objects each (cold | warm): ", *rollout, *rolloutObjects)
-	streaming := fmt.Sprintf("rollout of %d engines, cold (LIST | streaming list): ", *rollout)
-	rows := []row{
-		{name: name + "LISTs", baseline: cold.lists, metasync: warmed.lists, raw: true},
-		{name: name + "LIST bytes", unit: "MB", baseline: cold.listBytes / 1e6, metasync: warmed.listBytes / 1e6, raw: true},
-		{name: name + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: warmed.cpu, raw: true},
-		{name: name + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: warmTook.Seconds(), raw: true},
-	}
-	if api.pid != 0 {
-		rows = append(rows, row{name: name + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: warmPeak / (1 << 20), raw: true})
-	}
-	rows = append(rows,
-		row{name: streaming + "apiserver CPU", unit: "s", baseline: cold.cpu, metasync: streamed.cpu, raw: true},
-		row{name: streaming + "all caught up", unit: "s", baseline: coldTook.Seconds(), metasync: streamedTook.Seconds(), raw: true})
-	if api.pid != 0 {
-		rows = append(rows, row{name: streaming + "apiserver peak memory", unit: "MiB", baseline: coldPeak / (1 << 20), metasync: streamedPeak / (1 << 20), target: ratioAtMost(0.5, "≤ 0.5 × LIST")})
-	}
-	if !*rolloutWhole {
+	if !*rolloutWhole && !*wholeOnly {
 		return rows, nil
 	}
 	// The engines watching the whole resource (every AppModel of the
 	// cluster), cold: with StreamingListAuto, which streams such lists,
-	// then with LISTs, on an apiserver grown by the phases above.
-	auto, autoPeak, autoTook, err := phase("cold, whole resource, auto", listing{auto: true, whole: true}, filepath.Join(dir, "snapshots-whole-auto"))
-	if err != nil {
-		return nil, err
+	// and with LISTs, on an apiserver grown by the phases before.
+	var auto, whole apiCounts
+	var autoPeak, wholePeak float64
+	var autoTook, wholeTook time.Duration
+	for i := range 2 {
+		var err error
+		if (i == 0) == *wholeListFirst {
+			whole, wholePeak, wholeTook, err = phase("cold, whole resource, LIST", listing{whole: true}, filepath.Join(dir, "snapshots-whole"))
+		} else {
+			auto, autoPeak, autoTook, err = phase("cold, whole resource, auto", listing{auto: true, whole: true}, filepath.Join(dir, "snapshots-whole-auto"))
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	whole, wholePeak, wholeTook, err := phase("cold, whole resource, LIST", listing{whole: true}, filepath.Join(dir, "snapshots-whole"))
-	if err != nil {
-		return nil, err
-	}
-	name = fmt.Sprintf("rollout of %d engines, whole resource, cold (LIST | auto): ", *rollout)
+	name := fmt.Sprintf("rollout of %d engines, whole resource, cold (LIST | auto): ", *rollout)
 	rows = append(rows,
 		row{name: name + "LISTs", baseline: whole.lists, metasync: auto.lists, raw: true},
 		row{name: name + "apiserver CPU", unit: "s", baseline: whole.cpu, metasync: auto.cpu, raw: true},
