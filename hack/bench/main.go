@@ -406,7 +406,7 @@ func format(v float64, unit string) string {
 	return fmt.Sprint(v)
 }
 
-// runOnly runs the row group that -only names: warm or rss.
+// runOnly runs the row group that -only names: warm, rss or sync.
 func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, dyn dynamic.Interface, keys []string) error {
 	switch *only {
 	case "warm":
@@ -428,8 +428,23 @@ func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, d
 		}
 		printTable(fmt.Sprintf("resident memory — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "informer", "metasync", rows)
 		return nil
+	case "sync":
+		listDur, syncDur, _, err := timeSyncs(ctx, cfg, msync.Options{}, rawList)
+		if err != nil {
+			return err
+		}
+		streamedRaw, streamedSync, _, err := timeSyncs(ctx, cfg, msync.Options{StreamingList: true}, rawStreamingList)
+		if err != nil {
+			return err
+		}
+		printTable(fmt.Sprintf("initial sync — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "raw", "metasync", []row{
+			{name: "initial sync, LIST (median of 5)", unit: "s", baseline: listDur.Seconds(), metasync: syncDur.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
+			{name: "initial sync, streaming list (median of 5)", unit: "s", baseline: streamedRaw.Seconds(), metasync: streamedSync.Seconds(), target: atMost(1.3*listDur.Seconds(), "≤ 1.3 × raw LIST")},
+			{name: "raw streaming list / raw LIST", unit: "x", metasync: streamedRaw.Seconds() / listDur.Seconds(), raw: true},
+		})
+		return nil
 	}
-	return fmt.Errorf("-only %q: warm, rss or churn", *only)
+	return fmt.Errorf("-only %q: warm, rss, sync, churn or lookups", *only)
 }
 
 // measureSyncs times the initial sync against a raw LIST, interleaved,

@@ -125,8 +125,9 @@ func TestStreamingList(t *testing.T) {
 // TestStreamingListByTheEvents: a streaming list is the state its initial
 // events build: an object deleted among them (an apiserver whose closing
 // bookmark comes from a timer sends changes first) is not listed; a
-// stream that ends before its closing bookmark (a connection cut) is
-// listed again with LIST, at once.
+// stream that ends before its closing bookmark (a connection cut), or
+// that holds an event it cannot read or an ERROR, is listed again with
+// LIST, at once.
 func TestStreamingListByTheEvents(t *testing.T) {
 	testenv.Need(t, env)
 	const ns = "streaming-events"
@@ -147,6 +148,11 @@ func TestStreamingListByTheEvents(t *testing.T) {
 	}{
 		{"deleted among them", cm("ADDED", "real") + cm("ADDED", "gone") + cm("MODIFIED", "gone") + cm("DELETED", "gone") + end, 0},
 		{"cut before the bookmark", cm("ADDED", "real"), 1},
+		{"cut inside an event", cm("ADDED", "real") + `{"type":"ADDED","object":{"metadata":{"name":"half`, 1},
+		{"an event without an object", cm("ADDED", "real") + `{"type":"ADDED","object":"not an object"}` + "\n" + end, 1},
+		{"an object that is not JSON", cm("ADDED", "real") + `{"type":"ADDED","object":{"metadata":{"name":"bad",,}}}` + "\n" + end, 1},
+		{"an ERROR event", cm("ADDED", "real") + `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}}` + "\n", 1},
+		{"an ERROR event that refuses", `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400}}` + "\n", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := rest.CopyConfig(env.Config)
