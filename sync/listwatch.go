@@ -54,6 +54,7 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 		switch {
 		case errors.Is(err, errNoStreamingList):
 			w.streaming.Store(false)
+			w.refused.Store(true)
 			w.log.Info("the apiserver does not stream lists as watch events: listing with LIST from now on", "reason", err.Error())
 			list, err = nil, nil
 		case err != nil && ctx.Err() == nil:

@@ -86,6 +86,7 @@ type watcher struct {
 
 	established atomic.Int64 // unix nanos: the first watch established in the current run, 0 if none yet
 	streaming   atomic.Bool  // lists are streamed (Options.StreamingList, see listByWatch) until the apiserver refuses one
+	refused     atomic.Bool  // the apiserver refused a streaming list: the watcher that replaces this one at a reload lists too
 	gone        atomic.Bool  // the apiserver answers 404: the resource is not served (CRD deleted?)
 
 	*totals                   // the resource's, shared with the watchers it restarts
@@ -160,6 +161,13 @@ type carried struct {
 // list, do not read as "not known yet". Until then, warm-start files keep what
 // they answer (see carried).
 func (w *watcher) inherit(old *watcher) {
+	// An apiserver that refused to stream this resource's list refuses
+	// again: a reload that restarts the watch does not ask it again
+	// (another namespace may be another answer: RBAC).
+	if old.refused.Load() && old.plan.GVR == w.plan.GVR && old.plan.Namespace == w.plan.Namespace {
+		w.refused.Store(true)
+		w.streaming.Store(false)
+	}
 	w.inherited = old.isSynced()
 	w.staleFrom, w.restoredAt = old.stale(), old.restoredAt
 	if rv := old.resourceVersion(); w.inherited && rv != "" {

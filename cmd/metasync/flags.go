@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -53,18 +54,30 @@ func envForFlags(fs *flag.FlagSet, stderr io.Writer) error {
 
 // listMode is --streaming-list: "false" (every list a LIST), "true" (every
 // list streamed) or "auto" (the lists of resources watched whole
-// streamed); the flag alone means "true".
+// streamed). The flag alone means "true"; it takes what a boolean flag
+// takes (1, t, TRUE, 0, f, ...) and "auto" in any case.
 type listMode string
 
 func (m *listMode) String() string { return string(*m) }
 
 func (m *listMode) Set(v string) error {
-	switch v {
-	case "true", "false", "auto":
-		*m = listMode(v)
+	if strings.EqualFold(v, "auto") {
+		*m = "auto"
 		return nil
 	}
-	return fmt.Errorf(`want "false", "true" or "auto", got %q`, v)
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf(`want true, false or auto, got %q`, v)
+	}
+	*m = listMode(strconv.FormatBool(b))
+	return nil
 }
 
 func (m *listMode) IsBoolFlag() bool { return true }
+
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -46,7 +46,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
 	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
 	streamingList := listMode("false")
-	fs.Var(&streamingList, "streaming-list", `"true": list each resource as the apiserver streams it (a watch with sendInitialEvents) instead of a LIST; "auto": only the resources watched whole (no namespace, no label or field selector); "false": LIST. Measured: less apiserver memory when many daemons start at once and watch most of their resource's objects, as much or more when they watch a small part of a large resource, and more apiserver CPU and a longer first list (see docs/warm-start.md); LIST where the apiserver refuses it`)
+	fs.Var(&streamingList, "streaming-list", `=true (or the flag alone): list each resource as the apiserver streams it (a watch with sendInitialEvents) instead of a LIST; =auto: only the resources watched whole (no namespace, no label or field selector); =false: LIST. Measured: less apiserver memory when many daemons start at once and watch most of their resource's objects, as much or more when they watch a small part of a large resource, and more apiserver CPU and a longer first list (see docs/warm-start.md); LIST where the apiserver refuses it`)
 	memoryLimit := fs.String("memory-limit", "auto", `the Go runtime's soft memory limit: "auto" (90 % of the container's cgroup memory limit, unless GOMEMLIMIT is set), "off", or a quantity such as 400Mi or 0.5Gi`)
 	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
 	authOpts := authOptions{
@@ -63,6 +63,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *config == "" || fs.NArg() > 0 {
+		if a := fs.Arg(0); given(fs, "streaming-list") && new(listMode).Set(a) == nil {
+			// "--streaming-list auto": a boolean flag takes its value
+			// after "=" only, and the word is left over.
+			fmt.Fprintf(stderr, "metasync serve: %q is not a flag's value here: write --streaming-list=%s\n", a, a)
+			return exitError{2}
+		}
 		fmt.Fprintln(stderr, "metasync serve: --config FILE is required, and nothing else")
 		return exitError{2}
 	}

@@ -81,6 +81,10 @@ type result struct {
 // main parses the flags and runs the bench; an error exits with status 1.
 func main() {
 	flag.Parse()
+	if *churnFor < segment {
+		fmt.Fprintf(os.Stderr, "bench: -churn-for %s: at least %s (one idle and one churning segment)\n", *churnFor, segment)
+		os.Exit(2)
+	}
 	if *child == "engines" {
 		if err := runEnginesChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench child:", err)

@@ -267,3 +267,46 @@ func TestStreamingListAuto(t *testing.T) {
 		expect(t, e, index, "auto-late", ns+"/late")
 	}
 }
+
+// TestStreamingListRefusedStaysRefused: a resource whose streaming list
+// the apiserver refused (422) lists with LIST when a reload restarts its
+// watch: the apiserver is not asked again.
+func TestStreamingListRefusedStaysRefused(t *testing.T) {
+	testenv.Need(t, env)
+	ns := "streaming-refused"
+	env.Namespace(t, ns)
+	createConfigMap(t, ns, "cm-1", "refused-app")
+	plan := func(extra bool) *mschema.Plan {
+		ix := []mschema.Index{{Name: "r-app", Key: "data.app"}}
+		if extra {
+			ix = append(ix, mschema.Index{Name: "r-app2", Key: "data.app"})
+		}
+		p, err := mschema.Compile(&mschema.Config{Resources: []mschema.Resource{{Name: "r", Version: "v1", Resource: "configmaps", Namespace: ns, Indexes: ix}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := rest.CopyConfig(env.Config)
+	counter := &streamCounter{refuse: http.StatusUnprocessableEntity}
+	cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		counter.next = next
+		return counter
+	}
+	e := runEngineWith(t, plan(false), cfg, msync.Options{StreamingList: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lists, streamed, _ := counter.counts(); lists != 1 || streamed != 1 {
+		t.Fatalf("first sync: %d LISTs and %d streaming lists, want 1 and 1", lists, streamed)
+	}
+	if _, err := e.Reload(plan(true)); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "r-app2", "refused-app", ns+"/cm-1")
+	if lists, streamed, _ := counter.counts(); lists != 2 || streamed != 1 {
+		t.Errorf("after the reload: %d LISTs and %d streaming lists, want 2 and 1", lists, streamed)
+	}
+}
