@@ -242,15 +242,7 @@ func BenchmarkBytesPerObject(b *testing.B) {
 	const n = 10000
 	for b.Loop() {
 		before := liveHeap()
-		objs := make([]Object, n)
-		for i := range n {
-			name := fmt.Sprintf("app-%06d", i)
-			var es []Entry
-			for j := range 3 {
-				es = append(es, Entry{Key: fmt.Sprintf("model-%06d-%d", i, j), Value: name})
-			}
-			objs[i] = Object{Key: "metasync-bench/" + name, Entries: [][]Entry{es}, Meta: Meta{Version: fmt.Sprint(1000000 + i), Created: 1764000000}}
-		}
+		objs := appModelObjects(n, "metasync-bench/", true)
 		s, err := New(SourceSpec{Name: "s", Indexes: []string{"ix"}, Unique: []string{"ix"}})
 		if err != nil {
 			b.Fatal(err)

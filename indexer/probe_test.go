@@ -39,15 +39,7 @@ func TestKeysNearHome(t *testing.T) {
 	}
 	src := s.Source("apps")
 	const n = 10_000
-	objs := make([]Object, n)
-	for i := range objs {
-		name := fmt.Sprintf("app-%06d", i)
-		var es []Entry
-		for j := range 3 {
-			es = append(es, Entry{Key: fmt.Sprintf("model-%06d-%d", i, j), Value: name})
-		}
-		objs[i] = Object{Key: "ns/" + name, Entries: [][]Entry{es}}
-	}
+	objs := appModelObjects(n, "ns/", false)
 	src.Replace(objs)
 	check := func(when string) {
 		t.Helper()
@@ -83,4 +75,24 @@ func TestKeysNearHome(t *testing.T) {
 		tx.Commit()
 	}
 	check("after writes")
+}
+
+// appModelObjects returns n objects shaped as the reference setup's
+// AppModels are in its model-to-app index: key prefix + "app-NNNNNN", three
+// model keys each whose value is the app's name, and, with meta, a
+// resourceVersion and a creation time.
+func appModelObjects(n int, prefix string, meta bool) []Object {
+	objs := make([]Object, n)
+	for i := range objs {
+		name := fmt.Sprintf("app-%06d", i)
+		es := make([]Entry, 0, 3)
+		for j := range 3 {
+			es = append(es, Entry{Key: fmt.Sprintf("model-%06d-%d", i, j), Value: name})
+		}
+		objs[i] = Object{Key: prefix + name, Entries: [][]Entry{es}}
+		if meta {
+			objs[i].Meta = Meta{Version: fmt.Sprint(1000000 + i), Created: 1764000000}
+		}
+	}
+	return objs
 }
