@@ -3,6 +3,7 @@ package indexer
 import (
 	"encoding/binary"
 	"iter"
+	"math/bits"
 	"unsafe"
 )
 
@@ -18,14 +19,8 @@ import (
 // Store's secret seed (object keys are chosen by whoever may create
 // objects). A delete shifts the keys after it back (no tombstones), and
 // the table is resized when it falls below an eighth full, so that its
-// memory follows the objects it holds, not the most it ever held. Its
-// size is any number of slots, not a power of two (a key's first slot is
-// its hash scaled to the size): a set built from a list holds its objects
-// three quarters full, and one that grows by 1.5 × stays between a half
-// and three quarters full. Sized by powers of two it was between 3/8 and
-// 3/4: 100,000 objects took 262,144 slots, 21 bytes an object, where
-// 133,334 take 10.7. Not safe for concurrent use: the writer's, under
-// Store.mu.
+// memory follows the objects it holds, not the most it ever held. Not
+// safe for concurrent use: the writer's, under Store.mu.
 type objectSet struct {
 	seed  hashSeed
 	slots []*byte // a record's first byte, or nil
@@ -85,27 +80,18 @@ func uvarintAt(p *byte, i int) (uint64, int) {
 
 // newObjectSet returns an empty set with room for n objects.
 func newObjectSet(seed hashSeed, n int) *objectSet {
-	return &objectSet{seed: seed, slots: newSlots(slotsFor(n))}
+	return &objectSet{seed: seed, slots: make([]*byte, slotsFor(n))}
 }
 
-// slotsFor returns the table size for n objects: the least size (at
-// least 8) that n fills to at most 3/4. A table grows past 3/4 full to
-// half full, and shrinks below 1/8 full to half full.
+// slotsFor returns the table size for n objects: the least power of two
+// (at least 8) that n fills to at most 3/4. A table grows past 3/4 full
+// (to between 3/8 and 3/4) and shrinks below 1/8.
 func slotsFor(n int) int {
-	return max(8, (4*n+2)/3)
-}
-
-// newSlots returns at least size empty slots: what the allocator rounds
-// the size up to.
-func newSlots(size int) []*byte {
-	s := make([]*byte, size)
-	return s[:cap(s)]
-}
-
-// first returns the slot where key's probe starts, in a table of size
-// slots.
-func (m *objectSet) first(key string) int {
-	return int(hashKey(m.seed, key) >> 32 * uint64(len(m.slots)) >> 32)
+	need := (4*n + 2) / 3
+	if need <= 8 {
+		return 8
+	}
+	return 1 << bits.Len(uint(need-1))
 }
 
 // Len returns the number of objects.
@@ -114,7 +100,8 @@ func (m *objectSet) Len() int { return m.n }
 // find returns the slot of key, or of the empty slot where it would go,
 // and whether the key is there.
 func (m *objectSet) find(key string) (int, bool) {
-	i := m.first(key)
+	mask := len(m.slots) - 1
+	i := int(hashKey(m.seed, key)) & mask
 	for {
 		p := m.slots[i]
 		if p == nil {
@@ -123,9 +110,7 @@ func (m *objectSet) find(key string) (int, bool) {
 		if k, _ := splitRecord(recordAt(p)); k == key {
 			return i, true
 		}
-		if i++; i == len(m.slots) {
-			i = 0
-		}
+		i = (i + 1) & mask
 	}
 }
 
@@ -150,7 +135,7 @@ func (m *objectSet) Put(rec string) bool {
 	}
 	m.n++
 	if m.n*4 > len(m.slots)*3 {
-		m.resize(max(8, 2*m.n))
+		m.resize(slotsFor(m.n))
 	}
 	return true
 }
@@ -163,45 +148,37 @@ func (m *objectSet) Delete(key string) {
 	}
 	// Shift back the records after i that their home allows, up to the
 	// next empty slot: a probe from any record's home still reaches it.
-	size := len(m.slots)
-	next := func(j int) int {
-		if j++; j == size {
-			return 0
-		}
-		return j
-	}
-	for j := next(i); m.slots[j] != nil; j = next(j) {
+	mask := len(m.slots) - 1
+	for j := (i + 1) & mask; m.slots[j] != nil; j = (j + 1) & mask {
 		k, _ := splitRecord(recordAt(m.slots[j]))
-		h := m.first(k)
+		h := int(hashKey(m.seed, k)) & mask
 		// The record at j may move to i when i lies on its probe path,
 		// from its home h to j (cyclically).
-		if (j-h+size)%size >= (j-i+size)%size {
+		if (j-h)&mask >= (j-i)&mask {
 			m.slots[i] = m.slots[j]
 			i = j
 		}
 	}
 	m.slots[i] = nil
 	m.n--
-	if size > 16 && m.n*8 < size {
-		m.resize(max(8, 2*m.n))
+	if len(m.slots) > 16 && m.n*8 < len(m.slots) {
+		m.resize(slotsFor(m.n))
 	}
 }
 
 // resize moves every record to a table of size slots.
 func (m *objectSet) resize(size int) {
 	old := m.slots
-	m.slots = newSlots(size)
-	size = len(m.slots)
+	m.slots = make([]*byte, size)
+	mask := size - 1
 	for _, p := range old {
 		if p == nil {
 			continue
 		}
 		k, _ := splitRecord(recordAt(p))
-		i := m.first(k)
+		i := int(hashKey(m.seed, k)) & mask
 		for m.slots[i] != nil {
-			if i++; i == size {
-				i = 0
-			}
+			i = (i + 1) & mask
 		}
 		m.slots[i] = p
 	}

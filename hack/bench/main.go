@@ -410,7 +410,7 @@ func format(v float64, unit string) string {
 	return fmt.Sprint(v)
 }
 
-// runOnly runs the row group that -only names: warm, rss or sync.
+// runOnly runs the row group that -only names: warm, rss, sync or relist.
 func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, dyn dynamic.Interface, keys []string) error {
 	switch *only {
 	case "warm":
@@ -432,6 +432,16 @@ func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, d
 		}
 		printTable(fmt.Sprintf("resident memory — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "informer", "metasync", rows)
 		return nil
+	case "relist":
+		live, total, err := measureRelist(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		printTable(fmt.Sprintf("relist — %d AppModels, %d CPUs", *n, runtime.NumCPU()), "—", "metasync", []row{
+			{name: "relist: peak live heap / steady", unit: "x", metasync: live, target: atMost(2, "≤ 2")},
+			{name: "relist: peak heap with garbage / steady", unit: "x", metasync: total, raw: true},
+		})
+		return nil
 	case "sync":
 		listDur, syncDur, _, err := timeSyncs(ctx, cfg, msync.Options{}, rawList)
 		if err != nil {
@@ -448,7 +458,7 @@ func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, d
 		})
 		return nil
 	}
-	return fmt.Errorf("-only %q: warm, rss, sync, churn or lookups", *only)
+	return fmt.Errorf("-only %q: warm, rss, sync, relist, churn or lookups", *only)
 }
 
 // measureSyncs times the initial sync against a raw LIST, interleaved,
