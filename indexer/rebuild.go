@@ -1,8 +1,8 @@
 package indexer
 
 import (
+	"cmp"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -102,9 +102,9 @@ func (src *Source) rebuildLocked(objs []Object) {
 	next := old.derive()
 	next.indexes, next.sources = slices.Clone(old.indexes), slices.Clone(old.sources)
 	var published []Change
-	all, counts := decodeAll(objects, len(src.indexes))
+	counts := countEntries(objects, len(src.indexes))
 	for i, id := range src.indexes {
-		is, keys := src.buildIndex(i, all, counts[i], old.indexes[id])
+		is, keys := src.buildIndex(i, objects, counts[i], old.indexes[id])
 		if src.unique[i] {
 			src.objects = objects // what chooseAll reads
 			src.chooseAll(i, is)
@@ -120,59 +120,88 @@ func (src *Source) rebuildLocked(objs []Object) {
 	src.tellConflicts()
 }
 
-// decoded is one object's entries, per index of its source.
-type decoded struct {
-	key     string
-	entries [][]Entry
+// flat is one entry of an index in a bulk build: the hash of its key, the
+// key, and its value (for the table of objects, the object's key).
+// Sorted by all three, the entries of a key lie together, its values in
+// order, and the keys of a page of the table in a row (a page is the
+// hash's top bits).
+type flat struct {
+	hash       uint64
+	key, value string
 }
 
-// decodeAll decodes every object once, and counts the entries per index
-// (of n) to size the maps of buildIndex.
-func decodeAll(objects *objectSet, n int) ([]decoded, []int) {
-	all := make([]decoded, 0, objects.Len())
+func compareFlat(a, b flat) int {
+	if a.hash != b.hash {
+		return cmp.Compare(a.hash, b.hash)
+	}
+	if c := strings.Compare(a.key, b.key); c != 0 {
+		return c
+	}
+	return strings.Compare(a.value, b.value)
+}
+
+// countEntries counts the entries of every object per index (of n).
+func countEntries(objects *objectSet, n int) []int {
 	counts := make([]int, n)
-	var keys []byte // the keys decode rebuilds, for every object
+	out := make([][]Entry, n)
+	var keys []byte
 	for objKey, enc := range objects.All() {
-		es := decodeIn(make([][]Entry, n), enc, objKey, &keys)
-		for i := range es {
-			counts[i] += len(es[i])
+		keys = keys[:0] // nothing decoded outlives the object
+		out = decodeIn(out, enc, objKey, &keys)
+		for i := range out {
+			counts[i] += len(out[i])
 		}
-		all = append(all, decoded{objKey, es})
 	}
-	return all, counts
+	return counts
 }
 
-// buildIndex builds the table of the source's index i from all (entries
-// of it in all: about entries), and resets its duplicate counts. It
-// returns the keys whose answer changed from was (when a commit hook
-// wants them): every key it holds, and every key of was that it lacks.
-func (src *Source) buildIndex(i int, all []decoded, entries int, was *indexSnap) (*indexSnap, []string) {
-	s := src.s
-	values := make(map[string][]string, entries)
-	var objectsOf map[string][]string
-	if src.withObjects {
-		objectsOf = make(map[string][]string, entries)
-	}
-	for _, d := range all {
-		es := d.entries[i]
-		owner := "" // the object key's copy, made once (see Source.objects)
-		for j, e := range es {
-			values[e.Key] = append(values[e.Key], e.Value)
-			if objectsOf != nil && (j == 0 || es[j-1].Key != e.Key) {
-				if owner == "" {
-					owner = strings.Clone(d.key)
+// gather appends the entries of index i of every object to fs, with the
+// object's key in place of each value when objectKeys (an object once per
+// key), and sorts them (compareFlat). The keys that decoding rebuilds
+// (front-coded ones) lie in rooms of their own, which the caller copies
+// out of.
+func (src *Source) gather(i int, objects *objectSet, fs []flat, objectKeys bool) []flat {
+	out := make([][]Entry, len(src.indexes))
+	var keys []byte
+	for objKey, enc := range objects.All() {
+		out = decodeIn(out, enc, objKey, &keys)
+		for j, e := range out[i] {
+			if objectKeys {
+				if j > 0 && out[i][j-1].Key == e.Key {
+					continue
 				}
-				objectsOf[e.Key] = append(objectsOf[e.Key], owner)
+				e.Value = objKey
 			}
+			fs = append(fs, flat{hash: src.s.hash(e.Key), key: e.Key, value: e.Value})
+		}
+	}
+	slices.SortFunc(fs, compareFlat)
+	return fs
+}
+
+// buildIndex builds the table of the source's index i from the objects
+// (entries of it in all), and resets its duplicate counts. It returns the
+// keys whose answer changed from was (when a commit hook wants them):
+// every key it holds, and every key of was that it lacks.
+//
+// What it holds besides the table, at most: the entries as flats (40
+// bytes each; gone before the table is laid out) and as changes (48 bytes
+// a key), and a map of the distinct values.
+func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *indexSnap) (*indexSnap, []string) {
+	s := src.s
+	fs := src.gather(i, objects, make([]flat, 0, entries), false)
+	distinct := 0
+	for j := range fs {
+		if j == 0 || fs[j].hash != fs[j-1].hash || fs[j].key != fs[j-1].key {
+			distinct++
 		}
 	}
 	dups := map[Entry]*int32{}
-	bits := bitsFor(len(values))
 	// Keys and values are copied out of the encodings (see
 	// Source.objects), each distinct value once: single maps each to a
 	// one-value slice of its copy, which every key whose only value it is
 	// shares. One map serves both, for one lookup per value.
-	single := make(map[string][]string, len(all))
+	single := make(map[string][]string, objects.Len())
 	intern := func(v string) []string {
 		one, ok := single[v]
 		if !ok {
@@ -182,41 +211,37 @@ func (src *Source) buildIndex(i int, all []decoded, entries int, was *indexSnap)
 		}
 		return one
 	}
-	changes := make([]change, 0, len(values))
-	// owned maps each key to its copy, for the objects table only.
-	var owned map[string]string
-	if objectsOf != nil {
-		owned = make(map[string]string, len(values))
-	}
-	for key, vs := range values {
-		sort.Strings(vs)
-		distinct := vs[:0]
-		for _, v := range vs {
-			if len(distinct) > 0 && distinct[len(distinct)-1] == v {
-				e := Entry{Key: key, Value: v}
+	changes := make([]change, 0, distinct)
+	for j := 0; j < len(fs); {
+		first := fs[j]
+		k := strings.Clone(first.key)
+		n, end := 0, j // distinct values; the end of the key's run
+		for ; end < len(fs) && fs[end].hash == first.hash && fs[end].key == first.key; end++ {
+			if end > j && fs[end].value == fs[end-1].value {
+				e := Entry{Key: k, Value: fs[end].value}
 				if d := dups[e]; d != nil {
 					*d++
 				} else {
 					one := int32(1)
-					dups[Entry{Key: intern(key)[0], Value: intern(v)[0]}] = &one
+					dups[Entry{Key: k, Value: intern(e.Value)[0]}] = &one
 				}
 				continue
 			}
-			distinct = append(distinct, v)
+			n++
 		}
-		if len(distinct) == 1 {
-			distinct = intern(distinct[0])
+		var values []string
+		if n == 1 {
+			values = intern(first.value)
 		} else {
-			for j, v := range distinct {
-				distinct[j] = intern(v)[0]
+			values = make([]string, 0, n)
+			for x := j; x < end; x++ {
+				if x == j || fs[x].value != fs[x-1].value {
+					values = append(values, intern(fs[x].value)[0])
+				}
 			}
-			distinct = slices.Clip(slices.Clone(distinct))
 		}
-		k := strings.Clone(key)
-		if owned != nil {
-			owned[key] = k
-		}
-		changes = append(changes, change{hash: s.hash(k), key: k, values: distinct})
+		changes = append(changes, change{hash: first.hash, key: k, values: values})
+		j = end
 	}
 	var keys []string
 	if s.onCommit != nil && len(changes) > 0 {
@@ -225,21 +250,43 @@ func (src *Source) buildIndex(i int, all []decoded, entries int, was *indexSnap)
 			keys[j] = changes[j].key
 		}
 	}
+	bits := bitsFor(len(changes))
+	is := &indexSnap{keys: len(changes), values: build(bits, changes), sorted: &sortedKeys{}}
 	if s.onCommit != nil && was.keys > 0 {
 		// The source was empty, but its index was not (Load's tables):
 		// the keys this rebuild drops are changes too.
 		was.values.all(func(key string, _ []string) {
-			if _, ok := values[key]; !ok {
+			if is.values.lookup(s.seed, key) == nil {
 				keys = append(keys, key)
 			}
 		})
 	}
-	is := &indexSnap{keys: len(values), values: build(bits, changes), sorted: &sortedKeys{}}
-	if objectsOf != nil {
-		changes = changes[:0]
-		for key, os := range objectsOf {
-			sort.Strings(os)
-			changes = append(changes, change{hash: s.hash(key), key: owned[key], values: slices.Clip(os)})
+	if src.withObjects {
+		// The same keys in the same order (sorted alike): each change
+		// keeps its key, the table's copy, and takes the objects.
+		fs := src.gather(i, objects, make([]flat, 0, entries), true)
+		owners := make(map[string]string, objects.Len()) // an object key's one copy
+		owner := func(objKey string) string {
+			c, ok := owners[objKey]
+			if !ok {
+				c = strings.Clone(objKey)
+				owners[c] = c
+			}
+			return c
+		}
+		for j, at := 0, 0; j < len(fs); at++ {
+			end := j
+			for end < len(fs) && fs[end].hash == fs[j].hash && fs[end].key == fs[j].key {
+				end++
+			}
+			os := make([]string, 0, end-j)
+			for x := j; x < end; x++ {
+				if x == j || fs[x].value != fs[x-1].value {
+					os = append(os, owner(fs[x].value))
+				}
+			}
+			changes[at].values = os
+			j = end
 		}
 		o := build(bits, changes)
 		is.objects = &o

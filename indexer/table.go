@@ -536,21 +536,33 @@ func updatePage(hs hashSeed, old []group, changes []change) ([]group, int) {
 // be distinct. The table keeps the keys' strings: the caller owns them.
 func build(bits uint, changes []change) table {
 	t := newTable(bits)
-	counts := make([]int, 1<<bits)
-	for i := range changes {
-		counts[t.page(changes[i].hash)]++
-	}
 	groups := make([][]change, 1<<bits)
-	for i := range changes {
-		c := &changes[i]
-		if len(c.values) == 0 {
-			continue
+	if inPageOrder(&t, changes) {
+		// A bulk build's keys come sorted by hash: each page's are a run
+		// of them, laid out from where they are.
+		for i := 0; i < len(changes); {
+			pi, end := t.page(changes[i].hash), i+1
+			for end < len(changes) && t.page(changes[end].hash) == pi {
+				end++
+			}
+			groups[pi], i = changes[i:end:end], end
 		}
-		pi := t.page(c.hash)
-		if groups[pi] == nil {
-			groups[pi] = make([]change, 0, counts[pi])
+	} else {
+		counts := make([]int, 1<<bits)
+		for i := range changes {
+			counts[t.page(changes[i].hash)]++
 		}
-		groups[pi] = append(groups[pi], *c)
+		for i := range changes {
+			c := &changes[i]
+			if len(c.values) == 0 {
+				continue
+			}
+			pi := t.page(c.hash)
+			if groups[pi] == nil {
+				groups[pi] = make([]change, 0, counts[pi])
+			}
+			groups[pi] = append(groups[pi], *c)
+		}
 	}
 	// Pages are laid out apart: a large table on every core (a restore
 	// or a first list of many objects waits for it).
@@ -574,6 +586,17 @@ func build(bits uint, changes []change) table {
 	}
 	wg.Wait()
 	return t
+}
+
+// inPageOrder reports whether changes are in the order of t's pages, none
+// without values: what build can lay out where they are.
+func inPageOrder(t *table, changes []change) bool {
+	for i := range changes {
+		if len(changes[i].values) == 0 || i > 0 && t.page(changes[i].hash) < t.page(changes[i-1].hash) {
+			return false
+		}
+	}
+	return true
 }
 
 // parallelBuild is the number of keys from which build lays pages out on
