@@ -131,6 +131,26 @@ func BenchmarkPut(b *testing.B) {
 	}
 }
 
+// BenchmarkCreateDelete creates an object among 100k and deletes it: a
+// new object key's probe of the writer's set to an empty slot, and a
+// delete's shift of the records after it.
+func BenchmarkCreateDelete(b *testing.B) {
+	s, _, _, _ := benchStore(b, 100_000)
+	src := s.Source("apps")
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		key := fmt.Sprintf("ns/new-%d", i)
+		tx := src.Begin()
+		tx.Put(Object{Key: key, Entries: [][]Entry{{{Key: fmt.Sprintf("new-model-%d", i), Value: key}}}})
+		tx.Commit()
+		tx = src.Begin()
+		tx.Delete(key)
+		tx.Commit()
+		i++
+	}
+}
+
 // BenchmarkPutHotKey adds and removes values of one key that 10k objects
 // share: the write copies that key's values.
 func BenchmarkPutHotKey(b *testing.B) {

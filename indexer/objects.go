@@ -84,10 +84,10 @@ func newObjectSet(seed hashSeed, n int) *objectSet {
 }
 
 // slotsFor returns the table size for n objects: the least power of two
-// (at least 8) that n fills to at most 3/4. A table grows past 3/4 full
-// (to between 3/8 and 3/4) and shrinks below 1/8.
+// (at least 8) that n fills to at most 7/8. A table grows past 7/8 full
+// (to between 7/16 and 7/8) and shrinks below 1/8.
 func slotsFor(n int) int {
-	need := (4*n + 2) / 3
+	need := (8*n + 6) / 7
 	if need <= 8 {
 		return 8
 	}
@@ -134,7 +134,7 @@ func (m *objectSet) Put(rec string) bool {
 		return false
 	}
 	m.n++
-	if m.n*4 > len(m.slots)*3 {
+	if m.n*8 > len(m.slots)*7 {
 		m.resize(slotsFor(m.n))
 	}
 	return true
