@@ -150,15 +150,42 @@ func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into r
 		return nil, nil, fmt.Errorf("cannot decode a watch event into %T", into)
 	}
 	raw := unsafeString(data)
-	res := gjson.GetMany(raw, "type", "object")
-	if !res[1].IsObject() {
-		return nil, nil, fmt.Errorf("watch event without an object: %.200s", raw)
+	typ, obj, ok := splitEvent(raw)
+	if !ok {
+		res := gjson.GetMany(raw, "type", "object")
+		if !res[1].IsObject() {
+			return nil, nil, fmt.Errorf("watch event without an object: %.200s", raw)
+		}
+		typ, obj = res[0].Str, res[1].Raw
 	}
-	ev.Type = strings.Clone(res[0].Str) // data is reused for the next event
-	// A copy: the stream decoder reuses data for the next event while the
-	// reflector still applies this one, and the projection points into it.
-	ev.Object = runtime.RawExtension{Raw: []byte(res[1].Raw)}
+	ev.Type = strings.Clone(typ) // data is reused for the next event
+	// Not a copy: client-go's watch decoder decodes the object (codec's
+	// Decode, which keeps nothing of it uncopied) before it reads the next
+	// event into data.
+	ev.Object = runtime.RawExtension{Raw: unsafe.Slice(unsafe.StringData(obj), len(obj))}
 	return ev, nil, nil
+}
+
+// splitEvent returns the type and the object of a watch event framed as
+// the apiserver writes one, {"type":"...","object":{...}} (and any
+// whitespace after), without reading the object: codec's Decode checks it
+// with gjson.Valid. ok is false for any other shape, which gjson reads.
+func splitEvent(raw string) (typ, obj string, ok bool) {
+	const head, mid = `{"type":"`, `","object":{`
+	rest, found := strings.CutPrefix(raw, head)
+	if !found {
+		return "", "", false
+	}
+	end := strings.IndexByte(rest, '"')
+	if end < 0 || strings.IndexByte(rest[:end], '\\') >= 0 || !strings.HasPrefix(rest[end:], mid) {
+		return "", "", false
+	}
+	typ, obj = rest[:end], strings.TrimRight(rest[end+len(mid)-1:], " \t\r\n")
+	// The event's closing brace, after the object's.
+	if !strings.HasSuffix(obj, "}}") {
+		return "", "", false
+	}
+	return typ, obj[:len(obj)-1], true
 }
 
 func (watchEventCodec) Encode(runtime.Object, io.Writer) error {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/iidp/metasync/schema"
 )
 
@@ -63,5 +65,41 @@ func TestStreamListPage(t *testing.T) {
 	if len(list.Items) != 3 || list.ResourceVersion != "1234567" || list.Continue == "" ||
 		list.RemainingItemCount == nil || *list.RemainingItemCount != 42 {
 		t.Fatalf("list: %d items, rv %q, continue %q, remaining %v", len(list.Items), list.ResourceVersion, list.Continue, list.RemainingItemCount)
+	}
+}
+
+// TestSplitEvent: the envelope of a watch event as the apiserver frames
+// it is split without reading the object; any other shape is left to
+// gjson, and what splits wrongly is an invalid object, refused.
+func TestSplitEvent(t *testing.T) {
+	for _, tc := range []struct {
+		in, typ, obj string
+		ok           bool
+	}{
+		{in: `{"type":"ADDED","object":{"a":1}}`, typ: "ADDED", obj: `{"a":1}`, ok: true},
+		{in: "{\"type\":\"BOOKMARK\",\"object\":{}}\n\r\t ", typ: "BOOKMARK", obj: `{}`, ok: true},
+		{in: `{"type":"ADDED","object":{"a":{"b":"}}"}}}`, typ: "ADDED", obj: `{"a":{"b":"}}"}}`, ok: true},
+		{in: `{"type":"A\"B","object":{}}`},             // an escaped type
+		{in: `{"object":{},"type":"ADDED"}`},            // another order
+		{in: `{"type" : "ADDED", "object" : {}}`},       // spaces
+		{in: `{"type":"ADDED","object":null}`},          // no object
+		{in: `{"type":"ADDED","object":{"a":1},"x":2}`}, // a field after the object
+		{in: `{"type":"ADDED","object":{`},
+		{in: `{"type":"ADDED`},
+		{in: ``},
+	} {
+		typ, obj, ok := splitEvent(tc.in)
+		if ok != tc.ok || typ != tc.typ || obj != tc.obj {
+			t.Errorf("splitEvent(%q) = %q, %q, %v; want %q, %q, %v", tc.in, typ, obj, ok, tc.typ, tc.obj, tc.ok)
+		}
+	}
+	// A field after the object that ends in a brace splits wrongly; the
+	// object is then not valid JSON, and the codec refuses it.
+	var ev metav1.WatchEvent
+	if _, _, err := (watchEventCodec{}).Decode([]byte(`{"type":"ADDED","object":{"a":1},"x":{}}`), nil, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := (&codec{project: func(string) *object { t.Fatal("projected"); return nil }}).Decode(ev.Object.Raw, nil, nil); err == nil {
+		t.Fatalf("the object %q was accepted", ev.Object.Raw)
 	}
 }

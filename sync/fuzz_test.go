@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/tidwall/gjson"
 )
 
 // FuzzStreamList: any LIST body, in any chunking, decodes to the same
@@ -33,6 +35,25 @@ func FuzzStreamList(f *testing.F) {
 			if !reflect.DeepEqual(a.ix, b.ix) { // the prepared encoding included
 				t.Fatalf("item %d differs: %+v vs %+v", i, a.ix, b.ix)
 			}
+		}
+	})
+}
+
+// FuzzSplitEvent: where the envelope of a watch event is split without
+// gjson and its object is valid JSON, gjson reads the same type and
+// object.
+func FuzzSplitEvent(f *testing.F) {
+	f.Add(`{"type":"ADDED","object":{"a":1}}`)
+	f.Add(`{"type":"ADDED","object":{"a":"}}"}}` + "\n")
+	f.Add(`{"type":"ADDED","object":{"a":1},"x":{}}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		typ, obj, ok := splitEvent(raw)
+		if !ok || !gjson.Valid(obj) {
+			return
+		}
+		res := gjson.GetMany(raw, "type", "object")
+		if res[0].Str != typ || res[1].Raw != obj {
+			t.Fatalf("split %q into %q and %q; gjson reads %q and %q", raw, typ, obj, res[0].Str, res[1].Raw)
 		}
 	})
 }

@@ -1,12 +1,16 @@
 package sync
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"slices"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/iidp/metasync/indexer"
@@ -104,17 +108,56 @@ func TestTombstoneAndRecreate(t *testing.T) {
 }
 
 // TestWatchEventOutlivesItsBuffer: the stream decoder reuses its buffer
-// for the next event while the reflector still holds this one.
+// for the next event, and an event's object is a view of that buffer
+// until client-go's watch decoder has decoded it (at once, before it
+// reads the next event). What an event decodes to must not change when
+// the next one is read, nor when its bytes are overwritten.
 func TestWatchEventOutlivesItsBuffer(t *testing.T) {
-	data := []byte(`{"type":"ADDED","object":{"metadata":{"name":"a"}}}`)
-	var ev metav1.WatchEvent
-	if _, _, err := (watchEventCodec{}).Decode(data, nil, &ev); err != nil {
+	w, store := testWatcher(t)
+	stream := []byte(`{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"spec":{"models":["m1"],"type":"t","version":"1"}}}
+{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns","resourceVersion":"8"},"spec":{"models":["m2"],"type":"u","version":"2"}}}
+{"type" : "DELETED", "object" : {"metadata":{"name":"c","namespace":"ns","resourceVersion":"9"}}}
+`)
+	c := &codec{project: w.project}
+	info := c.SupportedMediaTypes()[0].StreamSerializer
+	frames := info.Framer.NewFrameReader(io.NopCloser(bytes.NewReader(stream)))
+	dec := restclientwatch.NewDecoder(streaming.NewDecoder(frames, watchEventCodec{}), c)
+	type got struct {
+		typ watch.EventType
+		obj runtime.Object
+	}
+	var events []got
+	for {
+		typ, obj, err := dec.Decode()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, got{typ, obj})
+	}
+	for i := range stream {
+		stream[i] = 'x'
+	}
+	want := []struct {
+		typ     watch.EventType
+		key, rv string
+	}{{watch.Added, "ns/a", "7"}, {watch.Modified, "ns/b", "8"}, {watch.Deleted, "ns/c", "9"}}
+	if len(events) != len(want) {
+		t.Fatalf("%d events, want %d", len(events), len(want))
+	}
+	for i, ev := range events {
+		o := ev.obj.(*object)
+		if ev.typ != want[i].typ || o.ix.Key != want[i].key || o.rv != want[i].rv {
+			t.Errorf("event %d = %s %s@%s, want %s %s@%s", i, ev.typ, o.ix.Key, o.rv, want[i].typ, want[i].key, want[i].rv)
+		}
+	}
+	if err := w.Add(events[0].obj); err != nil {
 		t.Fatal(err)
 	}
-	for i := range data {
-		data[i] = 'x'
-	}
-	if ev.Type != "ADDED" || string(ev.Object.Raw) != `{"metadata":{"name":"a"}}` {
-		t.Fatalf("event changed with its buffer: %q %q", ev.Type, ev.Object.Raw)
+	ix, _ := store.Index("model-to-app")
+	if got := store.Snapshot().Lookup(ix, "m1"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("m1 = %v after the buffer changed, want [a]", got)
 	}
 }
