@@ -181,9 +181,22 @@ func decodeInto(out [][]Entry, enc, objectKey string) [][]Entry {
 // for claims and an explanation decode every object). A room is only
 // appended to: a key once rebuilt never changes.
 func decodeIn(out [][]Entry, enc, objectKey string, keys *[]byte) [][]Entry {
-	n := len(out)
 	_, enc = splitMeta(enc)
 	name := objectName(objectKey)
+	for i := range out {
+		out[i], enc = decodeEntries(out[i], enc, objectKey, name, keys)
+	}
+	return out
+}
+
+// decodeEntries decodes the entries of one index, at the start of enc
+// (past the provenance), into es's room, and returns them and the rest of
+// enc. name is objectKey's name (objectName), keys the room of the keys
+// it rebuilds (see decodeIn).
+func decodeEntries(es []Entry, enc, objectKey, name string, keys *[]byte) ([]Entry, string) {
+	if enc == "" {
+		return es[:0], "" // none
+	}
 	next := func() int {
 		v, rest := uvarint(enc)
 		enc = rest
@@ -193,53 +206,67 @@ func decodeIn(out [][]Entry, enc, objectKey string, keys *[]byte) [][]Entry {
 	// cut, so each key stays as it was when the room grows.
 	room := *keys
 	defer func() { *keys = room }()
-	for i := range n {
-		if enc == "" {
-			out[i] = out[i][:0] // none
-			continue
-		}
-		count := next()
-		es := out[i][:0]
-		if es == nil || cap(es) < count {
-			es = make([]Entry, count)
-		}
-		es = es[:count]
-		for j := range count {
-			l := next()
-			shared := 0
-			if l&1 == 1 {
-				shared = next()
-			}
-			l >>= 1
-			switch {
-			case shared == 0:
-				es[j].Key, enc = enc[:l], enc[l:]
-			case l == 0 && shared == len(es[j-1].Key):
-				es[j].Key = es[j-1].Key // the same key, with another value
-			default:
-				if cap(room)-len(room) < shared+l {
-					// What the key needs, or twice the room before (up to
-					// 32 KiB): a shared room grows in few steps.
-					room = make([]byte, 0, max(shared+l, min(2*cap(room), 32<<10), 64))
-				}
-				at := len(room)
-				room = append(room, es[j-1].Key[:shared]...)
-				room = append(room, enc[:l]...)
-				enc = enc[l:]
-				es[j].Key = unsafe.String(&room[at], shared+l)
-			}
-			switch l := next(); l {
-			case sameAsObjectKey:
-				es[j].Value = objectKey
-			case sameAsPrevious:
-				es[j].Value = es[j-1].Value
-			case sameAsObjectName:
-				es[j].Value = name
-			default:
-				es[j].Value, enc = enc[:l-valueOffset], enc[l-valueOffset:]
-			}
-		}
-		out[i] = es
+	count := next()
+	if es == nil || cap(es) < count {
+		es = make([]Entry, count)
 	}
-	return out
+	es = es[:count]
+	for j := range count {
+		l := next()
+		shared := 0
+		if l&1 == 1 {
+			shared = next()
+		}
+		l >>= 1
+		switch {
+		case shared == 0:
+			es[j].Key, enc = enc[:l], enc[l:]
+		case l == 0 && shared == len(es[j-1].Key):
+			es[j].Key = es[j-1].Key // the same key, with another value
+		default:
+			if cap(room)-len(room) < shared+l {
+				// What the key needs, or twice the room before (up to
+				// 32 KiB): a shared room grows in few steps.
+				room = make([]byte, 0, max(shared+l, min(2*cap(room), 32<<10), 64))
+			}
+			at := len(room)
+			room = append(room, es[j-1].Key[:shared]...)
+			room = append(room, enc[:l]...)
+			enc = enc[l:]
+			es[j].Key = unsafe.String(&room[at], shared+l)
+		}
+		switch l := next(); l {
+		case sameAsObjectKey:
+			es[j].Value = objectKey
+		case sameAsPrevious:
+			es[j].Value = es[j-1].Value
+		case sameAsObjectName:
+			es[j].Value = name
+		default:
+			es[j].Value, enc = enc[:l-valueOffset], enc[l-valueOffset:]
+		}
+	}
+	return es, enc
+}
+
+// skipEntries returns the number of entries of the index at the start of
+// enc (past the provenance), and the rest of enc after them, without
+// decoding them.
+func skipEntries(enc string) (int, string) {
+	if enc == "" {
+		return 0, ""
+	}
+	count, enc := uvarint(enc)
+	for range count {
+		var l, v uint64
+		l, enc = uvarint(enc)
+		if l&1 == 1 {
+			_, enc = uvarint(enc) // the bytes shared with the key before
+		}
+		enc = enc[l>>1:]
+		if v, enc = uvarint(enc); v >= valueOffset {
+			enc = enc[v-valueOffset:]
+		}
+	}
+	return int(count), enc
 }

@@ -71,6 +71,11 @@ func FuzzIncrementalEqualsRebuild(f *testing.F) {
 				if got, want := dump(r, rix), rest.index(); !reflect.DeepEqual(got, want) {
 					t.Fatalf("rebuild, then %s deleted = %v, want %v", key, got, want)
 				}
+				for k, want := range rest.objects() {
+					if got := r.Snapshot().Objects(rix, k); !slices.Equal(got, want) {
+						t.Fatalf("rebuild, then %s deleted: objects of %s = %v, want %v", key, k, got, want)
+					}
+				}
 			}
 		}
 		tx := src.Begin()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -283,6 +284,22 @@ func FuzzEncodingRoundTrip(f *testing.F) {
 					t.Fatalf("index %d entry %d: %q, want %q", i, j, got[i][j], entries[i][j])
 				}
 			}
+		}
+		// Skipping the indexes before one, then decoding it, gives what
+		// decoding them all gives (a bulk build reads one index at a time).
+		_, rest := splitMeta(enc)
+		for i := range entries {
+			es, _ := decodeEntries(nil, rest, key, objectName(key), new([]byte))
+			if !slices.Equal(es, got[i]) {
+				t.Fatalf("index %d alone: %q, want %q", i, es, got[i])
+			}
+			var n int
+			if n, rest = skipEntries(rest); n != len(entries[i]) {
+				t.Fatalf("index %d: %d entries skipped, want %d", i, n, len(entries[i]))
+			}
+		}
+		if rest != "" {
+			t.Fatalf("%d bytes after the last index", len(rest))
 		}
 		m := decodeMeta(enc)
 		if want := max(created, 0); m.Created != want || m.Version != version {

@@ -121,13 +121,14 @@ func (src *Source) rebuildLocked(objs []Object) {
 }
 
 // flat is one entry of an index in a bulk build: the hash of its key, the
-// key, and its value (for the table of objects, the object's key).
-// Sorted by all three, the entries of a key lie together, its values in
+// key, its value, and the record of the object that gives it. Sorted by
+// hash, key and value, the entries of a key lie together, its values in
 // order, and the keys of a page of the table in a row (a page is the
 // hash's top bits).
 type flat struct {
 	hash       uint64
 	key, value string
+	rec        *byte // see objectSet
 }
 
 func compareFlat(a, b flat) int {
@@ -143,40 +144,55 @@ func compareFlat(a, b flat) int {
 // countEntries counts the entries of every object per index (of n).
 func countEntries(objects *objectSet, n int) []int {
 	counts := make([]int, n)
-	out := make([][]Entry, n)
-	var keys []byte
-	for objKey, enc := range objects.All() {
-		keys = keys[:0] // nothing decoded outlives the object
-		out = decodeIn(out, enc, objKey, &keys)
-		for i := range out {
-			counts[i] += len(out[i])
+	for _, enc := range objects.All() {
+		_, enc = splitMeta(enc)
+		for i := range n {
+			var c int
+			c, enc = skipEntries(enc)
+			counts[i] += c
 		}
 	}
 	return counts
 }
 
-// gather appends the entries of index i of every object to fs, with the
-// object's key in place of each value when objectKeys (an object once per
-// key), and sorts them (compareFlat). The keys that decoding rebuilds
-// (front-coded ones) lie in rooms of their own, which the caller copies
-// out of.
-func (src *Source) gather(i int, objects *objectSet, fs []flat, objectKeys bool) []flat {
-	out := make([][]Entry, len(src.indexes))
+// gather appends the entries of index i of every object to fs, and sorts
+// them (compareFlat). The keys that decoding rebuilds (front-coded ones)
+// lie in rooms of their own, which the caller copies out of.
+func (src *Source) gather(i int, objects *objectSet, fs []flat) []flat {
+	var es []Entry
 	var keys []byte
-	for objKey, enc := range objects.All() {
-		out = decodeIn(out, enc, objKey, &keys)
-		for j, e := range out[i] {
-			if objectKeys {
-				if j > 0 && out[i][j-1].Key == e.Key {
-					continue
-				}
-				e.Value = objKey
-			}
-			fs = append(fs, flat{hash: src.s.hash(e.Key), key: e.Key, value: e.Value})
+	for _, p := range objects.slots {
+		if p == nil {
+			continue
+		}
+		objKey, enc := splitRecord(recordAt(p))
+		_, enc = splitMeta(enc)
+		for range i {
+			_, enc = skipEntries(enc) // the indexes before i
+		}
+		es, _ = decodeEntries(es, enc, objKey, objectName(objKey), &keys)
+		for _, e := range es {
+			fs = append(fs, flat{hash: src.s.hash(e.Key), key: e.Key, value: e.Value, rec: p})
 		}
 	}
-	slices.SortFunc(fs, compareFlat)
+	sortFlats(fs)
 	return fs
+}
+
+// sortFlats sorts fs (compareFlat): by hash alone first, an integer
+// compare, then each run of one hash (one key, mostly) by key and value.
+func sortFlats(fs []flat) {
+	slices.SortFunc(fs, func(a, b flat) int { return cmp.Compare(a.hash, b.hash) })
+	for i := 0; i < len(fs); {
+		end := i + 1
+		for end < len(fs) && fs[end].hash == fs[i].hash {
+			end++
+		}
+		if end-i > 1 {
+			slices.SortFunc(fs[i:end], compareFlat)
+		}
+		i = end
+	}
 }
 
 // buildIndex builds the table of the source's index i from the objects
@@ -184,12 +200,12 @@ func (src *Source) gather(i int, objects *objectSet, fs []flat, objectKeys bool)
 // keys whose answer changed from was (when a commit hook wants them):
 // every key it holds, and every key of was that it lacks.
 //
-// What it holds besides the table, at most: the entries as flats (40
+// What it holds besides the table, at most: the entries as flats (48
 // bytes each; gone before the table is laid out) and as changes (48 bytes
-// a key), and a map of the distinct values.
+// a key, twice with the objects table), and a map of the distinct values.
 func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *indexSnap) (*indexSnap, []string) {
 	s := src.s
-	fs := src.gather(i, objects, make([]flat, 0, entries), false)
+	fs := src.gather(i, objects, make([]flat, 0, entries))
 	distinct := 0
 	for j := range fs {
 		if j == 0 || fs[j].hash != fs[j-1].hash || fs[j].key != fs[j-1].key {
@@ -212,6 +228,13 @@ func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *index
 		return one
 	}
 	changes := make([]change, 0, distinct)
+	var objChanges []change // the objects table's: the same keys
+	var owners map[string]string
+	var objKeys []string
+	if src.withObjects {
+		objChanges = make([]change, 0, distinct)
+		owners = make(map[string]string, objects.Len()) // an object key's one copy
+	}
 	for j := 0; j < len(fs); {
 		first := fs[j]
 		k := strings.Clone(first.key)
@@ -241,6 +264,25 @@ func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *index
 			}
 		}
 		changes = append(changes, change{hash: first.hash, key: k, values: values})
+		if src.withObjects {
+			objKeys = objKeys[:0]
+			for x := j; x < end; x++ {
+				objKey, _ := splitRecord(recordAt(fs[x].rec))
+				objKeys = append(objKeys, objKey)
+			}
+			slices.Sort(objKeys)
+			objKeys = slices.Compact(objKeys)
+			os := make([]string, len(objKeys))
+			for x, objKey := range objKeys {
+				c, ok := owners[objKey]
+				if !ok {
+					c = strings.Clone(objKey)
+					owners[c] = c
+				}
+				os[x] = c
+			}
+			objChanges = append(objChanges, change{hash: first.hash, key: k, values: os})
+		}
 		j = end
 	}
 	var keys []string
@@ -262,33 +304,7 @@ func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *index
 		})
 	}
 	if src.withObjects {
-		// The same keys in the same order (sorted alike): each change
-		// keeps its key, the table's copy, and takes the objects.
-		fs := src.gather(i, objects, make([]flat, 0, entries), true)
-		owners := make(map[string]string, objects.Len()) // an object key's one copy
-		owner := func(objKey string) string {
-			c, ok := owners[objKey]
-			if !ok {
-				c = strings.Clone(objKey)
-				owners[c] = c
-			}
-			return c
-		}
-		for j, at := 0, 0; j < len(fs); at++ {
-			end := j
-			for end < len(fs) && fs[end].hash == fs[j].hash && fs[end].key == fs[j].key {
-				end++
-			}
-			os := make([]string, 0, end-j)
-			for x := j; x < end; x++ {
-				if x == j || fs[x].value != fs[x-1].value {
-					os = append(os, owner(fs[x].value))
-				}
-			}
-			changes[at].values = os
-			j = end
-		}
-		o := build(bits, changes)
+		o := build(bits, objChanges)
 		is.objects = &o
 	}
 	src.dups[i] = dups
