@@ -175,24 +175,8 @@ func (src *Source) gather(i int, objects *objectSet, fs []flat) []flat {
 			fs = append(fs, flat{hash: src.s.hash(e.Key), key: e.Key, value: e.Value, rec: p})
 		}
 	}
-	sortFlats(fs)
+	slices.SortFunc(fs, compareFlat)
 	return fs
-}
-
-// sortFlats sorts fs (compareFlat): by hash alone first, an integer
-// compare, then each run of one hash (one key, mostly) by key and value.
-func sortFlats(fs []flat) {
-	slices.SortFunc(fs, func(a, b flat) int { return cmp.Compare(a.hash, b.hash) })
-	for i := 0; i < len(fs); {
-		end := i + 1
-		for end < len(fs) && fs[end].hash == fs[i].hash {
-			end++
-		}
-		if end-i > 1 {
-			slices.SortFunc(fs[i:end], compareFlat)
-		}
-		i = end
-	}
 }
 
 // buildIndex builds the table of the source's index i from the objects
