@@ -157,37 +157,52 @@ type Answer struct {
 // may say "not synced" of values read just after its resource synced,
 // never "synced" of values read before, nor of an index that a reload
 // has just moved to a resource not listed yet.
-func (e *Engine) Answer(t Target) Answer {
+func (e *Engine) Answer(t Target) Answer { return e.Answers(t)[0] }
+
+// Answers reads each of ts as Answer reads it, all from one snapshot: one
+// config and one state of the indexes. Answers of one key at several
+// localities (or of several keys) read together never mix two states.
+func (e *Engine) Answers(ts ...Target) []Answer {
+	out := make([]Answer, len(ts))
 	for {
 		v, _ := e.view()
-		a := Answer{Stale: v.stale()}
-		if t.Chain != "" {
-			a.Synced = v.chainSynced(t.Chain)
-		} else {
-			a.Synced = v.indexSynced(t.Index)
+		stale := v.stale()
+		for i, t := range ts {
+			out[i] = Answer{Stale: stale}
+			if t.Chain != "" {
+				out[i].Synced = v.chainSynced(t.Chain)
+			} else {
+				out[i].Synced = v.indexSynced(t.Index)
+			}
 		}
 		snap := e.store.Snapshot()
 		if snap.Meta().(*view) != v {
 			continue // a reload came between: read the flags again
 		}
-		prefer := t.At.prefer()
-		switch {
-		case t.Chain != "":
-			if ch, ok := v.chains[t.Chain]; ok {
-				a.Values = snap.ResolvePreferring(ch.steps, t.Key, prefer...)
-			}
-		default:
-			ix, ok := snap.Index(t.Index)
-			switch {
-			case !ok:
-			case t.All:
-				a.Values = snap.Keys(ix)
-			default:
-				a.Values = snap.LookupPreferring(ix, t.Key, prefer...)
-			}
+		for i, t := range ts {
+			out[i].Values = v.values(snap, t)
 		}
-		return a
+		return out
 	}
+}
+
+// values reads the values of t from snap, of v's config.
+func (v *view) values(snap *indexer.Snapshot, t Target) []string {
+	prefer := t.At.prefer()
+	if t.Chain != "" {
+		if ch, ok := v.chains[t.Chain]; ok {
+			return snap.ResolvePreferring(ch.steps, t.Key, prefer...)
+		}
+		return nil
+	}
+	ix, ok := snap.Index(t.Index)
+	switch {
+	case !ok:
+		return nil
+	case t.All:
+		return snap.Keys(ix)
+	}
+	return snap.LookupPreferring(ix, t.Key, prefer...)
 }
 
 // ResolveAt is Resolve for a caller at l: each step narrowed as LookupAt

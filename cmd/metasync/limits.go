@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
+	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 )
 
 // The defaults of the limits on streams and connections (see limitFlags).
@@ -35,14 +36,58 @@ func lookupRoom(conns int) int { return max(16, conns/8) }
 // limitFlags are serve's flags of the limits on streams and connections.
 type limitFlags struct {
 	connections, streams, perCaller *int
+	// The xDS server's (with --xds-listen).
+	xdsConnections, xdsConnsPerCaller, xdsStreamsPerCaller, xdsNamesPerCaller *int
 }
 
 func addLimitFlags(fs *flag.FlagSet) limitFlags {
 	return limitFlags{
-		connections: fs.Int("max-connections", 0, fmt.Sprintf("most HTTP connections open at once; beyond, the connection idle longest is closed, or with none idle the new one gets 503 (0: the file descriptor limit less an eighth of it, at least 64 kept for the rest of the process, at most %d)", maxAutoConnections)),
-		streams:     fs.Int("max-streams", 0, fmt.Sprintf("most change streams (?watch=true) open at once, of all callers; beyond, 503 (0: %d, within --max-connections less an eighth of it, at least 16, kept for lookups and probes)", defaultStreams)),
-		perCaller:   fs.Int("max-streams-per-caller", 0, fmt.Sprintf("most change streams that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: %d, at most a quarter of --max-streams)", defaultPerCaller)),
+		connections:    fs.Int("max-connections", 0, fmt.Sprintf("most HTTP connections open at once; beyond, the connection idle longest is closed, or with none idle the new one gets 503 (0: the file descriptor limit less an eighth of it, at least 64 kept for the rest of the process, at most %d)", maxAutoConnections)),
+		streams:        fs.Int("max-streams", 0, fmt.Sprintf("most change streams (?watch=true) open at once, of all callers; beyond, 503 (0: %d, within --max-connections less an eighth of it, at least 16, kept for lookups and probes)", defaultStreams)),
+		perCaller:      fs.Int("max-streams-per-caller", 0, fmt.Sprintf("most change streams that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: %d, at most a quarter of --max-streams)", defaultPerCaller)),
+		xdsConnections: fs.Int("xds-max-connections", 0, fmt.Sprintf("with --xds-listen: most xDS connections open at once; beyond, the one without a stream idle longest is closed, else the new one; taken from the same file descriptor budget as --max-connections (0: half the budget, at most %d)", xds.DefaultConnections)),
+		xdsConnsPerCaller: fs.Int("xds-max-connections-per-caller", xds.DefaultConnectionsPerCaller,
+			"with --xds-listen: most xDS connections that carry one caller's streams, and most connections without a stream from one address; beyond, RESOURCE_EXHAUSTED (0: no limit)"),
+		xdsStreamsPerCaller: fs.Int("xds-max-streams-per-caller", xds.DefaultStreamsPerCaller,
+			"with --xds-listen: most ADS streams that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, RESOURCE_EXHAUSTED (0: no limit)"),
+		xdsNamesPerCaller: fs.Int("xds-max-names-per-caller", xds.DefaultNamesPerCaller,
+			"with --xds-listen: most resource names (of all types) that one caller's ADS streams may follow at once; beyond, the stream ends RESOURCE_EXHAUSTED (0: no limit)"),
 	}
+}
+
+// xdsLimits derives the xDS server's limits from the flags, given the
+// connections that the descriptor budget leaves (connCap), and returns
+// them with what remains of the budget for HTTP connections. Without
+// --xds-listen (on false), xDS takes nothing.
+func (f limitFlags) xdsLimits(on bool, connCap int, log *slog.Logger) (xds.Limits, int, error) {
+	for name, v := range map[string]int{"xds-max-connections": *f.xdsConnections, "xds-max-connections-per-caller": *f.xdsConnsPerCaller,
+		"xds-max-streams-per-caller": *f.xdsStreamsPerCaller, "xds-max-names-per-caller": *f.xdsNamesPerCaller} {
+		if v < 0 {
+			return xds.Limits{}, 0, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+		}
+	}
+	if !on {
+		return xds.Limits{}, connCap, nil
+	}
+	l := xds.DefaultLimits()
+	l.ConnectionsPerCaller, l.StreamsPerCaller, l.NamesPerCaller = *f.xdsConnsPerCaller, *f.xdsStreamsPerCaller, *f.xdsNamesPerCaller
+	// HTTP keeps at least minHTTPConnections of the budget: the probes
+	// and lookups.
+	const minHTTPConnections = 32
+	room := connCap - minHTTPConnections
+	if room < 16 {
+		return xds.Limits{}, 0, fmt.Errorf("the file descriptor limit leaves no room for xDS connections beside HTTP's: raise it (ulimit -n)")
+	}
+	switch n := *f.xdsConnections; {
+	case n == 0:
+		l.Connections = min(xds.DefaultConnections, connCap/2)
+	case n > room:
+		log.Warn("--xds-max-connections lowered: the file descriptor limit leaves no more beside HTTP's", "asked", n, "connections", room)
+		l.Connections = room
+	default:
+		l.Connections = n
+	}
+	return l, connCap - l.Connections, nil
 }
 
 // limits derives the limits from the flags and the process's descriptor
@@ -50,18 +95,29 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 // allow is lowered to it, with a warning: never so high that accepting a
 // connection could fail for want of a descriptor, nor that streams could
 // take the room of lookups and probes.
-func (f limitFlags) limits(fds int, log *slog.Logger) (server.Limits, error) {
+//
+// With xDS on, the xDS connections come out of the same budget (see
+// xdsLimits): HTTP connections, xDS connections and the reserve never
+// pass the descriptor limit.
+func (f limitFlags) limits(fds int, xdsOn bool, log *slog.Logger) (server.Limits, xds.Limits, error) {
 	for name, v := range map[string]int{"max-connections": *f.connections, "max-streams": *f.streams, "max-streams-per-caller": *f.perCaller} {
 		if v < 0 {
-			return server.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+			return server.Limits{}, xds.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
 		}
 	}
 	connCap := maxAutoConnections
 	if fds > 0 {
 		connCap = fds - fdReserve(fds)
 		if connCap < 32 {
-			return server.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
+			return server.Limits{}, xds.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
 		}
+	}
+	xl, left, err := f.xdsLimits(xdsOn, connCap, log)
+	if err != nil {
+		return server.Limits{}, xds.Limits{}, err
+	}
+	if fds > 0 {
+		connCap = left
 	}
 	conns := *f.connections
 	switch {
@@ -73,7 +129,7 @@ func (f limitFlags) limits(fds int, log *slog.Logger) (server.Limits, error) {
 	}
 	streamCap := conns - lookupRoom(conns)
 	if streamCap < 1 {
-		return server.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
+		return server.Limits{}, xds.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
 	}
 	streams := *f.streams
 	switch {
@@ -91,8 +147,13 @@ func (f limitFlags) limits(fds int, log *slog.Logger) (server.Limits, error) {
 		perCaller = streams
 	}
 	l := server.Limits{Streams: streams, StreamsPerCaller: perCaller, Connections: conns}
-	log.Info("limits", "connections", l.Connections, "streams", l.Streams, "streamsPerCaller", l.StreamsPerCaller, "fdLimit", fds)
-	return l, nil
+	attrs := []any{"connections", l.Connections, "streams", l.Streams, "streamsPerCaller", l.StreamsPerCaller, "fdLimit", fds}
+	if xdsOn {
+		attrs = append(attrs, "xdsConnections", xl.Connections, "xdsConnectionsPerCaller", xl.ConnectionsPerCaller,
+			"xdsStreamsPerCaller", xl.StreamsPerCaller, "xdsNamesPerCaller", xl.NamesPerCaller)
+	}
+	log.Info("limits", attrs...)
+	return l, xl, nil
 }
 
 // streamBurstDrop is the drop in open streams, from their peak since the

@@ -36,7 +36,7 @@ func TestLimitsFromFlags(t *testing.T) {
 		if err := fs.Parse(strings.Fields(c.args)); err != nil {
 			t.Fatal(err)
 		}
-		got, err := lf.limits(c.fds, quiet)
+		got, _, err := lf.limits(c.fds, false, quiet)
 		switch {
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("fds %d, %q: %+v, %v; want an error with %q", c.fds, c.args, got, err, c.err)

@@ -17,9 +17,9 @@ import (
 
 	compiled "github.com/iidp/metasync/internal/plan"
 
-	"golang.org/x/net/netutil"
 	"k8s.io/klog/v2"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 	"github.com/iidp/metasync/internal/tlsfiles"
@@ -85,7 +85,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(log.With("source", "client-go"))
-	limits, err := limitsOf.limits(fdLimit(), log)
+	limits, xdsLimits, err := limitsOf.limits(fdLimit(), *xdsListen != "", log)
 	if err != nil {
 		fmt.Fprintln(stderr, "metasync serve:", err)
 		return exitError{2}
@@ -221,44 +221,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	go reload.run(engineCtx, hup)
 	var xdsSrv *http.Server
 	if xdsLn != nil {
-		ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
-		if guard != nil {
-			// A client's token and each target's access, as for the
-			// HTTP lookup of the same key.
-			ads.SetAuthorizer(guard.Check)
-		}
-		handler.Handle("/v1/xds/clients", ads.StatusHandler())
-		// A gRPC client holds one ADS stream on a connection: a
-		// connection without one is closed after IdleTimeout, and at
-		// most xdsMaxConnections are open (beyond, they wait to be
-		// accepted).
-		xdsSrv = &http.Server{Handler: ads, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
-			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4}}
-		xdsLn = netutil.LimitListener(xdsLn, xdsMaxConnections)
-		xdsSrv.Protocols = new(http.Protocols)
-		if cert != nil {
-			// gRPC over TLS: HTTP/2 chosen by ALPN, as a bootstrap's
-			// "tls" channel credentials dial it.
-			xdsSrv.Protocols.SetHTTP2(true)
-			xdsSrv.TLSConfig = cert.ServerConfig()
-			xdsSrv.TLSConfig.NextProtos = []string{"h2"}
-		} else {
-			// Unencrypted HTTP/2 (h2c), as "insecure" channel
-			// credentials dial it.
-			xdsSrv.Protocols.SetUnencryptedHTTP2(true)
-		}
-		go func() {
-			var err error
-			if cert != nil {
-				err = xdsSrv.ServeTLS(xdsLn, "", "")
-			} else {
-				err = xdsSrv.Serve(xdsLn)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("xDS server failed", "error", err.Error())
-			}
-		}()
-		log.Info("serving xDS", "address", xdsLn.Addr().String(), "tls", cert != nil, "auth", guard != nil)
+		xdsSrv = startXDS(xdsLn, engine, handler, guard, cert, xdsLimits, log)
 	}
 	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
@@ -337,8 +300,37 @@ func reportProgress(ctx context.Context, e *msync.Engine, log *slog.Logger) {
 
 var _ http.Handler = (*server.Server)(nil)
 
-// xdsMaxConnections bounds the xDS server's open connections.
-const xdsMaxConnections = 4096
+// startXDS serves xDS on ln, with the limits l, until its server is
+// closed: the status route on the HTTP API, the metrics in its
+// registry, and with a guard each client's token and each target's
+// access checked as for the HTTP lookup of the same key.
+func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, guard *auth.TokenAuth, cert *tlsfiles.Certificate, l xds.Limits, log *slog.Logger) *http.Server {
+	ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
+	ads.SetLimits(l)
+	if guard != nil {
+		ads.SetAuthorizer(guard.Check)
+	}
+	handler.Handle("/v1/xds/clients", ads.StatusHandler())
+	var tlsConfig *tls.Config
+	if cert != nil {
+		tlsConfig = cert.ServerConfig()
+	}
+	srv := ads.HTTPServer(tlsConfig)
+	ln = ads.Listener(ln)
+	go func() {
+		var err error
+		if cert != nil {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("xDS server failed", "error", err.Error())
+		}
+	}()
+	log.Info("serving xDS", "address", ln.Addr().String(), "tls", cert != nil, "auth", guard != nil)
+	return srv
+}
 
 // listenXDS listens for xDS on addr, under the rules of the HTTP API's
 // address (see authFor): beyond loopback it needs --auth, and with

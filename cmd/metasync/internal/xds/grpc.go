@@ -80,13 +80,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		user = u
 	}
+	caller := callerOf(r, user)
+	release, reason, msg := s.gate.admit(r, caller)
+	if reason != "" {
+		s.refuse(reason, caller, msg)
+		finish(w, codeResourceExhausted, msg)
+		return
+	}
+	defer release()
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
 		return
 	}
 	st := &grpcStream{w: w, rc: rc, body: r.Body}
-	err := s.serve(r.Context(), st, r, user)
+	err := s.serve(r.Context(), st, r, user, caller)
 	code, message := codeOK, ""
 	var se *statusError
 	switch {
@@ -170,19 +178,22 @@ func (g *grpcStream) recv() ([]byte, error) {
 // nothing loses its stream.
 var sendTimeout = 30 * time.Second
 
-// send writes one message and flushes it.
-func (g *grpcStream) send(b []byte) error {
+// send writes one message and flushes it: frame is the message after
+// frameHeader bytes left for the gRPC prefix, written here.
+func (g *grpcStream) send(frame []byte) error {
 	// The deadline is a timer that resets the stream when it fires,
 	// writing or not: cleared once the message is out.
 	_ = g.rc.SetWriteDeadline(time.Now().Add(sendTimeout))
 	defer g.rc.SetWriteDeadline(time.Time{})
 	// One write of prefix and message: each write is a hand-off to the
 	// connection's writer.
-	msg := make([]byte, 5+len(b))
-	binary.BigEndian.PutUint32(msg[1:5], uint32(len(b)))
-	copy(msg[5:], b)
-	if _, err := g.w.Write(msg); err != nil {
+	frame[0] = 0
+	binary.BigEndian.PutUint32(frame[1:frameHeader], uint32(len(frame)-frameHeader))
+	if _, err := g.w.Write(frame); err != nil {
 		return err
 	}
 	return g.rc.Flush()
 }
+
+// frameHeader is the length of a gRPC message's prefix.
+const frameHeader = 5

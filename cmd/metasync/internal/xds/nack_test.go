@@ -203,12 +203,11 @@ func TestIdleStreamLives(t *testing.T) {
 // TestAssignmentOneSpellingEach: an address written two ways is one
 // endpoint (gRPC rejects an assignment with a duplicate address).
 func TestAssignmentOneSpellingEach(t *testing.T) {
-	c := &client{s: xdsSrv}
 	got := &endpointv3.ClusterLoadAssignment{}
-	if b := c.assignment("x", nil, nil, ""); len(b) == 0 {
+	if b := xdsSrv.encodeAnswer("x", nil, nil, ""); len(b) == 0 {
 		t.Error("an empty answer has no assignment")
 	}
-	b := c.assignment("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}, nil, "")
+	b := xdsSrv.encodeAnswer("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}, nil, "")
 	if err := proto.Unmarshal(b, got); err != nil {
 		t.Fatal(err)
 	}

@@ -129,9 +129,23 @@ func encodeAssignment(cluster string, groups []locality) []byte {
 // encodeResponse is a DiscoveryResponse of typeURL holding resources (each
 // an encoded message of that type), with version and nonce.
 func encodeResponse(typeURL, version, nonce string, resources [][]byte) []byte {
-	m := msg(nil).str(1, version)
+	return encodeFrame(typeURL, version, nonce, resources)[frameHeader:]
+}
+
+// encodeFrame is encodeResponse after frameHeader bytes of room for the
+// gRPC prefix: one buffer, sized once, written in place.
+func encodeFrame(typeURL, version, nonce string, resources [][]byte) []byte {
+	n := frameHeader + 2*len(version) + len(typeURL) + 32
 	for _, r := range resources {
-		m = m.bytes(2, anyOf(typeURL, r))
+		n += len(r) + len(typeURL) + 24
+	}
+	m := make(msg, frameHeader, n).str(1, version)
+	for _, r := range resources {
+		// An Any of the resource, written in place.
+		size := protowire.SizeTag(1) + protowire.SizeBytes(len(typeURL)) + protowire.SizeTag(2) + protowire.SizeBytes(len(r))
+		m = protowire.AppendTag(m, 2, protowire.BytesType)
+		m = protowire.AppendVarint(m, uint64(size))
+		m = m.str(1, typeURL).bytes(2, r)
 	}
 	return m.str(4, typeURL).str(5, nonce)
 }

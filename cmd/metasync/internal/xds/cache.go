@@ -1,0 +1,290 @@
+package xds
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	gosync "sync"
+	"sync/atomic"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// cache follows the engine for the assignments that clients follow: one
+// entry per (assignment, zone), whatever the number of its followers.
+// An entry holds one engine subscription per locality it reads (the
+// whole answer, and the zone's), and the assignment encoded once, from
+// one state of the engine (Engine.Answers), published for its followers
+// to read. A change of the answer re-encodes that entry alone and wakes
+// its followers alone. An entry lives while some client follows it.
+type cache struct {
+	engine Engine
+	encode func(name string, values, local []string, zone string) []byte
+
+	mu      gosync.Mutex
+	entries map[entryKey]*entry
+	// reloaded is the engine's StaleChanged channel whose close the
+	// cache last handled: the streams that see it closed all ask to
+	// restart ended entries, the first one does.
+	reloaded <-chan struct{}
+}
+
+// entryKey is what an entry serves: an assignment for clients of a zone
+// ("" for none).
+type entryKey struct {
+	name, zone string
+}
+
+// entry is one assignment that clients follow.
+type entry struct {
+	c   *cache
+	key entryKey
+	t   target
+
+	// Under cache.mu: who follows it; its subscriptions' end (cancel),
+	// and whether they ended by themselves (an unknown or removed
+	// target: started again after a reload).
+	followers map[*client]struct{}
+	cancel    context.CancelFunc
+	ended     bool
+
+	refresh gosync.Mutex // one update or end at a time
+	state   atomic.Pointer[assignment]
+}
+
+// assignment is one published state of an entry; it never changes once
+// published, and clients compare states by pointer.
+type assignment struct {
+	// resource is the ClusterLoadAssignment; nil while the target is gone.
+	resource []byte
+}
+
+func newCache(engine Engine, encode func(name string, values, local []string, zone string) []byte) *cache {
+	return &cache{engine: engine, encode: encode, entries: map[entryKey]*entry{}}
+}
+
+// follow makes c a follower of the assignment name of target t for its
+// zone, starting the entry when it is the first.
+func (ca *cache) follow(c *client, name string, t target, zone string) *entry {
+	k := entryKey{name, zone}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	e := ca.entries[k]
+	if e == nil {
+		e = &entry{c: ca, key: k, t: t, followers: map[*client]struct{}{}}
+		ca.entries[k] = e
+		e.start()
+	}
+	e.followers[c] = struct{}{}
+	return e
+}
+
+// unfollow ends c's following of e; the last follower's leaving stops
+// the entry.
+func (ca *cache) unfollow(c *client, e *entry) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	delete(e.followers, c)
+	if len(e.followers) == 0 && ca.entries[e.key] == e {
+		delete(ca.entries, e.key)
+		e.cancel()
+	}
+}
+
+// restartEnded starts again the entries whose subscriptions ended (their
+// target was unknown, or a reload removed it), once per close of the
+// engine's StaleChanged channel ch.
+func (ca *cache) restartEnded(ch <-chan struct{}) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if ca.reloaded == ch {
+		return
+	}
+	ca.reloaded = ch
+	for _, e := range ca.entries {
+		if e.ended {
+			e.cancel()
+			e.start()
+		}
+	}
+}
+
+// size is the number of entries and of their engine subscriptions.
+func (ca *cache) size() (entries, subscriptions int) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	for k := range ca.entries {
+		entries++
+		subscriptions++
+		if k.zone != "" {
+			subscriptions++
+		}
+	}
+	return entries, subscriptions
+}
+
+// start subscribes e to the engine (under cache.mu): the whole answer,
+// and with a zone the zone's answer too (its hints may change alone).
+func (e *entry) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel, e.ended = cancel, false
+	answered := new(atomic.Bool) // the whole answer came once, in this run
+	go e.run(ctx, answered, false)
+	if e.key.zone != "" {
+		go e.run(ctx, answered, true)
+	}
+}
+
+// run follows one locality of e's target until ctx ends, or the target
+// is gone or unknown. Each change reads every locality again (refresh).
+func (e *entry) run(ctx context.Context, answered *atomic.Bool, local bool) {
+	t := e.t.msync()
+	if local {
+		t.At = msync.Locality{Zone: e.key.zone}
+	}
+	sub, err := e.c.engine.Subscribe(ctx, t)
+	if err != nil {
+		e.end(ctx) // an unknown target: it has no Listener either
+		return
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		switch ev.Type {
+		case msync.EventSnapshot, msync.EventUpdate:
+			if !local {
+				answered.Store(true)
+			}
+			if answered.Load() {
+				e.update(ctx)
+			}
+		case msync.EventGone:
+			e.end(ctx)
+			return
+		}
+	}
+}
+
+// end marks e ended and publishes it gone, which its followers drop;
+// nothing when ctx was cancelled first (by unfollow or a restart, whose
+// run publishes).
+func (e *entry) end(ctx context.Context) {
+	e.refresh.Lock()
+	defer e.refresh.Unlock()
+	e.c.mu.Lock()
+	if ctx.Err() != nil {
+		e.c.mu.Unlock()
+		return
+	}
+	e.ended = true
+	e.c.mu.Unlock()
+	if e.state.Load() != nil {
+		e.publish(&assignment{})
+	}
+}
+
+// update reads the answer of every locality of e from one state of the
+// engine, encodes the assignment, and publishes it when it changed.
+func (e *entry) update(ctx context.Context) {
+	e.refresh.Lock()
+	defer e.refresh.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	ts := []msync.Target{e.t.msync()}
+	if e.key.zone != "" {
+		local := ts[0]
+		local.At = msync.Locality{Zone: e.key.zone}
+		ts = append(ts, local)
+	}
+	as := e.c.engine.Answers(ts...)
+	var local []string
+	if len(as) > 1 {
+		local = as[1].Values
+	}
+	b := e.c.encode(e.key.name, as[0].Values, local, e.key.zone)
+	if old := e.state.Load(); old != nil && old.resource != nil && bytes.Equal(old.resource, b) {
+		return
+	}
+	e.publish(&assignment{resource: b})
+}
+
+// publish makes a the entry's state, and wakes its followers.
+func (e *entry) publish(a *assignment) {
+	e.state.Store(a)
+	e.c.mu.Lock()
+	defer e.c.mu.Unlock()
+	for c := range e.followers {
+		c.wake(e.key.name)
+	}
+}
+
+// current is what the entry answers now: nil before the engine answered
+// it, or while it is gone.
+func (e *entry) current() *assignment {
+	a := e.state.Load()
+	if a == nil || a.resource == nil {
+		return nil
+	}
+	return a
+}
+
+// encodeAnswer is the ClusterLoadAssignment of values: each host:port
+// once (gRPC rejects a whole assignment with a duplicate address). A
+// value that is not host:port is left out, and logged. With a zone whose
+// narrowed answer (local) is a part of values, not all of it, the local
+// endpoints are a locality of that zone at priority 0 and the others one
+// at priority 1, so that gRPC fails over by itself; else one locality.
+// values and local come from one state of the engine (Engine.Answers).
+func (s *Server) encodeAnswer(name string, values, local []string, zone string) []byte {
+	eps := s.endpoints(name, values)
+	near := s.endpoints(name, local)
+	if zone == "" || len(near) == 0 || len(near) >= len(eps) {
+		return encodeAssignment(name, []locality{{eps: eps}})
+	}
+	isNear := map[endpoint]bool{}
+	for _, e := range near {
+		isNear[e] = true
+	}
+	var far []endpoint
+	for _, e := range eps {
+		if !isNear[e] {
+			far = append(far, e)
+		}
+	}
+	groups := []locality{{zone: zone, eps: near}}
+	if len(far) > 0 {
+		groups = append(groups, locality{priority: 1, eps: far})
+	}
+	return encodeAssignment(name, groups)
+}
+
+// endpoints reads values as host:port, each once, in one spelling.
+func (s *Server) endpoints(name string, values []string) []endpoint {
+	var eps []endpoint
+	seen := map[string]bool{}
+	for _, v := range values {
+		host, port, err := net.SplitHostPort(v)
+		p, perr := strconv.ParseUint(port, 10, 16)
+		if err != nil || perr != nil || host == "" || p == 0 {
+			s.badLog.Do(func() {
+				s.log.Warn("xDS: a value that is not host:port is left out of the assignment", "target", name, "value", v)
+			})
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil {
+			host = ip.String() // one spelling of each address
+		}
+		addr := net.JoinHostPort(host, strconv.FormatUint(p, 10))
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		eps = append(eps, endpoint{host, uint32(p)})
+	}
+	return eps
+}

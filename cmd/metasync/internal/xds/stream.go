@@ -1,0 +1,479 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	gosync "sync"
+	"time"
+)
+
+// client is one ADS stream. Its protocol state (what it asked for, what
+// it was sent, ACKs and NACKs, access verdicts) belongs to the stream's
+// goroutine, which runs serve: no lock guards it, and the one lock that
+// the status route and the metrics take (statusMu) guards a copy of it
+// and is never held across a write.
+type client struct {
+	s      *Server
+	since  time.Time
+	ctx    context.Context
+	stream *grpcStream
+	// req is the stream's request, for the Authorizer; user who the
+	// client is; caller whom its limits count.
+	req    *http.Request
+	user   string
+	caller string
+
+	node, zone string // from its first request
+	types      map[string]*typeState
+	follows    map[string]*entry // the assignments followed, by name
+	names      int               // names of every type, counted for the caller
+	verdicts   map[string]verdict
+	denied     map[string]bool // the targets it may not read, by access URL
+	// deniedChanged: denied changed since the status copy was made.
+	deniedChanged bool
+	retry         *time.Timer // a push again, after an access not told
+
+	// pending holds the assignments whose entry published a new state
+	// since the stream last looked (under pendMu); changed says so.
+	pendMu  gosync.Mutex
+	pending map[string]struct{}
+	changed chan struct{}
+	again   chan struct{} // access not told before: ask again
+
+	statusMu gosync.Mutex
+	status   ClientStatus // a copy of what Clients shows
+}
+
+// typeState is what one client holds of one type.
+type typeState struct {
+	// names are the names subscribed, sorted; replaced, never changed in
+	// place (the status copy shares them).
+	names   []string
+	version int    // of the last response sent
+	nonce   string // of the last response sent
+	acked   string // the last version the client acknowledged
+	nacked  string // the last version it rejected, and why
+	why     string
+	// owed: a new subscription is to be answered, held back while
+	// access could not be told.
+	owed bool
+	// sent is what the last responses held, by resource name: an
+	// assignment's state (compared by pointer), or fixed for the other
+	// types (their encoding depends on the name alone). A response the
+	// client rejected is not sent again until something in it changes.
+	sent map[string]*assignment
+}
+
+// fixed stands for a Listener, RouteConfiguration or Cluster sent.
+var fixed = &assignment{}
+
+// serve serves one client: its requests, and a push each time an
+// assignment it follows changes. r is its HTTP/2 request, user who it
+// is (with an Authorizer), caller whom its limits count.
+func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request, user, caller string) error {
+	s.clients.Inc()
+	defer s.clients.Dec()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := &client{
+		s:       s,
+		since:   time.Now(),
+		ctx:     ctx,
+		stream:  stream,
+		req:     r,
+		user:    user,
+		caller:  caller,
+		types:   map[string]*typeState{},
+		follows: map[string]*entry{},
+		changed: make(chan struct{}, 1),
+		again:   make(chan struct{}, 1),
+	}
+	c.status = ClientStatus{User: user, Connected: c.since}
+	defer c.stopAll()
+	s.mu.Lock()
+	if s.connected == nil {
+		s.connected = map[*client]struct{}{}
+	}
+	s.connected[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.connected, c)
+		s.mu.Unlock()
+	}()
+	reloaded := s.engine.StaleChanged()
+	var recheck <-chan time.Time
+	if s.authorize != nil {
+		t := time.NewTicker(recheckEvery)
+		defer t.Stop()
+		recheck = t.C
+	}
+	var first <-chan time.Time
+	if d := s.limits.FirstRequest; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		first = t.C
+	}
+	reqs := make(chan request)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			b, err := stream.recv()
+			if err == nil {
+				var req request
+				if req, err = decodeRequest(b); err == nil {
+					select {
+					case reqs <- req:
+						continue
+					case <-ctx.Done():
+						return
+					}
+				}
+				err = &statusError{codeInvalid, err.Error()}
+			}
+			errc <- err
+			return
+		}
+	}()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case err = <-errc:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-first:
+			msg := "no DiscoveryRequest within " + s.limits.FirstRequest.String() + " of the stream's start"
+			s.refuse(refusedFirstRequest, caller, msg)
+			return &statusError{codeDeadlineExceeded, msg}
+		case req := <-reqs:
+			first = nil
+			err = c.request(req)
+		case <-c.changed:
+			err = c.pushPending()
+		case <-c.again:
+			err = c.pushChanged()
+		case <-recheck:
+			// The token may have gone, access may have been taken away
+			// (or granted): answers are built again, and what changed
+			// is sent.
+			if _, code, msg := s.authorize(r, ""); code == http.StatusUnauthorized {
+				return &statusError{codeUnauthenticated, msg}
+			}
+			err = c.pushChanged()
+		case <-reloaded:
+			// Targets a reload added or brought back: their entries
+			// subscribe again, and Listeners and Clusters are answered
+			// anew.
+			s.cache.restartEnded(reloaded)
+			reloaded = s.engine.StaleChanged()
+			err = c.pushChanged()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *client) state(typeURL string) *typeState {
+	st := c.types[typeURL]
+	if st == nil {
+		st = &typeState{sent: map[string]*assignment{}}
+		c.types[typeURL] = st
+	}
+	return st
+}
+
+// request handles one DiscoveryRequest: an ACK, a NACK, or new names.
+func (c *client) request(req request) error {
+	defer c.publishStatus()
+	if c.node == "" && c.zone == "" {
+		c.node, c.zone = req.nodeID, req.zone
+	}
+	typeURL := req.typeURL
+	short, known := typeNames[typeURL]
+	if !known {
+		return nil // a type this server does not serve: nothing to say
+	}
+	st := c.state(typeURL)
+	if nonce := req.responseNonce; nonce != "" && nonce != st.nonce {
+		return nil // an answer to an older response: the newer one stands
+	}
+	switch {
+	case req.nack:
+		st.nacked, st.why = req.responseNonce, req.nackMessage
+	case req.responseNonce != "":
+		st.acked = req.responseNonce
+	}
+	if req.nack {
+		c.s.nacks.WithLabelValues(short).Inc()
+		c.s.nackLog.Do(func() {
+			c.s.log.Warn("xDS client rejected a response; it is not sent again until the answer changes",
+				"client", c.node, "type", short, "nonce", req.responseNonce, "error", req.nackMessage)
+		})
+	}
+	for _, name := range req.resourceNames {
+		if len(name) > MaxNameLength {
+			return &statusError{codeInvalid, "a resource name of " + strconv.Itoa(len(name)) + " bytes, over " + strconv.Itoa(MaxNameLength)}
+		}
+	}
+	names := slices.Clone(req.resourceNames)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) > MaxNames {
+		return &statusError{codeInvalid, "a request names " + strconv.Itoa(len(names)) + " resources of one type, over " + strconv.Itoa(MaxNames)}
+	}
+	if slices.Equal(names, st.names) && req.responseNonce != "" {
+		return nil // an ACK or a NACK of what it holds: nothing new to send
+	}
+	if delta := len(names) - len(st.names); !c.s.gate.addNames(c.caller, delta) {
+		msg := "this caller's xDS streams would follow more than " + strconv.Itoa(c.s.limits.NamesPerCaller) + " resource names"
+		c.s.refuse(refusedNames, c.caller, msg)
+		return &statusError{codeResourceExhausted, msg}
+	} else {
+		c.names += delta
+	}
+	st.names = slices.Clip(names)
+	if typeURL == TypeEndpoint {
+		c.followOnly(names)
+	}
+	c.pruneAccess()
+	return c.respond(typeURL, true)
+}
+
+// respond sends the resources of typeURL for the names subscribed, when
+// they differ from what was sent last, or always when asked (a new
+// subscription is answered even when nothing changed).
+func (c *client) respond(typeURL string, always bool) error {
+	st := c.state(typeURL)
+	always = always || st.owed
+	sent := make(map[string]*assignment, len(st.names))
+	held, heldNew := false, false
+	for _, name := range st.names {
+		a, err := c.resource(typeURL, name)
+		switch {
+		case errors.Is(err, errUnsure):
+			// Access not told now: the client keeps what it holds.
+			held = true
+			if old, ok := st.sent[name]; ok {
+				sent[name] = old
+			} else {
+				heldNew = true
+			}
+		case err != nil:
+			return err
+		case a != nil:
+			sent[name] = a
+		}
+	}
+	if held {
+		c.retryLater()
+		// A Listener or Cluster left out of a response does not exist:
+		// not said of one whose access is not told.
+		if heldNew && (typeURL == TypeListener || typeURL == TypeCluster) {
+			st.owed = always
+			return nil
+		}
+	}
+	st.owed = false
+	perResource := typeURL == TypeEndpoint || typeURL == TypeRoute
+	var changed []string
+	for _, name := range st.names {
+		a, ok := sent[name]
+		if !ok {
+			continue
+		}
+		// Assignments and route configurations go one by one: a push
+		// holds those that changed, so that one the client rejected is
+		// not sent again with another's change.
+		if old, was := st.sent[name]; always || !perResource || !was || old != a {
+			changed = append(changed, name)
+		}
+	}
+	same := len(sent) == len(st.sent)
+	for name, a := range sent {
+		if st.sent[name] != a {
+			same = false
+		}
+	}
+	st.sent = sent
+	switch {
+	case same && !always:
+		return nil
+	case perResource && len(changed) == 0:
+		// Assignments and route configurations are answered one by one:
+		// one not known yet is left out (the client waits for it), and
+		// a removal sends nothing.
+		return nil
+	}
+	return c.send(typeURL, st, changed)
+}
+
+// pushPending sends the assignments whose entries changed since the
+// last look: only those, whatever else the client follows.
+func (c *client) pushPending() error {
+	c.pendMu.Lock()
+	pending := c.pending
+	c.pending = nil
+	c.pendMu.Unlock()
+	st := c.types[TypeEndpoint]
+	if st == nil || len(pending) == 0 {
+		return nil
+	}
+	var changed []string
+	held := false
+	for name := range pending {
+		if _, ok := slices.BinarySearch(st.names, name); !ok {
+			continue
+		}
+		a, err := c.resource(TypeEndpoint, name)
+		switch {
+		case errors.Is(err, errUnsure):
+			held = true
+			continue
+		case err != nil:
+			return err
+		case a == nil:
+			delete(st.sent, name) // gone, or not readable: nothing is sent
+			continue
+		}
+		if st.sent[name] != a {
+			st.sent[name] = a
+			changed = append(changed, name)
+		}
+	}
+	if held {
+		c.retryLater()
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	slices.Sort(changed)
+	defer c.publishStatus()
+	return c.send(TypeEndpoint, st, changed)
+}
+
+// send sends the resources names of typeURL (their state in st.sent) as
+// a new version.
+func (c *client) send(typeURL string, st *typeState, names []string) error {
+	st.version++
+	st.nonce = strconv.Itoa(st.version)
+	resources := make([][]byte, 0, len(names))
+	for _, name := range names {
+		switch typeURL {
+		case TypeListener:
+			resources = append(resources, encodeListener(name))
+		case TypeRoute:
+			t, _ := parseTarget(name)
+			resources = append(resources, encodeRoute(name, t.clusterName()))
+		case TypeCluster:
+			resources = append(resources, encodeCluster(name))
+		case TypeEndpoint:
+			resources = append(resources, st.sent[name].resource)
+		}
+	}
+	// What the status shows is copied before the write, which may wait
+	// on the client.
+	c.publishStatus()
+	if err := c.stream.send(encodeFrame(typeURL, st.nonce, st.nonce, resources)); err != nil {
+		return err
+	}
+	c.s.pushes.WithLabelValues(typeNames[typeURL]).Inc()
+	return nil
+}
+
+// resource is the state of the resource name of typeURL to send, or nil
+// when there is none (an unknown target, one the client may not read,
+// an assignment not answered yet); the error is may's.
+func (c *client) resource(typeURL, name string) (*assignment, error) {
+	t, ok := parseTarget(name)
+	if !ok {
+		return nil, nil
+	}
+	if !c.s.exists(t) || (typeURL == TypeCluster || typeURL == TypeEndpoint) && t.clusterName() != name {
+		return nil, nil
+	}
+	if ok, err := c.may(t); !ok {
+		if typeURL == TypeEndpoint {
+			c.unfollow(name) // what it may not read, it does not follow
+		}
+		return nil, err
+	}
+	if typeURL != TypeEndpoint {
+		return fixed, nil
+	}
+	e := c.follows[name]
+	if e == nil {
+		e = c.s.cache.follow(c, name, t, c.zone)
+		c.follows[name] = e
+	}
+	return e.current(), nil
+}
+
+// wake tells the stream that the assignment name has a new state; it
+// never waits.
+func (c *client) wake(name string) {
+	c.pendMu.Lock()
+	if c.pending == nil {
+		c.pending = map[string]struct{}{}
+	}
+	c.pending[name] = struct{}{}
+	c.pendMu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// followOnly stops following the assignments not in names (those in
+// names are followed once resource finds them readable).
+func (c *client) followOnly(names []string) {
+	for name := range c.follows {
+		if _, ok := slices.BinarySearch(names, name); !ok {
+			c.unfollow(name)
+		}
+	}
+}
+
+// unfollow stops following the assignment name.
+func (c *client) unfollow(name string) {
+	if e, ok := c.follows[name]; ok {
+		c.s.cache.unfollow(c, e)
+		delete(c.follows, name)
+	}
+}
+
+// pushChanged sends what changed of every type: assignments, and the
+// Listeners and Clusters of targets that a reload removed or whose
+// access changed.
+func (c *client) pushChanged() error {
+	defer c.publishStatus()
+	for _, typeURL := range allTypes {
+		if st := c.types[typeURL]; st != nil && len(st.names) > 0 {
+			if err := c.respond(typeURL, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stopAll ends what the stream holds: its entries, its names in the
+// caller's count, its retry.
+func (c *client) stopAll() {
+	if c.retry != nil {
+		c.retry.Stop()
+	}
+	for name := range c.follows {
+		c.unfollow(name)
+	}
+	c.s.gate.addNames(c.caller, -c.names)
+	c.names = 0
+}
