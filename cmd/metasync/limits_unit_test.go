@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 )
@@ -42,6 +43,45 @@ func TestLimitsFromFlags(t *testing.T) {
 			t.Errorf("fds %d, %q: %+v, %v; want an error with %q", c.fds, c.args, got, err, c.err)
 		case c.err == "" && (err != nil || got != c.want):
 			t.Errorf("fds %d, %q: %+v, %v; want %+v", c.fds, c.args, got, err, c.want)
+		}
+	}
+}
+
+// TestLimitsWithXDS: with --xds-listen, the xDS connections come out of
+// the same descriptor budget as HTTP's: the two and the reserve never
+// pass the limit.
+func TestLimitsWithXDS(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		fds            int
+		args           string
+		http, xdsConns int
+		errs           string
+	}{
+		{fds: 4096, http: 1792, xdsConns: 1792},
+		{fds: 1 << 20, http: 16384, xdsConns: 4096},
+		{fds: 4096, args: "--xds-max-connections 10000", http: 32, xdsConns: 3552},
+		{fds: 4096, args: "--xds-max-connections 100 --max-connections 10000", http: 3484, xdsConns: 100},
+		{fds: 4096, args: "--xds-max-connections -1", errs: "want a positive number"},
+		{fds: 100, errs: "no room for xDS connections"},
+	} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		lf := addLimitFlags(fs)
+		if err := fs.Parse(strings.Fields(c.args)); err != nil {
+			t.Fatal(err)
+		}
+		h, x, err := lf.limits(c.fds, true, quiet)
+		switch {
+		case c.errs != "":
+			if err == nil || !strings.Contains(err.Error(), c.errs) {
+				t.Errorf("fds %d, %q: %v; want an error with %q", c.fds, c.args, err, c.errs)
+			}
+		case err != nil || h.Connections != c.http || x.Connections != c.xdsConns:
+			t.Errorf("fds %d, %q: HTTP %d, xDS %d, %v; want %d and %d", c.fds, c.args, h.Connections, x.Connections, err, c.http, c.xdsConns)
+		case c.fds > 0 && h.Connections+x.Connections+fdReserve(c.fds) > c.fds:
+			t.Errorf("fds %d: %d + %d + %d descriptors", c.fds, h.Connections, x.Connections, fdReserve(c.fds))
+		case x.ConnectionsPerCaller != 64 || x.StreamsPerCaller != 256 || x.NamesPerCaller != 10000 || x.FirstRequest != 15*time.Second:
+			t.Errorf("per-caller defaults: %+v", x)
 		}
 	}
 }
