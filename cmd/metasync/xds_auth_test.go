@@ -39,8 +39,12 @@ type xdsCallerResult map[string]int
 // xdsCaller calls the health service at xds:///TARGET (the value of
 // xdsCallerEnv) every 100 ms until a call succeeds or
 // METASYNC_TEST_XDS_FOR (a duration) passes, and prints what it got as
-// JSON. It is the body of a caller process (see TestMain).
+// JSON; with xdsCallerModeEnv "continuous", xdsCallerContinuous instead.
+// It is the body of a caller process (see TestMain).
 func xdsCaller() int {
+	if os.Getenv(xdsCallerModeEnv) == "continuous" {
+		return xdsCallerContinuous()
+	}
 	d, err := time.ParseDuration(os.Getenv("METASYNC_TEST_XDS_FOR"))
 	if err != nil {
 		d = 20 * time.Second
@@ -73,9 +77,9 @@ func xdsCaller() int {
 	return 0
 }
 
-// callXDS runs a caller process of target with bootstrap, for at most
-// d, and returns what it got.
-func callXDS(t *testing.T, bootstrap, target string, d time.Duration) xdsCallerResult {
+// xdsCallerCommand is the command of a caller process of target with
+// bootstrap, for at most d, with extra environment.
+func xdsCallerCommand(t *testing.T, bootstrap, target string, d time.Duration, extra ...string) *exec.Cmd {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "bootstrap.json")
 	if err := os.WriteFile(path, []byte(bootstrap), 0o600); err != nil {
@@ -84,7 +88,15 @@ func callXDS(t *testing.T, bootstrap, target string, d time.Duration) xdsCallerR
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), xdsCallerEnv+"="+target, "METASYNC_TEST_XDS_FOR="+d.String(),
 		"GRPC_XDS_BOOTSTRAP="+path, "GRPC_EXPERIMENTAL_XDS_BOOTSTRAP_CALL_CREDS=true")
-	out, err := cmd.Output()
+	cmd.Env = append(cmd.Env, extra...)
+	return cmd
+}
+
+// callXDS runs a caller process of target with bootstrap, for at most
+// d, and returns what it got.
+func callXDS(t *testing.T, bootstrap, target string, d time.Duration) xdsCallerResult {
+	t.Helper()
+	out, err := xdsCallerCommand(t, bootstrap, target, d).Output()
 	if err != nil {
 		t.Fatalf("xDS caller: %v\n%s", err, out)
 	}

@@ -1,0 +1,778 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/iidp/metasync/internal/kubeapply"
+	"github.com/iidp/metasync/internal/testenv"
+)
+
+// xdsCallerModeEnv, set to "continuous" beside xdsCallerEnv, makes a
+// caller process call without a pause until told to stop (see
+// xdsCallerContinuous).
+const xdsCallerModeEnv = "METASYNC_TEST_XDS_MODE"
+
+// xdsCallsReport is what a continuous caller prints: per target, its
+// calls so far.
+type xdsCallsReport struct {
+	Targets map[string]*xdsTargetCalls `json:"targets"`
+	// Done marks the last report, printed as the caller ends.
+	Done bool `json:"done,omitempty"`
+}
+
+// xdsTargetCalls counts the calls of one target: answered, by backend;
+// failed before the target's first answered call (Waiting: the client
+// bootstrapping and asking for its resources), and failed after it
+// (Failed), both by "CODE: message". First is how long the first
+// answered call took to come, from the target's first call.
+type xdsTargetCalls struct {
+	Answered map[string]int `json:"answered"`
+	Waiting  map[string]int `json:"waiting,omitempty"`
+	Failed   map[string]int `json:"failed,omitempty"`
+	First    time.Duration  `json:"first,omitempty"`
+}
+
+// failed is the number of calls failed after the first answered one.
+func (c *xdsTargetCalls) failed() int {
+	n := 0
+	for _, v := range c.Failed {
+		n += v
+	}
+	return n
+}
+
+// xdsCallerContinuous calls the health service at xds:///TARGET (the
+// value of xdsCallerEnv) over and over, 10 ms apart, each call with a
+// deadline of 2 s, and prints an xdsCallsReport as a JSON line every
+// 100 ms. Each line read on its standard input is one more target to
+// call, in turn with the others; the end of its input, or
+// METASYNC_TEST_XDS_FOR passing, ends it with a last report. It is the
+// body of a continuous caller process (see xdsCaller).
+func xdsCallerContinuous() int {
+	d, err := time.ParseDuration(os.Getenv("METASYNC_TEST_XDS_FOR"))
+	if err != nil {
+		d = time.Minute
+	}
+	targets := make(chan string, 16)
+	targets <- os.Getenv(xdsCallerEnv)
+	stop := make(chan struct{})
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if name := strings.TrimSpace(in.Text()); name != "" {
+				targets <- name
+			}
+		}
+		close(stop)
+	}()
+	type caller struct {
+		name  string
+		h     healthpb.HealthClient
+		since time.Time
+		calls *xdsTargetCalls
+	}
+	var callers []*caller
+	report := xdsCallsReport{Targets: map[string]*xdsTargetCalls{}}
+	emit := func() {
+		b, _ := json.Marshal(report)
+		fmt.Println(string(b))
+	}
+	end := time.After(d)
+	printed := time.Now()
+	for {
+		select {
+		case <-stop:
+			report.Done = true
+			emit()
+			return 0
+		case <-end:
+			report.Done = true
+			emit()
+			return 0
+		case name := <-targets:
+			c := &caller{name: name, since: time.Now(), calls: &xdsTargetCalls{Answered: map[string]int{}, Waiting: map[string]int{}, Failed: map[string]int{}}}
+			report.Targets[name] = c.calls
+			conn, err := grpc.NewClient("xds:///"+name, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				c.calls.Waiting["NewClient: "+err.Error()]++
+				continue
+			}
+			defer conn.Close()
+			c.h = healthpb.NewHealthClient(conn)
+			callers = append(callers, c)
+		default:
+		}
+		for _, c := range callers {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			var p peer.Peer
+			_, err := c.h.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+			cancel()
+			switch {
+			case err == nil:
+				if len(c.calls.Answered) == 0 {
+					c.calls.First = time.Since(c.since)
+				}
+				c.calls.Answered[p.Addr.String()]++
+			case len(c.calls.Answered) == 0:
+				c.calls.Waiting[status.Code(err).String()+": "+status.Convert(err).Message()]++
+			default:
+				c.calls.Failed[status.Code(err).String()+": "+status.Convert(err).Message()]++
+			}
+		}
+		if time.Since(printed) >= 100*time.Millisecond {
+			emit()
+			printed = time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// xdsCalls is a continuous caller process (xdsCallerContinuous) and the
+// last report it printed.
+type xdsCalls struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr *testenv.Buffer
+	ended  chan struct{}
+
+	mu   gosync.Mutex
+	last xdsCallsReport
+}
+
+// startXDSCalls starts a continuous caller process of target with
+// bootstrap; it is stopped, if still running, when t ends.
+func startXDSCalls(t *testing.T, bootstrap, target string) *xdsCalls {
+	t.Helper()
+	c := &xdsCalls{cmd: xdsCallerCommand(t, bootstrap, target, 2*time.Minute, xdsCallerModeEnv+"=continuous"),
+		stderr: &testenv.Buffer{}, ended: make(chan struct{})}
+	c.cmd.Stderr = c.stderr
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(c.ended)
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var r xdsCallsReport
+			if json.Unmarshal(lines.Bytes(), &r) == nil && r.Targets != nil {
+				c.mu.Lock()
+				c.last = r
+				c.mu.Unlock()
+			}
+		}
+		_ = c.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = c.stdin.Close()
+		select {
+		case <-c.ended:
+		case <-time.After(10 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.ended
+		}
+		if t.Failed() {
+			t.Logf("xDS caller's last report: %s\nits stderr:\n%s", c.report().String(), c.stderr)
+		}
+	})
+	return c
+}
+
+// String is the report as JSON.
+func (r xdsCallsReport) String() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// report is the last report printed; each is a value of its own, never
+// changed.
+func (c *xdsCalls) report() xdsCallsReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// target is what the last report says of target (all zero before its
+// first).
+func (c *xdsCalls) target(target string) xdsTargetCalls {
+	if tc := c.report().Targets[target]; tc != nil {
+		return *tc
+	}
+	return xdsTargetCalls{}
+}
+
+// also makes the caller call target too, in turn with the others.
+func (c *xdsCalls) also(t *testing.T, target string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, target+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// window is what the calls of target got in the next 400 ms: the calls
+// answered by each backend, and under "failed" those that failed.
+func (c *xdsCalls) window(target string) map[string]int {
+	before := c.target(target)
+	time.Sleep(400 * time.Millisecond)
+	after := c.target(target)
+	got := map[string]int{}
+	for b, n := range after.Answered {
+		if d := n - before.Answered[b]; d > 0 {
+			got[b] = d
+		}
+	}
+	failed := 0
+	for k, n := range after.Failed {
+		failed += n - before.Failed[k]
+	}
+	for k, n := range after.Waiting {
+		failed += n - before.Waiting[k]
+	}
+	if failed > 0 {
+		got["failed"] = failed
+	}
+	return got
+}
+
+// waitWindow waits until a window of the calls of target (see window)
+// got answers from exactly the backends of want and no failure, and
+// returns how long that took.
+func (c *xdsCalls) waitWindow(t *testing.T, what, target string, want ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	testenv.Eventually(t, what, func() string {
+		got := c.window(target)
+		if got["failed"] > 0 || len(got) != len(want) {
+			return fmt.Sprint(got)
+		}
+		for _, b := range want {
+			if got[b] == 0 {
+				return fmt.Sprint(got)
+			}
+		}
+		return ""
+	})
+	return time.Since(start)
+}
+
+// stop ends the caller and returns its last report.
+func (c *xdsCalls) stop(t *testing.T) xdsCallsReport {
+	t.Helper()
+	_ = c.stdin.Close()
+	select {
+	case <-c.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the xDS caller did not stop within 10 s of the end of its input\n%s", c.stderr)
+	}
+	r := c.report()
+	if !r.Done {
+		t.Fatalf("the xDS caller ended without its last report: %s\n%s", r, c.stderr)
+	}
+	return r
+}
+
+// replica is one `metasync serve --xds-listen` of a test of replicas.
+type replica struct {
+	d         *daemon
+	http, xds string
+}
+
+// startReplica starts `metasync serve` on config and kubeconfig,
+// serving HTTP on httpAddr and xDS on xdsAddr, and waits until it
+// answers /livez. When t fails, it logs the replica's xDS clients
+// (/v1/xds/clients), if it still runs.
+func startReplica(t *testing.T, config, kubeconfig, httpAddr, xdsAddr string) *replica {
+	t.Helper()
+	r := &replica{http: httpAddr, xds: xdsAddr}
+	r.d = start(t, nil, "--config", config, "--kubeconfig", kubeconfig, "--listen", httpAddr, "--xds-listen", xdsAddr)
+	waitHTTP(t, r.d, httpAddr)
+	t.Cleanup(func() {
+		select {
+		case <-r.d.done:
+		default:
+			if t.Failed() {
+				if resp, err := http.Get(base(httpAddr) + "/v1/xds/clients"); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					t.Logf("xDS clients of the replica on %s: %s", xdsAddr, b)
+				}
+			}
+		}
+	})
+	return r
+}
+
+// kill ends the replica with SIGKILL: no drain, its connections reset.
+func (r *replica) kill(t *testing.T) {
+	t.Helper()
+	if err := r.d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.d.done
+}
+
+// followed is the resource types that the replica's one xDS client
+// asks it for (from /v1/xds/clients), sorted.
+func (r *replica) followed(t *testing.T) []string {
+	t.Helper()
+	var st struct {
+		Clients []struct {
+			Types map[string]struct {
+				Names []string `json:"names"`
+			} `json:"types"`
+		} `json:"clients"`
+	}
+	a := call(t, "GET", base(r.http)+"/v1/xds/clients")
+	if err := json.Unmarshal([]byte(a.raw), &st); err != nil || len(st.Clients) != 1 {
+		t.Fatalf("/v1/xds/clients: %s, want one client", a.raw)
+	}
+	var types []string
+	for typ, ts := range st.Clients[0].Types {
+		if len(ts.Names) > 0 {
+			types = append(types, typ)
+		}
+	}
+	slices.Sort(types)
+	return types
+}
+
+// clients is the replica's metasync_xds_clients: its ADS streams open.
+func (r *replica) clients(t *testing.T) string {
+	t.Helper()
+	return metric(t, base(r.http), "metasync_xds_clients")
+}
+
+// xdsBootstrap is a bootstrap for node id naming servers, in order, as
+// its xds_servers (insecure channel credentials).
+func xdsBootstrap(id string, servers ...string) string {
+	type server struct {
+		URI      string           `json:"server_uri"`
+		Creds    []map[string]any `json:"channel_creds"`
+		Features []string         `json:"server_features"`
+	}
+	b := struct {
+		Servers []server          `json:"xds_servers"`
+		Node    map[string]string `json:"node"`
+	}{Node: map[string]string{"id": id}}
+	for _, s := range servers {
+		b.Servers = append(b.Servers, server{URI: s, Creds: []map[string]any{{"type": "insecure"}}, Features: []string{"xds_v3"}})
+	}
+	out, _ := json.Marshal(b)
+	return string(out)
+}
+
+// replicaProxy stands for a Kubernetes Service in front of replicas:
+// each connection it accepts goes to the first of its replicas, in
+// order, that takes a connection (the next when dialing one fails), and
+// ends when either side closes.
+type replicaProxy struct {
+	ln       net.Listener
+	replicas []string
+
+	mu     gosync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
+	wg     gosync.WaitGroup
+}
+
+// newReplicaProxy listens on a loopback port in front of replicas
+// (host:port); it is closed when t ends.
+func newReplicaProxy(t *testing.T, replicas ...string) *replicaProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replicaProxy{ln: ln, replicas: replicas, conns: map[net.Conn]bool{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+// addr is where the proxy listens.
+func (p *replicaProxy) addr() string { return p.ln.Addr().String() }
+
+// accept takes connections until the listener is closed, each to the
+// first replica that takes it, copied both ways.
+func (p *replicaProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		var up net.Conn
+		for _, r := range p.replicas {
+			if up, err = net.DialTimeout("tcp", r, time.Second); err == nil {
+				break
+			}
+		}
+		if up == nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			up.Close()
+			return
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
+	}
+}
+
+// pipe copies src to dst, then closes both.
+func (p *replicaProxy) pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// close stops accepting, closes every connection and waits for the
+// copies to end.
+func (p *replicaProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// sliceAway deletes the EndpointSlice ns/name and returns a function
+// that creates it again; if not called, it is when t ends.
+func sliceAway(t *testing.T, ns, name string) (restore func()) {
+	t.Helper()
+	ctx := context.Background()
+	api := env.Kube.DiscoveryV1().EndpointSlices(ns)
+	s, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var once gosync.Once
+	restore = func() {
+		once.Do(func() {
+			again := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: s.Labels},
+				AddressType: s.AddressType, Endpoints: s.Endpoints, Ports: s.Ports}
+			if _, err := api.Create(ctx, again, metav1.CreateOptions{}); err != nil {
+				t.Errorf("create the slice %s/%s again: %v", ns, name, err)
+			}
+		})
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// answers waits until the replica's HTTP lookup of the chain
+// model-to-endpoints for model answers exactly want.
+func (r *replica) answers(t *testing.T, model string, want ...string) {
+	t.Helper()
+	testenv.Eventually(t, r.http+" answers "+model, func() string {
+		a := call(t, "GET", base(r.http)+"/v1/chains/model-to-endpoints/keys/"+model)
+		var got []string
+		for _, v := range a.body["values"].([]any) {
+			got = append(got, v.(string))
+		}
+		slices.Sort(got)
+		if w := slices.Sorted(slices.Values(want)); !slices.Equal(got, w) {
+			return a.raw
+		}
+		return ""
+	})
+}
+
+const replicasTarget = "chains/model-to-endpoints/xds-model"
+
+// TestXDSReplicasBehindOneAddress: two `serve --xds-listen` on one
+// config behind one address (a TCP proxy, as a Service in front of a
+// Deployment's pods), and grpc-go's xDS client (its own process) whose
+// bootstrap names that address only. The replica it is connected to is
+// killed (SIGKILL) while it calls: no call fails, it reconnects to the
+// other replica, which sends it its state of the world, and it follows
+// the answer's changes (a slice deleted, then created again) from there.
+func TestXDSReplicasBehindOneAddress(t *testing.T) {
+	testenv.Need(t, env)
+	ip := localIPv4()
+	if ip == "" {
+		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
+	}
+	const ns = "xds-replicas"
+	backends, config := xdsFixture(t, ns, ip, 2)
+	kubeconfig := env.WriteKubeconfig(t, "")
+	r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	proxy := newReplicaProxy(t, r1.xds, r2.xds)
+
+	calls := startXDSCalls(t, xdsBootstrap("replicas", proxy.addr()), replicasTarget)
+	calls.waitWindow(t, "calls reach both pods", replicasTarget, backends...)
+	if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
+		t.Fatalf("xDS clients of the replicas: %s and %s, want 1 and 0 (the proxy's first)", c1, c2)
+	}
+
+	killed := time.Now()
+	r1.kill(t)
+	testenv.Eventually(t, "the client connected to the other replica", func() string {
+		if c := r2.clients(t); c != "1" {
+			return "metasync_xds_clients " + c
+		}
+		return ""
+	})
+	t.Logf("reconnected to the other replica %v after the kill", time.Since(killed).Round(time.Millisecond))
+	calls.waitWindow(t, "calls reach both pods after the kill", replicasTarget, backends...)
+
+	restore := sliceAway(t, ns, "xds-app-1")
+	took := calls.waitWindow(t, "a deleted slice's pod gets no call, through the other replica", replicasTarget, backends[0])
+	t.Logf("the deleted slice followed within %v", took.Round(time.Millisecond))
+	restore()
+	took = calls.waitWindow(t, "a slice created again gets calls, through the other replica", replicasTarget, backends...)
+	t.Logf("the created slice followed within %v", took.Round(time.Millisecond))
+
+	got := calls.stop(t).Targets[replicasTarget]
+	if got.failed() != 0 {
+		t.Errorf("calls failed after the first answered one: %v", got.Failed)
+	}
+	t.Logf("calls: %v answered, first after %v, %v before it", got.Answered, got.First.Round(time.Millisecond), got.Waiting)
+}
+
+// TestXDSFallback: a bootstrap naming two xds_servers (gRFC A71
+// fallback, on in grpc-go with no setting), each a replica. grpc-go
+// (1.85) keeps an xDS client per target, each with its own connections.
+//
+//   - The first is down when the client starts: it calls through the
+//     second, and follows changes there. When the first comes up, the
+//     client goes back to it, but asks it for the Listener only: the
+//     route, Cluster and assignment it had asked of the second are asked
+//     of no server any more, and it follows no change of them.
+//   - The client has started on the first, which is then killed: it
+//     keeps calling on what it has, without a failed call, and does not
+//     fall back (it has every resource it asked for), so it follows no
+//     change; a target it starts calling meanwhile (an xDS client of its
+//     own) calls through the second. When the first is back, the client
+//     gets everything from it again, and follows the change.
+func TestXDSFallback(t *testing.T) {
+	testenv.Need(t, env)
+	ip := localIPv4()
+	if ip == "" {
+		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
+	}
+	const ns = "xds-fallback"
+	backends, config := xdsFixture(t, ns, ip, 2)
+	// A second model of the same app: a target the client calls later.
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iidp.com/v1", "kind": "AppModel",
+		"metadata": map[string]any{"name": "xds-app", "namespace": ns, "labels": map[string]any{"iidp": "iidp"}},
+		"spec":     map[string]any{"type": "model", "version": "1", "models": []any{"xds-model", "xds-model-b"}},
+	}}
+	if err := kubeapply.Apply(context.Background(), env.Config, app); err != nil {
+		t.Fatal(err)
+	}
+	const targetB = "chains/model-to-endpoints/xds-model-b"
+	kubeconfig := env.WriteKubeconfig(t, "")
+
+	t.Run("first down at start", func(t *testing.T) {
+		primary := testenv.FreeAddr(t) // nothing listens there yet
+		r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+		calls := startXDSCalls(t, xdsBootstrap("fallback-1", primary, r2.xds), replicasTarget)
+		calls.waitWindow(t, "calls reach both pods through the second server", replicasTarget, backends...)
+		if c := r2.clients(t); c != "1" {
+			t.Fatalf("the second server's xDS clients: %s, want 1", c)
+		}
+		restore := sliceAway(t, ns, "xds-app-1")
+		took := calls.waitWindow(t, "a deleted slice's pod gets no call, through the second server", replicasTarget, backends[0])
+		t.Logf("the deleted slice followed within %v through the second server", took.Round(time.Millisecond))
+
+		up := time.Now()
+		r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), primary)
+		testenv.Eventually(t, "the client back on the first server", func() string {
+			if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
+				return fmt.Sprintf("xDS clients %s and %s", c1, c2)
+			}
+			return ""
+		})
+		t.Logf("back on the first server %v after it started", time.Since(up).Round(time.Millisecond))
+		// What docs/xds.md says of grpc-go: if this changes, change it there.
+		if types := r1.followed(t); !slices.Equal(types, []string{"listener"}) {
+			t.Errorf("the client asks the first server for %v once back on it; grpc-go 1.85 asks for the listener only", types)
+		}
+		restore()
+		r1.answers(t, "xds-model", backends...)
+		for hold := time.Now().Add(2 * time.Second); time.Now().Before(hold); {
+			if got := calls.window(replicasTarget); got["failed"] > 0 || got[backends[1]] > 0 || got[backends[0]] == 0 {
+				t.Errorf("calls once back on the first server, after a slice was created again: %v; grpc-go 1.85 follows no change there", got)
+				break
+			}
+		}
+
+		got := calls.stop(t).Targets[replicasTarget]
+		if got.failed() != 0 {
+			t.Errorf("calls failed after the first answered one: %v", got.Failed)
+		}
+		t.Logf("calls: %v answered, first after %v, %v before it", got.Answered, got.First.Round(time.Millisecond), got.Waiting)
+	})
+
+	t.Run("first killed", func(t *testing.T) {
+		r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+		r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+		calls := startXDSCalls(t, xdsBootstrap("fallback-2", r1.xds, r2.xds), replicasTarget)
+		calls.waitWindow(t, "calls reach both pods through the first server", replicasTarget, backends...)
+		if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
+			t.Fatalf("xDS clients of the servers: %s and %s, want 1 and 0", c1, c2)
+		}
+
+		r1.kill(t)
+		restore := sliceAway(t, ns, "xds-app-1")
+		r2.answers(t, "xds-model", backends[0])
+		// The client keeps what it has: calls go on to both pods, the
+		// deleted slice's too, and it is no client of the second server.
+		for hold := time.Now().Add(2 * time.Second); time.Now().Before(hold); {
+			if got := calls.window(replicasTarget); got["failed"] > 0 || got[backends[1]] == 0 {
+				t.Fatalf("calls after the first server was killed: %v, want both pods and no failure (the resources the client has)", got)
+			}
+		}
+		if c := r2.clients(t); c != "0" {
+			t.Fatalf("the second server's xDS clients: %s, want 0 (grpc-go falls back only for a resource it has not got)", c)
+		}
+
+		calls.also(t, targetB)
+		testenv.Eventually(t, "a new target's calls answered, through the second server", func() string {
+			if got := calls.target(targetB); len(got.Answered) == 0 {
+				return fmt.Sprint(got.Waiting)
+			}
+			return ""
+		})
+		if c := r2.clients(t); c != "1" {
+			t.Fatalf("the second server's xDS clients: %s, want 1 (the new target's)", c)
+		}
+
+		back := time.Now()
+		startReplica(t, config, kubeconfig, testenv.FreeAddr(t), r1.xds)
+		calls.waitWindow(t, "the deleted slice's pod gets no call, once the first server is back", replicasTarget, backends[0])
+		t.Logf("the deleted slice followed %v after the first server started again", time.Since(back).Round(time.Millisecond))
+		restore()
+
+		got := calls.stop(t)
+		if n := got.Targets[replicasTarget].failed(); n != 0 {
+			t.Errorf("calls failed after the first answered one: %v", got.Targets[replicasTarget].Failed)
+		}
+		t.Logf("calls: %s", got)
+	})
+}
+
+// TestXDSReplicaNotSyncedSendsNoAssignment: a replica that has not
+// listed its resources (its apiserver cannot be reached) serves a client
+// the Listener, route and Cluster of its target, never an assignment:
+// the client waits (no call fails UNAVAILABLE, as an empty assignment
+// would make it), and calls once the replica has listed. Its stream is
+// up, so grpc-go does not fall back to the second server its bootstrap
+// names, a replica that has listed.
+func TestXDSReplicaNotSyncedSendsNoAssignment(t *testing.T) {
+	testenv.Need(t, env)
+	ip := localIPv4()
+	if ip == "" {
+		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
+	}
+	backends, config := xdsFixture(t, "xds-unsynced", ip, 1)
+	apiAddr := testenv.FreeAddr(t) // nothing there until the proxy below
+	r := startReplica(t, config, env.WriteKubeconfig(t, apiAddr), testenv.FreeAddr(t), testenv.FreeAddr(t))
+	synced := startReplica(t, config, env.WriteKubeconfig(t, ""), testenv.FreeAddr(t), testenv.FreeAddr(t))
+	calls := startXDSCalls(t, xdsBootstrap("unsynced", r.xds, synced.xds), replicasTarget)
+
+	asked := func() string {
+		var clients struct {
+			Clients []struct {
+				Types map[string]struct {
+					Names []string `json:"names"`
+					Sent  string   `json:"sent"`
+				} `json:"types"`
+			} `json:"clients"`
+		}
+		a := call(t, "GET", base(r.http)+"/v1/xds/clients")
+		if err := json.Unmarshal([]byte(a.raw), &clients); err != nil || len(clients.Clients) != 1 {
+			return a.raw
+		}
+		types := clients.Clients[0].Types
+		if !slices.Contains(types["endpoint"].Names, replicasTarget) || types["cluster"].Sent == "" {
+			return a.raw
+		}
+		if types["endpoint"].Sent != "" {
+			t.Fatalf("an assignment sent before the first list: %s", a.raw)
+		}
+		return ""
+	}
+	testenv.Eventually(t, "the client asks for the assignment, and has the Cluster", asked)
+	time.Sleep(2 * time.Second)
+	if msg := asked(); msg != "" {
+		t.Fatalf("2 s later: %s", msg)
+	}
+	if a := call(t, "GET", base(r.http)+"/readyz"); a.code != 503 {
+		t.Fatalf("/readyz %d %s, want 503 before the first list", a.code, a.raw)
+	}
+	if c := synced.clients(t); c != "0" {
+		t.Errorf("the second server's xDS clients: %s, want 0 (no fallback while the first server's stream is up)", c)
+	}
+	got := calls.target(replicasTarget)
+	if len(got.Answered) != 0 {
+		t.Fatalf("calls answered before the first list: %v", got.Answered)
+	}
+	for k := range got.Waiting {
+		if strings.HasPrefix(k, "Unavailable") {
+			t.Errorf("a call failed %q before the first list: the client should wait", k)
+		}
+	}
+	t.Logf("calls before the first list: %v", got.Waiting)
+
+	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
+	proxy, err := testenv.NewProxy(apiAddr, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	reachable := time.Now()
+	calls.waitWindow(t, "calls reach the pod once listed", replicasTarget, backends[0])
+	t.Logf("calls answered %v after the apiserver could be reached", time.Since(reachable).Round(time.Millisecond))
+	if c1, c2 := r.clients(t), synced.clients(t); c1 != "1" || c2 != "0" {
+		t.Errorf("xDS clients of the servers: %s and %s, want 1 and 0", c1, c2)
+	}
+}
