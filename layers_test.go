@@ -25,7 +25,7 @@ var layers = []struct {
 	{"config: loading, validation, compilation", []string{"schema", "schema/cluster", "internal/feed"}},
 	{"engine", []string{"sync"}},
 	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "internal/testenv", "internal/routingtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds"}},
-	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "hack/xdsload", "test/chaos", "test/integration", "deploy", "."}},
+	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "hack/xdsload", "hack/xdspeer", "test/chaos", "test/integration", "deploy", "."}},
 }
 
 // libraries are the packages a user imports: their tests start no control

@@ -1,63 +1,94 @@
 // Command xdsload measures `metasync serve --xds-listen` fanning out to
 // many xDS clients on a real control plane (the pinned binaries of the
-// tests: KUBEBUILDER_ASSETS). It creates -targets AppModels (model-I
-// served by app-I) and an EndpointSlice per app, starts the given
-// metasync binary with the reference setup's config (its chain
-// model-to-endpoints), and
-// connects -clients raw ADS clients (go-control-plane's types over
-// grpc-go, each on a connection of its own, in this process), client C
-// following target C mod -targets as a gRPC client does: its Listener,
-// RouteConfiguration, Cluster and ClusterLoadAssignment, each response
-// ACKed. One change stream of the HTTP API per target
-// (/v1/chains/model-to-endpoints/keys/model-I?watch=true) is the
-// reference: when the write is visible.
+// tests: KUBEBUILDER_ASSETS), and, with -peer, the server a user would
+// build instead (hack/xdspeer: go-control-plane's server and
+// LinearCaches over grpc-go, fed by client-go informers) with the same
+// clients and writes, so that one run prints both.
 //
-// Then -rate writes a second for -for, spread over the targets: each
-// replaces the endpoints of one app's slice with a fixed address and a
-// marker address of its own (10.200.X.Y), so that each client's
-// assignment says which write it holds. Printed:
+// It creates -targets AppModels (model-I served by app-I) and an
+// EndpointSlice per app holding -endpoints addresses, starts the server
+// with the reference setup's config (its chain model-to-endpoints), and
+// connects -clients raw ADS clients (go-control-plane's types, each
+// client one ADS stream and -streams-per-conn streams to an HTTP/2
+// connection), client C following -follow targets from C mod -targets
+// on as a gRPC client does: for each, its Listener, RouteConfiguration,
+// Cluster and ClusterLoadAssignment, each response ACKed. A client is
+// connected once it holds the assignment of every target it follows;
+// connecting stops after -give-up clients failed to within
+// -connect-timeout. The clients' HTTP/2 is either grpc-go (-client grpc:
+// a ClientConn per connection) or x/net/http2's framer (-client h2: one
+// goroutine per connection, a real HTTP/2 connection at a fraction of
+// the memory, for 10,000 clients in one process).
 //
-//   - the daemon's resident memory before the clients connect and with
-//     them connected, and the difference per client;
-//   - per write, the time from the write's start (the PATCH sent) to
-//     the HTTP stream's frame (visible), to the first and to the last of
-//     the target's xDS clients: p50, p99, max;
-//   - the daemon's CPU time during the writes, per write and per
-//     assignment pushed (metasync_xds_pushes_total{type="endpoint"}).
+// Then -rate writes a second for -for, round robin over the targets:
+// each replaces the endpoints of one app's slice with -endpoints - 1
+// fixed addresses and a marker address of its own (10.200.X.Y), so that
+// each client's assignment says which write it holds. Printed, per
+// server:
 //
-// Not part of `make test`:
+//   - its resident memory (VmRSS) before the clients connect and with
+//     them connected, and the difference per client (and heap in use);
+//   - per write, the time from the write's start (the PATCH sent) to the
+//     apiserver's watch event in this process, to the daemon's HTTP
+//     change stream of the index (visible; the daemon only), and to the
+//     first and to the last xDS client following the target: p50, p99,
+//     max;
+//   - the server's CPU time per write, and per assignment pushed; the
+//     responses of assignments it counted (metasync_xds_pushes_total,
+//     xdspeer_xds_pushes_total) and the clients received, the largest
+//     response a client received (grpc-go's clients refuse one over 4
+//     MiB by default); this process's own memory and CPU.
+//
+// -attack measures one abuse instead of the fan-out, against each
+// server:
+//
+//   - idle-streams: -attack-conns HTTP/2 connections, each with one ADS
+//     stream that never sends a request; then the time a legitimate
+//     client (grpc-go) takes to its first response, at most 20 s.
+//   - stall: a client whose HTTP/2 receive window is 0 asks for a
+//     Listener; then the time of GET /metrics and GET /v1/xds/clients on
+//     the server's HTTP port, and of a legitimate client's first
+//     response, at most 60 s each.
+//   - many-streams: one caller opens -attack-streams streams (4 to a
+//     connection) each asking for 1,000 names of each type; the
+//     server's goroutines (go_goroutines) and resident memory.
+//
+// The process raises its open file limit (RLIMIT_NOFILE) to the hard
+// limit, for itself and the servers it starts. Not part of `make test`:
 //
 //	go build -o /tmp/metasync ./cmd/metasync
 //	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/xdsload -bin /tmp/metasync
+//	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/xdsload -bin /tmp/metasync -peer -client h2 -clients 10000 -targets 100 -rate 20
+//	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/xdsload -bin /tmp/metasync -peer -clients 100 -targets 1000 -follow 1000 -endpoints 100 -rate 20
+//	KUBEBUILDER_ASSETS=$(bash hack/envtest-assets.sh) go run ./hack/xdsload -bin /tmp/metasync -attack idle-streams
 package main
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/iidp/metasync/internal/kubeapply"
 	"github.com/iidp/metasync/internal/testenv"
@@ -65,36 +96,94 @@ import (
 
 const ns = "xdsload"
 
-// The four resource types, as a gRPC client asks for them.
-const (
-	typeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	typeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	typeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	typeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-)
+// options are the flags.
+type options struct {
+	bin, peerBin   string
+	peer           bool
+	clients        int
+	targets        int
+	follow         int
+	endpoints      int
+	rate           int
+	dur            time.Duration
+	client         string
+	perConn        int
+	connectTimeout time.Duration
+	giveUp         int
+	attack         string
+	attackConns    int
+	attackStreams  int
+}
 
 func main() {
-	bin := flag.String("bin", "", "the metasync binary to measure (required)")
-	clients := flag.Int("clients", 1000, "xDS clients, each on a connection of its own")
-	targets := flag.Int("targets", 10, "targets (models), the clients spread over them")
-	rate := flag.Int("rate", 100, "writes a second, spread over the targets")
-	dur := flag.Duration("for", 20*time.Second, "how long to write")
+	var o options
+	flag.StringVar(&o.bin, "bin", "", "the metasync binary to measure")
+	flag.BoolVar(&o.peer, "peer", false, "also measure hack/xdspeer, after the daemon (alone without -bin)")
+	flag.StringVar(&o.peerBin, "peer-bin", "", "a built hack/xdspeer (default: built from this repository)")
+	flag.IntVar(&o.clients, "clients", 1000, "xDS clients, one ADS stream each")
+	flag.IntVar(&o.targets, "targets", 10, "targets (models)")
+	flag.IntVar(&o.follow, "follow", 1, "targets each client follows: client C follows targets C, C+1, ... mod -targets")
+	flag.IntVar(&o.endpoints, "endpoints", 2, "addresses of each target (a write keeps all but one, and replaces that one with its marker)")
+	flag.IntVar(&o.rate, "rate", 100, "writes a second, round robin over the targets")
+	flag.DurationVar(&o.dur, "for", 20*time.Second, "how long to write")
+	flag.StringVar(&o.client, "client", "grpc", "the clients' HTTP/2: grpc (grpc-go, a ClientConn per connection) or h2 (x/net/http2's framer, one goroutine per connection)")
+	flag.IntVar(&o.perConn, "streams-per-conn", 1, "ADS streams (clients) on each HTTP/2 connection")
+	flag.DurationVar(&o.connectTimeout, "connect-timeout", 20*time.Second, "how long a connection's clients may take to hold all their assignments")
+	flag.IntVar(&o.giveUp, "give-up", 200, "stop connecting once this many clients failed to")
+	flag.StringVar(&o.attack, "attack", "", "measure an abuse instead: idle-streams, stall or many-streams")
+	flag.IntVar(&o.attackConns, "attack-conns", 4096, "idle-streams: connections, one idle stream each")
+	flag.IntVar(&o.attackStreams, "attack-streams", 20, "many-streams: streams of 1,000 names each")
 	flag.Parse()
-	if *bin == "" {
-		fmt.Fprintln(os.Stderr, "xdsload: -bin is required")
+	switch {
+	case o.bin == "" && !o.peer:
+		fmt.Fprintln(os.Stderr, "xdsload: -bin or -peer is required")
+		os.Exit(2)
+	case o.client != "grpc" && o.client != "h2":
+		fmt.Fprintln(os.Stderr, "xdsload: -client is grpc or h2")
+		os.Exit(2)
+	case o.attack != "" && o.attack != "idle-streams" && o.attack != "stall" && o.attack != "many-streams":
+		fmt.Fprintln(os.Stderr, "xdsload: -attack is idle-streams, stall or many-streams")
+		os.Exit(2)
+	case o.endpoints < 2 || o.endpoints > 250*250:
+		fmt.Fprintln(os.Stderr, "xdsload: -endpoints from 2")
 		os.Exit(2)
 	}
-	if err := run(*bin, *clients, *targets, *rate, *dur); err != nil {
+	o.follow = min(max(o.follow, 1), o.targets)
+	o.perConn = max(o.perConn, 1)
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "xdsload:", err)
 		os.Exit(1)
 	}
 }
 
+// raiseNoFile sets the open file limit to the hard limit, for this
+// process and its children.
+func raiseNoFile() uint64 {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil {
+		return 0
+	}
+	r.Cur = r.Max
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r)
+	return r.Cur
+}
+
+// maxSeq bounds the writes of a run: markers are 10.200.0.1 to
+// 10.200.255.250.
+const maxSeq = 256 * 250
+
 // marker is the address of write seq.
 func marker(seq int) string { return fmt.Sprintf("10.200.%d.%d", seq/250, seq%250+1) }
 
+// fixed is the i-th address that no write changes.
+func fixed(i int) string { return fmt.Sprintf("10.100.%d.%d", i/250, i%250+1) }
+
 // seqOf reads the write of a marker address, or -1.
 func seqOf(addr string) int {
+	if !strings.HasPrefix(addr, "10.200.") {
+		return -1
+	}
 	var a, b int
 	if _, err := fmt.Sscanf(addr, "10.200.%d.%d", &a, &b); err != nil {
 		return -1
@@ -102,47 +191,166 @@ func seqOf(addr string) int {
 	return a*250 + b - 1
 }
 
-// slicePatch is the merge patch that makes app's slice hold the fixed
-// address and seq's marker.
-func slicePatch(seq int) []byte {
-	b, _ := json.Marshal(map[string]any{"endpoints": []any{
-		map[string]any{"addresses": []string{"10.100.0.1"}, "conditions": map[string]any{"ready": true}},
-		map[string]any{"addresses": []string{marker(seq)}, "conditions": map[string]any{"ready": true}},
-	}})
+// endpointsOf is a slice's endpoints: the fixed addresses 0 to n-2,
+// and last.
+func endpointsOf(n int, last string) []any {
+	var eps []any
+	for i := range n - 1 {
+		eps = append(eps, map[string]any{"addresses": []string{fixed(i)}, "conditions": map[string]any{"ready": true}})
+	}
+	return append(eps, map[string]any{"addresses": []string{last}, "conditions": map[string]any{"ready": true}})
+}
+
+// slicePatch is the merge patch that makes a slice hold the fixed
+// addresses and seq's marker.
+func slicePatch(n, seq int) []byte {
+	b, _ := json.Marshal(map[string]any{"endpoints": endpointsOf(n, marker(seq))})
 	return b
 }
 
-// arrivals records when each write was seen, by whom.
+// How a write was seen.
+const (
+	sawXDS  = iota // by an xDS client
+	sawHTTP        // on the daemon's HTTP change stream
+	sawAPI         // as the apiserver's watch event
+)
+
+// arrivals records when each write of one run was seen, by whom.
 type arrivals struct {
 	mu      sync.Mutex
+	base    int // the run's first write: markers below are older
 	start   map[int]time.Time
-	visible map[int]time.Time
-	clients map[int][]time.Time // xDS clients that got it
 	target  map[int]int
+	visible map[int]time.Time
+	api     map[int]time.Time
+	clients map[int][]time.Time // xDS clients that got it
+	last    time.Time           // the last xDS arrival
 }
 
-func (a *arrivals) saw(seq int, at time.Time, xds bool) {
+func newArrivals(base int) *arrivals {
+	return &arrivals{base: base, start: map[int]time.Time{}, target: map[int]int{}, visible: map[int]time.Time{}, api: map[int]time.Time{}, clients: map[int][]time.Time{}}
+}
+
+func (a *arrivals) saw(seq int, at time.Time, how int) {
+	if a == nil || seq < a.base {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if xds {
+	switch how {
+	case sawXDS:
 		a.clients[seq] = append(a.clients[seq], at)
-	} else if _, ok := a.visible[seq]; !ok {
-		a.visible[seq] = at
+		a.last = at
+	case sawHTTP:
+		if _, ok := a.visible[seq]; !ok {
+			a.visible[seq] = at
+		}
+	case sawAPI:
+		if _, ok := a.api[seq]; !ok {
+			a.api[seq] = at
+		}
 	}
 }
 
-func run(bin string, clients, targets, rate int, dur time.Duration) error {
+// caughtUp tells whether the last write to each target, of writes from
+// to to, reached every client that follows it.
+func (a *arrivals) caughtUp(from, to int, followers []int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := map[int]bool{}
+	for n := to - 1; n >= from; n-- {
+		t := a.target[n]
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		if len(a.clients[n]) < followers[t] {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *arrivals) lastXDS() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+func run(o options) error {
+	nofile := raiseNoFile()
 	env, err := testenv.Start()
 	if err != nil {
 		return err
 	}
 	defer env.Stop()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	dir, err := os.MkdirTemp("", "xdsload-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if err := createObjects(ctx, env, dir, o); err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	// The apiserver's watch events, the reference of every run.
+	var current atomic.Pointer[arrivals]
+	go watchSlices(ctx, env, &current)
+
+	type which struct{ bin, peer string }
+	var servers []which
+	if o.bin != "" {
+		servers = append(servers, which{bin: o.bin})
+	}
+	if o.peer {
+		peer := o.peerBin
+		if peer == "" {
+			peer = filepath.Join(dir, "xdspeer")
+			build := exec.Command("go", "build", "-o", peer, "./hack/xdspeer")
+			build.Dir, build.Stdout, build.Stderr = testenv.Root(), os.Stderr, os.Stderr
+			if err := build.Run(); err != nil {
+				return fmt.Errorf("building hack/xdspeer: %w", err)
+			}
+		}
+		servers = append(servers, which{peer: peer})
+	}
+	fmt.Printf("open file limit %d; %d targets of %d endpoints each\n", nofile, o.targets, o.endpoints)
+	var results []*result
+	seq := 0
+	for _, w := range servers {
+		s, err := startServer(w.bin, w.peer, dir, kubeconfig)
+		if err != nil {
+			return err
+		}
+		if o.attack != "" {
+			err = attack(o, s)
+		} else {
+			var r *result
+			r, err = measure(ctx, o, env, s, &current, &seq)
+			results = append(results, r)
+		}
+		if n := strings.Count(s.logs.String(), `"level":"ERROR"`); n > 0 {
+			fmt.Printf("%s errors logged: %d\n", s.name, n)
+		}
+		s.stop()
+		if err != nil {
+			return err
+		}
+	}
+	if len(results) > 1 {
+		printTable(results)
+	}
+	return nil
+}
+
+// createObjects creates the namespace, the AppModel CRD, and the
+// AppModels and EndpointSlices of the targets.
+func createObjects(ctx context.Context, env *testenv.Env, dir string, o options) error {
 	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -150,244 +358,66 @@ func run(bin string, clients, targets, rate int, dur time.Duration) error {
 		return err
 	}
 	var manifest strings.Builder
-	for i := range targets {
+	eps, _ := json.Marshal(endpointsOf(o.endpoints, fixed(o.endpoints-1)))
+	for i := range o.targets {
 		fmt.Fprintf(&manifest, "---\napiVersion: iidp.com/v1\nkind: AppModel\nmetadata: {name: app-%d, namespace: %s, labels: {iidp: iidp}}\nspec: {type: model, version: '1', models: [model-%d]}\n", i, ns, i)
-		fmt.Fprintf(&manifest, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: app-%d, namespace: %s, labels: {kubernetes.io/service-name: app-%d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.100.0.1], conditions: {ready: true}}]\n", i, ns, i)
+		fmt.Fprintf(&manifest, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: app-%d, namespace: %s, labels: {kubernetes.io/service-name: app-%d}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: %s\n", i, ns, i, eps)
 	}
 	objects := filepath.Join(dir, "objects.yaml")
 	if err := os.WriteFile(objects, []byte(manifest.String()), 0o600); err != nil {
 		return err
 	}
 	// The CRD is established before its objects can be applied.
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	var err error
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if err = kubeapply.Files(ctx, env.Config, objects); err == nil || time.Now().After(end) {
 			break
 		}
 	}
-	if err != nil {
-		return err
-	}
-
-	addr, xdsAddr := freeAddr(), freeAddr()
-	config := filepath.Join(dir, "config.yaml")
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cfg, err := testenv.ReferenceConfig(ns)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(config, cfg, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		return err
-	}
-	logs := &testenv.Buffer{}
-	cmd := exec.Command(bin, "serve", "--config", config, "--kubeconfig", kubeconfig, "--listen", addr, "--xds-listen", xdsAddr, "--log-level", "warn")
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := cmd.Process.Pid
-	for end := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(end) {
-			return fmt.Errorf("the daemon is not ready after 60 s:\n%s", logs)
-		}
-	}
-	time.Sleep(2 * time.Second)
-	before, heapBefore := rss(pid), heap(addr)
-	fmt.Printf("binary: %s\nclients %d on %d targets, %d writes/s for %s\n", bin, clients, targets, rate, dur)
-	fmt.Printf("daemon resident before the clients: %s\n", mib(before))
-
-	got := &arrivals{start: map[int]time.Time{}, visible: map[int]time.Time{}, clients: map[int][]time.Time{}, target: map[int]int{}}
-	// The reference: one change stream per target.
-	for i := range targets {
-		go follow(addr, i, got)
-	}
-	var ready sync.WaitGroup
-	var failed atomic.Int64
-	t0 := time.Now()
-	conns := make(chan *grpc.ClientConn, clients)
-	sem := make(chan struct{}, 50) // connecting at most 50 at once
-	for c := range clients {
-		ready.Add(1)
-		sem <- struct{}{}
-		go func() {
-			first := true
-			// client returns when its stream ends: before its first
-			// assignment, it failed.
-			_ = client(xdsAddr, c, c%targets, got, conns, func() {
-				if first {
-					first = false
-					<-sem
-					ready.Done()
-				}
-			})
-			if first {
-				failed.Add(1)
-				<-sem
-				ready.Done()
-			}
-		}()
-	}
-	ready.Wait()
-	fmt.Printf("clients connected, each with its first assignment, in %s (%d failed)\n", time.Since(t0).Round(time.Millisecond), failed.Load())
-	time.Sleep(3 * time.Second)
-	with, heapWith := rss(pid), heap(addr)
-	fmt.Printf("daemon resident with them: %s, %s more per client; heap in use %s more per client\n", mib(with), kib((with-min(with, before))/uint64(clients)),
-		kib((heapWith-min(heapWith, heapBefore))/uint64(clients)))
-	fmt.Printf("metasync_xds_clients %s\n", metric(addr, "metasync_xds_clients"))
-
-	pushes0, _ := strconv.ParseFloat(metric(addr, `metasync_xds_pushes_total{type="endpoint"}`), 64)
-	cpu0, self0 := cpuTime(pid), cpuTime(os.Getpid())
-	wall0 := time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	seq := 0
-	var writes sync.WaitGroup
-	var writeErrs atomic.Int64
-	for end := time.Now().Add(dur); time.Now().Before(end); <-tick.C {
-		s, target := seq, seq%targets
-		seq++
-		got.mu.Lock()
-		got.start[s] = time.Now()
-		got.target[s] = target
-		got.mu.Unlock()
-		writes.Go(func() {
-			_, err := env.Kube.DiscoveryV1().EndpointSlices(ns).Patch(ctx, fmt.Sprintf("app-%d", target), types.MergePatchType, slicePatch(s), metav1.PatchOptions{})
-			if err != nil {
-				writeErrs.Add(1)
-			}
-		})
-	}
-	tick.Stop()
-	writes.Wait()
-	time.Sleep(3 * time.Second) // the last pushes arrive
-	cpu, self := cpuTime(pid)-cpu0, cpuTime(os.Getpid())-self0
-	wall := time.Since(wall0)
-	pushes1, _ := strconv.ParseFloat(metric(addr, `metasync_xds_pushes_total{type="endpoint"}`), 64)
-	pushes := pushes1 - pushes0
-
-	perTarget := clients / targets
-	var vis, firstLat, lastLat []time.Duration
-	complete, partial := 0, 0
-	got.mu.Lock()
-	for s := range seq {
-		start := got.start[s]
-		if v, ok := got.visible[s]; ok {
-			vis = append(vis, v.Sub(start))
-		}
-		ts := got.clients[s]
-		if len(ts) == 0 {
-			continue
-		}
-		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-		firstLat = append(firstLat, ts[0].Sub(start))
-		if len(ts) >= perTarget+boolInt(got.target[s] < clients%targets) {
-			complete++
-			lastLat = append(lastLat, ts[len(ts)-1].Sub(start))
-		} else {
-			partial++
-		}
-	}
-	got.mu.Unlock()
-	fmt.Printf("writes: %d (%d failed); seen by every client of the target: %d, by some (a later write came first): %d\n", seq, writeErrs.Load(), complete, partial)
-	fmt.Printf("write → visible (HTTP stream):  %s\n", quantiles(vis))
-	fmt.Printf("write → first xDS client:       %s\n", quantiles(firstLat))
-	fmt.Printf("write → last xDS client:        %s\n", quantiles(lastLat))
-	fmt.Printf("daemon CPU during the writes: %s in %s (%.2f cores); %.0f assignments pushed; %s per write, %s per push\n",
-		cpu.Round(time.Millisecond), wall.Round(time.Millisecond), cpu.Seconds()/wall.Seconds(), pushes,
-		(cpu / time.Duration(max(seq, 1))).Round(time.Microsecond), time.Duration(float64(cpu)/max(pushes, 1)).Round(100*time.Nanosecond))
-	fmt.Printf("this process (clients, writer, control plane's client side) meanwhile: %.2f cores\n", self.Seconds()/wall.Seconds())
-	if n := strings.Count(logs.String(), `"level":"ERROR"`); n > 0 {
-		fmt.Printf("daemon errors logged: %d\n", n)
-	}
-	close(conns)
-	for c := range conns {
-		c.Close()
-	}
-	return nil
+	return err
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// client follows target over one ADS stream until the stream ends:
-// every response ACKed, every assignment's marker recorded; ready is
-// called at its first assignment.
-func client(xdsAddr string, id, target int, got *arrivals, conns chan<- *grpc.ClientConn, ready func()) error {
-	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	conns <- conn
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
-	if err != nil {
-		return err
-	}
-	name := fmt.Sprintf("chains/model-to-endpoints/model-%d", target)
-	names := map[string]string{typeListener: name, typeRoute: name, typeCluster: name, typeEndpoint: name}
-	node := fmt.Sprintf(`xdsload-%d`, id)
-	for _, typeURL := range []string{typeListener, typeRoute, typeCluster, typeEndpoint} {
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: []string{names[typeURL]}}
-		if typeURL == typeListener {
-			req.Node = nodeOf(node)
-		}
-		if err := stream.Send(req); err != nil {
-			return err
-		}
-	}
-	for {
-		r, err := stream.Recv()
+// watchSlices records the markers of the apiserver's watch events of
+// the slices in the current run's arrivals.
+func watchSlices(ctx context.Context, env *testenv.Env, current *atomic.Pointer[arrivals]) {
+	rv := ""
+	for ctx.Err() == nil {
+		w, err := env.Kube.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		if err != nil {
-			return err
-		}
-		at := time.Now()
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResourceNames: []string{names[r.GetTypeUrl()]}, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
-			return err
-		}
-		if r.GetTypeUrl() != typeEndpoint {
+			time.Sleep(time.Second)
 			continue
 		}
-		ready()
-		for _, a := range r.GetResources() {
-			cla := &endpointv3.ClusterLoadAssignment{}
-			if a.UnmarshalTo(cla) != nil {
+		for ev := range w.ResultChan() {
+			at := time.Now()
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok || ev.Type == watch.Error {
+				rv = ""
 				continue
 			}
-			for _, l := range cla.GetEndpoints() {
-				for _, e := range l.GetLbEndpoints() {
-					if s := seqOf(e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()); s >= 0 {
-						got.saw(s, at, true)
+			rv = s.ResourceVersion
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					if seq := seqOf(a); seq >= 0 {
+						current.Load().saw(seq, at, sawAPI)
 					}
 				}
 			}
 		}
+		w.Stop()
 	}
 }
 
-func nodeOf(id string) *corev3.Node { return &corev3.Node{Id: id} }
-
-// follow reads the HTTP change stream of target's model, recording each
-// marker when first seen.
-func follow(addr string, target int, got *arrivals) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/v1/chains/model-to-endpoints/keys/model-%d?watch=true", addr, target))
+// followIndex reads the daemon's HTTP change stream of the index of
+// the slices' endpoints, recording each marker when first seen.
+func followIndex(ctx context.Context, addr string, got *arrivals) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/indexes/service-to-endpoints/keys?watch=true", nil)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
 		at := time.Now()
 		var frame struct {
@@ -399,10 +429,254 @@ func follow(addr string, target int, got *arrivals) {
 		for _, v := range frame.Values {
 			host, _, _ := net.SplitHostPort(v)
 			if s := seqOf(host); s >= 0 {
-				got.saw(s, at, false)
+				got.saw(s, at, sawHTTP)
 			}
 		}
 	}
+}
+
+// result is what one run measured.
+type result struct {
+	server                string
+	rssBefore, rssWith    uint64
+	heapBefore, heapWith  uint64
+	goroutines            float64
+	clients, connected    int
+	connectTime           time.Duration
+	writes, complete      int
+	api, vis, first, last []time.Duration
+	cpu, wall             time.Duration
+	pushes                float64
+	edsResponses, cla     int64
+	maxResponse           int64
+	ended                 int64
+	selfRSS               uint64
+	scrape                time.Duration
+	machine               float64 // cores busy while writing
+	selfCores             float64
+}
+
+// measure connects the clients to s, writes, and prints what it took.
+func measure(ctx context.Context, o options, env *testenv.Env, s *server, current *atomic.Pointer[arrivals], seq *int) (*result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	base := *seq
+	got := newArrivals(base)
+	current.Store(got)
+	if s.name == "metasync" {
+		go followIndex(ctx, s.http, got)
+	}
+	time.Sleep(3 * time.Second)
+	r := &result{server: s.name, clients: o.clients}
+	r.rssBefore, r.heapBefore = rss(s.pid), s.heap()
+	debug.FreeOSMemory() // what an earlier run left is not this one's
+	selfBefore := rss(os.Getpid())
+	fmt.Printf("\n== %s (%s)\n", s.name, s.cmd.Path)
+	fmt.Printf("clients %d (%s, %d a connection) following %d of %d targets each, %d writes/s for %s\n",
+		o.clients, o.client, o.perConn, o.follow, o.targets, o.rate, o.dur)
+	fmt.Printf("resident before the clients: %s (heap in use %s)\n", mib(r.rssBefore), mib(r.heapBefore))
+
+	t := &tally{}
+	clients := make([]*adsClient, o.clients)
+	for c := range clients {
+		var ts []int
+		for j := range o.follow {
+			ts = append(ts, (c+j)%o.targets)
+		}
+		clients[c] = newClient(c, ts, got, t)
+	}
+	var (
+		mu     sync.Mutex
+		conns  []conn
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	t0 := time.Now()
+	sem := make(chan struct{}, 50) // connecting at most 50 connections at once
+	launched := 0
+	for g := 0; g < len(clients) && failed.Load() < int64(o.giveUp); g += o.perConn {
+		sem <- struct{}{}
+		group := clients[g:min(g+o.perConn, len(clients))]
+		launched += len(group)
+		wg.Go(func() {
+			c, n := dialGroup(o.client, s.xds, group, o.connectTimeout)
+			<-sem
+			failed.Add(int64(len(group) - n))
+			if c != nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	r.connectTime = time.Since(t0)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	followers := make([]int, o.targets)
+	for _, a := range clients {
+		select {
+		case <-a.ready:
+			a.counted.Store(true)
+			r.connected++
+			for _, tg := range a.targets {
+				followers[tg]++
+			}
+		default:
+		}
+	}
+	fmt.Printf("clients connected, each holding its assignments: %d of %d in %s (%d failed; %d not tried)\n",
+		r.connected, o.clients, r.connectTime.Round(time.Millisecond), failed.Load(), o.clients-launched)
+	if r.connected == 0 {
+		return r, errors.New("no client connected")
+	}
+	time.Sleep(3 * time.Second)
+	r.rssWith, r.heapWith = rss(s.pid), s.heap()
+	r.goroutines = s.value("go_goroutines")
+	debug.FreeOSMemory()
+	self := rss(os.Getpid())
+	r.selfRSS = self - min(self, selfBefore)
+	fmt.Printf("resident with them: %s, %s more per client; heap in use %s, %s more per client; %.0f goroutines; %s_clients %s\n",
+		mib(r.rssWith), kib((r.rssWith-min(r.rssWith, r.rssBefore))/uint64(r.connected)),
+		mib(r.heapWith), kib((r.heapWith-min(r.heapWith, r.heapBefore))/uint64(r.connected)), r.goroutines,
+		strings.TrimSuffix(s.prefix, "_"), s.metric(s.prefix+"clients"))
+
+	scrape := time.Now()
+	pushes0 := s.pushes()
+	r.scrape = time.Since(scrape)
+	eds0, cla0 := t.edsResponses.Load(), t.assignments.Load()
+	cpu0, self0, busy0 := cpuTime(s.pid), cpuTime(os.Getpid()), machineBusy()
+	wall0 := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	var writes sync.WaitGroup
+	var writeErrs atomic.Int64
+	for end := time.Now().Add(o.dur); time.Now().Before(end) && *seq < maxSeq; <-tick.C {
+		n, target := *seq, (*seq-base)%o.targets
+		*seq++
+		got.mu.Lock()
+		got.start[n] = time.Now()
+		got.target[n] = target
+		got.mu.Unlock()
+		writes.Go(func() {
+			_, err := env.Kube.DiscoveryV1().EndpointSlices(ns).Patch(ctx, fmt.Sprintf("app-%d", target), types.MergePatchType, slicePatch(o.endpoints, n), metav1.PatchOptions{})
+			if err != nil {
+				writeErrs.Add(1)
+			}
+		})
+	}
+	tick.Stop()
+	writes.Wait()
+	writesEnd := time.Now()
+	// The last pushes arrive: until every client holds the last write
+	// of each target it follows (at most 2 minutes).
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end) && !got.caughtUp(base, *seq, followers); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	cpu, selfCPU, busy := cpuTime(s.pid)-cpu0, cpuTime(os.Getpid())-self0, machineBusy()-busy0
+	r.wall = later(got.lastXDS(), writesEnd).Sub(wall0)
+	r.cpu = cpu
+	pushes1 := s.pushes()
+	r.pushes = pushes1 - pushes0
+	r.edsResponses, r.cla = t.edsResponses.Load()-eds0, t.assignments.Load()-cla0
+	r.maxResponse, r.ended = t.maxResponse.Load(), t.ended.Load()
+	r.selfCores = selfCPU.Seconds() / time.Since(wall0).Seconds()
+
+	partial := 0
+	got.mu.Lock()
+	for n := base; n < *seq; n++ {
+		r.writes++
+		start := got.start[n]
+		if v, ok := got.api[n]; ok {
+			r.api = append(r.api, v.Sub(start))
+		}
+		if v, ok := got.visible[n]; ok {
+			r.vis = append(r.vis, v.Sub(start))
+		}
+		ts := got.clients[n]
+		if len(ts) == 0 {
+			continue
+		}
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		r.first = append(r.first, ts[0].Sub(start))
+		if len(ts) >= followers[got.target[n]] {
+			r.complete++
+			r.last = append(r.last, ts[len(ts)-1].Sub(start))
+		} else {
+			partial++
+		}
+	}
+	got.mu.Unlock()
+	fmt.Printf("writes: %d (%d failed); seen by every client of the target: %d, by some (a later write came first): %d\n", r.writes, writeErrs.Load(), r.complete, partial)
+	fmt.Printf("write → apiserver watch event:  %s\n", quantiles(r.api))
+	if s.name == "metasync" {
+		fmt.Printf("write → visible (HTTP stream):  %s\n", quantiles(r.vis))
+	}
+	fmt.Printf("write → first xDS client:       %s\n", quantiles(r.first))
+	fmt.Printf("write → last xDS client:        %s\n", quantiles(r.last))
+	fmt.Printf("%s CPU: %s in %s (%.2f cores); %s per write; assignment responses: %.0f counted by the server, %d received holding %d assignments; %s per assignment received\n",
+		s.name, cpu.Round(time.Millisecond), r.wall.Round(time.Millisecond), cpu.Seconds()/r.wall.Seconds(),
+		(cpu / time.Duration(max(r.writes, 1))).Round(time.Microsecond), r.pushes, r.edsResponses, r.cla,
+		time.Duration(float64(cpu)/float64(max(r.cla, 1))).Round(100*time.Nanosecond))
+	fmt.Printf("the server's count of assignment responses: %.0f → %.0f; GET /metrics with the clients connected took %s\n", pushes0, pushes1, r.scrape.Round(time.Millisecond))
+	r.machine = busy.Seconds() / time.Since(wall0).Seconds()
+	fmt.Printf("the machine meanwhile: %.2f cores busy of %d (the server, this process, the apiserver and etcd, and anything else running)\n", r.machine, runtime.NumCPU())
+	fmt.Printf("largest response a client received: %s; streams that ended while measured: %d\n", kib(uint64(r.maxResponse)), r.ended)
+	fmt.Printf("this process (clients, writer, control plane's client side): %s more resident with the clients (%s per client), %.2f cores while writing\n",
+		mib(r.selfRSS), kib(r.selfRSS/uint64(r.connected)), r.selfCores)
+	return r, nil
+}
+
+// printTable prints the runs side by side.
+func printTable(rs []*result) {
+	row := func(name string, f func(r *result) string) {
+		fmt.Printf("| %s |", name)
+		for _, r := range rs {
+			fmt.Printf(" %s |", f(r))
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+	row("", func(r *result) string { return r.server })
+	row("---", func(*result) string { return "---" })
+	row("clients connected", func(r *result) string {
+		return fmt.Sprintf("%d of %d in %s", r.connected, r.clients, r.connectTime.Round(10*time.Millisecond))
+	})
+	row("resident before → with clients", func(r *result) string { return mib(r.rssBefore) + " → " + mib(r.rssWith) })
+	row("resident per client", func(r *result) string {
+		return kib((r.rssWith - min(r.rssWith, r.rssBefore)) / uint64(max(r.connected, 1)))
+	})
+	row("heap in use per client", func(r *result) string {
+		return kib((r.heapWith - min(r.heapWith, r.heapBefore)) / uint64(max(r.connected, 1)))
+	})
+	row("goroutines with clients", func(r *result) string { return fmt.Sprintf("%.0f", r.goroutines) })
+	row("writes (seen by every client)", func(r *result) string { return fmt.Sprintf("%d (%d)", r.writes, r.complete) })
+	row("write → apiserver event p50 / p99", func(r *result) string { return p5099(r.api) })
+	row("write → first client p50 / p99", func(r *result) string { return p5099(r.first) })
+	row("write → last client p50 / p99 / max", func(r *result) string { return p5099(r.last) + " / " + qmax(r.last) })
+	row("CPU (cores)", func(r *result) string {
+		return fmt.Sprintf("%s (%.2f)", r.cpu.Round(10*time.Millisecond), r.cpu.Seconds()/r.wall.Seconds())
+	})
+	row("machine busy while writing (cores)", func(r *result) string { return fmt.Sprintf("%.2f", r.machine) })
+	row("CPU per write", func(r *result) string {
+		return (r.cpu / time.Duration(max(r.writes, 1))).Round(10 * time.Microsecond).String()
+	})
+	row("assignment responses counted / received", func(r *result) string { return fmt.Sprintf("%.0f / %d", r.pushes, r.edsResponses) })
+	row("assignments received", func(r *result) string { return fmt.Sprint(r.cla) })
+	row("largest response", func(r *result) string { return kib(uint64(r.maxResponse)) })
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func quantile(d []time.Duration, p float64) time.Duration {
+	return d[min(len(d)-1, int(p*float64(len(d))))]
 }
 
 func quantiles(d []time.Duration) string {
@@ -410,59 +684,21 @@ func quantiles(d []time.Duration) string {
 		return "none"
 	}
 	slices.Sort(d)
-	q := func(p float64) time.Duration {
-		return d[min(len(d)-1, int(p*float64(len(d))))].Round(10 * time.Microsecond)
-	}
+	q := func(p float64) time.Duration { return quantile(d, p).Round(10 * time.Microsecond) }
 	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", q(0.5), q(0.99), d[len(d)-1].Round(10*time.Microsecond), len(d))
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+func p5099(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	slices.Sort(d)
+	return fmt.Sprintf("%s / %s", quantile(d, 0.5).Round(100*time.Microsecond), quantile(d, 0.99).Round(100*time.Microsecond))
 }
 
-// metric is the value of the first sample line of /metrics that starts
-// with name, or "".
-func metric(addr, name string) string {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
+func qmax(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			return rest
-		}
-	}
-	return ""
+	return slices.Max(d).Round(100 * time.Microsecond).String()
 }
-
-// cpuTime is the user and system CPU time of pid.
-func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command's closing parenthesis: utime and
-	// stime are the 12th and 13th (clock ticks of 1/100 s).
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	s, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
-}
-
-func rss(pid int) uint64 { return testenv.Resident(pid) }
-
-// heap is the daemon's go_memstats_heap_inuse_bytes.
-func heap(addr string) uint64 {
-	v, _ := strconv.ParseFloat(metric(addr, "go_memstats_heap_inuse_bytes"), 64)
-	return uint64(v)
-}
-
-func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-func kib(b uint64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
