@@ -291,9 +291,11 @@ func (c *client) respond(typeURL string, always bool) error {
 			continue
 		}
 		// Assignments and route configurations go one by one: a push
-		// holds those that changed, so that one the client rejected is
-		// not sent again with another's change.
-		if old, was := st.sent[name]; always || !perResource || !was || old != a {
+		// holds those that changed, or that the client does not hold
+		// (a new name is answered without the others it follows), so
+		// that one the client rejected is not sent again with another's
+		// change.
+		if old, was := st.sent[name]; !perResource || !was || old != a {
 			changed = append(changed, name)
 		}
 	}
