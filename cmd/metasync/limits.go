@@ -60,10 +60,13 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 // them with what remains of the budget for HTTP connections. Without
 // --xds-listen (on false), xDS takes nothing.
 func (f limitFlags) xdsLimits(on bool, connCap int, log *slog.Logger) (xds.Limits, int, error) {
-	for name, v := range map[string]int{"xds-max-connections": *f.xdsConnections, "xds-max-connections-per-caller": *f.xdsConnsPerCaller,
+	if v := *f.xdsConnections; v < 0 {
+		return xds.Limits{}, 0, fmt.Errorf("--xds-max-connections %d: want a positive number, or 0 for the default", v)
+	}
+	for name, v := range map[string]int{"xds-max-connections-per-caller": *f.xdsConnsPerCaller,
 		"xds-max-streams-per-caller": *f.xdsStreamsPerCaller, "xds-max-names-per-caller": *f.xdsNamesPerCaller} {
 		if v < 0 {
-			return xds.Limits{}, 0, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+			return xds.Limits{}, 0, fmt.Errorf("--%s %d: want a positive number, or 0 for no limit", name, v)
 		}
 	}
 	if !on {

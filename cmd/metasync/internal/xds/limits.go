@@ -106,11 +106,12 @@ type xconn struct {
 	g    *gate
 	once gosync.Once
 	// Under gate.mu:
-	elem    *list.Element // in gate.idle while it has no stream
-	addr    string        // the remote address, without port
-	owner   string        // its first stream's caller; "": counted in unowned
-	streams int
-	closed  bool // closed, or evicted: its place is given back
+	elem      *list.Element // in gate.idle while it has no stream
+	idleSince time.Time     // when it last had no stream
+	addr      string        // the remote address, without port
+	owner     string        // its first stream's caller; "": counted in unowned
+	streams   int
+	closed    bool // closed, or evicted: its place is given back
 }
 
 type connKey struct{}
@@ -181,7 +182,7 @@ func (g *gate) admit(r *http.Request, caller string) (release func(), reason, ms
 			}
 			if xc != nil {
 				if xc.streams--; xc.streams == 0 && !xc.closed {
-					xc.elem = g.idle.PushBack(xc)
+					xc.elem, xc.idleSince = g.idle.PushBack(xc), time.Now()
 				}
 			}
 		})
@@ -249,11 +250,11 @@ func (l *xlistener) Accept() (net.Conn, error) {
 		}
 		var victim *xconn
 		if l.Connections > 0 && g.open >= l.Connections {
-			e := g.idle.Front()
+			e := g.victim(addr)
 			if e == nil {
 				g.mu.Unlock()
 				_ = c.Close()
-				g.s.refuse(refusedConnections, "addr:"+addr, fmt.Sprintf("every xDS connection (at most %d) carries a stream", l.Connections))
+				g.s.refuse(refusedConnections, "addr:"+addr, fmt.Sprintf("every xDS connection (at most %d) carries a stream or is new", l.Connections))
 				continue
 			}
 			victim = e.Value.(*xconn)
@@ -266,13 +267,32 @@ func (l *xlistener) Accept() (net.Conn, error) {
 			g.unowned = map[string]int{}
 		}
 		g.unowned[addr]++
-		xc.elem = g.idle.PushBack(xc)
+		xc.elem, xc.idleSince = g.idle.PushBack(xc), time.Now()
 		g.mu.Unlock()
 		if victim != nil {
 			_ = victim.Conn.Close() // its server goroutine sees it closed, and ends
 		}
 		return xc, nil
 	}
+}
+
+// evictAfter is how long a connection without a stream is safe from
+// eviction by another address's new connection: time for a client to
+// finish its handshake and open its stream.
+var evictAfter = 10 * time.Second
+
+// victim is the connection without a stream to close for a new one from
+// addr (under gate.mu): addr's own idle longest, else another's idle
+// longer than evictAfter, else none. One address's flood of connections
+// evicts only its own, and never a newcomer still opening its stream.
+func (g *gate) victim(addr string) *list.Element {
+	old := time.Now().Add(-evictAfter)
+	for e := g.idle.Front(); e != nil; e = e.Next() {
+		if xc := e.Value.(*xconn); xc.addr == addr || xc.idleSince.Before(old) {
+			return e
+		}
+	}
+	return nil
 }
 
 // disown uncounts a connection from addr that had no owner (under

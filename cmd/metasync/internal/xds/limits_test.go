@@ -167,7 +167,11 @@ func TestConnectionsPerCaller(t *testing.T) {
 		t.Errorf("%d of 10 connections without a stream from one address closed, want 8", closed)
 	}
 	// At the limit of 8 (2 streams' + 3 + 2 idle): new callers still get in,
-	// in place of connections without a stream.
+	// in place of connections without a stream idle long enough.
+	was := evictAfter
+	evictAfter = 100 * time.Millisecond
+	t.Cleanup(func() { evictAfter = was })
+	time.Sleep(200 * time.Millisecond)
 	for _, from := range []string{"127.0.0.6", "127.0.0.7", "127.0.0.8", "127.0.0.9"} {
 		if _, err := ask(t, dialFrom(t, addr, from), name); err != nil {
 			t.Errorf("a new caller %s at the connection limit: %v", from, err)

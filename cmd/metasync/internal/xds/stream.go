@@ -403,7 +403,7 @@ func (c *client) resource(typeURL, name string) (*assignment, error) {
 		return nil, nil
 	}
 	if ok, err := c.may(t); !ok {
-		if typeURL == TypeEndpoint {
+		if typeURL == TypeEndpoint && err == nil {
 			c.unfollow(name) // what it may not read, it does not follow
 		}
 		return nil, err
