@@ -126,14 +126,10 @@ func encodeAssignment(cluster string, groups []locality) []byte {
 	return m
 }
 
-// encodeResponse is a DiscoveryResponse of typeURL holding resources (each
-// an encoded message of that type), with version and nonce.
-func encodeResponse(typeURL, version, nonce string, resources [][]byte) []byte {
-	return encodeFrame(typeURL, version, nonce, resources)[frameHeader:]
-}
-
-// encodeFrame is encodeResponse after frameHeader bytes of room for the
-// gRPC prefix: one buffer, sized once, written in place.
+// encodeFrame is a DiscoveryResponse of typeURL holding resources (each
+// an encoded message of that type), with version and nonce, after
+// frameHeader bytes of room for the gRPC prefix: one buffer, sized once,
+// written in place.
 func encodeFrame(typeURL, version, nonce string, resources [][]byte) []byte {
 	n := frameHeader + 2*len(version) + len(typeURL) + 32
 	for _, r := range resources {

@@ -111,7 +111,7 @@ func TestEncodings(t *testing.T) {
 		},
 	})
 	resp := &discoveryv3.DiscoveryResponse{}
-	if err := proto.Unmarshal(encodeResponse(TypeCluster, "3", "3", [][]byte{encodeCluster("a/b/c")}), resp); err != nil {
+	if err := proto.Unmarshal(encodeFrame(TypeCluster, "3", "3", [][]byte{encodeCluster("a/b/c")})[frameHeader:], resp); err != nil {
 		t.Fatal(err)
 	}
 	if resp.GetTypeUrl() != TypeCluster || resp.GetVersionInfo() != "3" || resp.GetNonce() != "3" || len(resp.GetResources()) != 1 || resp.GetResources()[0].GetTypeUrl() != TypeCluster {

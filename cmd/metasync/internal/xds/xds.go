@@ -118,7 +118,6 @@ type Server struct {
 	deniedLog  rate.Sometimes
 	unsureLog  rate.Sometimes
 	limitLog   rate.Sometimes
-	unknownLog rate.Sometimes
 
 	authorize Authorizer // nil: every client reads every target
 
@@ -146,7 +145,6 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		deniedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		unsureLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		limitLog:   rate.Sometimes{First: 3, Interval: 10 * time.Second},
-		unknownLog: rate.Sometimes{First: 3, Interval: time.Minute},
 		limits:     DefaultLimits(),
 		clients:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
 		pushes:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
