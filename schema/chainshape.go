@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/iidp/metasync/internal/plan"
 )
@@ -9,7 +10,8 @@ import (
 // Warnings returns what is valid but likely wrong in the plan, one line
 // each, with its field path: a chain whose step gives values of one shape
 // (namespace/name) to an index keyed by another (metadata.name), which
-// answers [] for every key. crds are the CRD files' definitions (for the
+// answers [] for every key; an index that answers HOST:PORT values whose
+// host may be a name (see hostWarnings). crds are the CRD files' definitions (for the
 // scope of a resource whose value is its object key); nil is allowed.
 func Warnings(p *Plan, crds []*CRD) []string {
 	if p == nil {
@@ -27,7 +29,7 @@ func Warnings(p *Plan, crds []*CRD) []string {
 			}
 		}
 	}
-	var out []string
+	out := hostWarnings(p)
 	for i, ch := range p.c.Chains {
 		for j := 0; j+1 < len(ch.Indexes); j++ {
 			from, ok1 := byName[ch.Indexes[j]]
@@ -42,6 +44,42 @@ func Warnings(p *Plan, crds []*CRD) []string {
 			}
 			out = append(out, fmt.Sprintf("chains[%d].indexes[%d]: %s gives values like %s (%s), but %s is keyed by %s (%s): the chain would answer [] for every key; make the two agree",
 				i, j+1, from.ix.Name, shapeWord[gives], givesWhat, to.ix.Name, shapeWord[takes], takesWhat))
+		}
+	}
+	return out
+}
+
+// ipFields are the fields of Kubernetes' objects that hold IP addresses.
+var ipFields = map[string]bool{
+	"status.podIP": true, "status.podIPs.#.ip": true, "status.hostIP": true, "status.hostIPs.#.ip": true,
+	"spec.clusterIP": true, "spec.clusterIPs": true, "status.loadBalancer.ingress.#.ip": true,
+}
+
+// hostWarnings warns of each index whose value is a HOST:PORT template
+// whose host is not a known IP field: over xDS such values are endpoint
+// addresses, and grpc-java's xDS client rejects a whole assignment that
+// holds one hostname. @endpoints answers IP addresses only (it gives
+// nothing of a slice of addressType FQDN).
+func hostWarnings(p *Plan) []string {
+	var out []string
+	for i, r := range p.c.Resources {
+		for j := range r.Indexes {
+			ix := &r.Indexes[j]
+			if ix.Hidden() || ix.Value == nil {
+				continue
+			}
+			host, ok := ix.Value.HostPath()
+			if !ok || ipFields[host] {
+				continue
+			}
+			served := []string{"indexes/" + ix.Name}
+			for _, ch := range p.c.Chains {
+				if len(ch.Indexes) > 0 && ch.Indexes[len(ch.Indexes)-1] == ix.Name {
+					served = append(served, "chains/"+ch.Name)
+				}
+			}
+			out = append(out, fmt.Sprintf("resources[%d].indexes[%d]: %s answers HOST:PORT values (value: %s) whose host, %s, may be a hostname: over xDS (%s) grpc-java rejects a whole assignment that holds one hostname, as it takes IP addresses only; answer IP addresses (as @endpoints does) where Java clients follow it",
+				i, j, ix.Name, ix.Value.String(), host, strings.Join(served, ", ")))
 		}
 	}
 	return out

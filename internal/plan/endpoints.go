@@ -98,6 +98,11 @@ type slice struct {
 	sum   uint64 // maphash of the document
 	ports []slicePort
 	eps   []sliceEndpoint
+	// fqdn is set for a slice of addressType FQDN: its addresses are
+	// hostnames, which kube-proxy does not route to, and neither does
+	// @endpoints (grpc-java's xDS client rejects a whole assignment that
+	// holds one).
+	fqdn bool
 }
 
 type slicePort struct {
@@ -148,10 +153,17 @@ func parseSliceGJSON(doc string) *slice {
 	p := &slice{eps: make([]sliceEndpoint, 0, 16)}
 	var arena []byte
 	var offs []int
+	seenType := false
 	// One pass over the document's keys: ports come last in the
 	// apiserver's JSON, and a Get of each would scan it twice.
 	gjson.Parse(doc).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
+		case "addressType":
+			// gjson's Get answers the first of keys written twice.
+			if !seenType {
+				seenType = true
+				p.fqdn = v.Type == gjson.String && v.Str == "FQDN"
+			}
 		case "ports":
 			v.ForEach(func(_, port gjson.Result) bool {
 				if n := port.Get("port"); n.Type == gjson.Number && n.Num == float64(n.Int()) && n.Int() > 0 && n.Int() < 65536 {
@@ -240,6 +252,9 @@ func endpointsOf(json, arg string) string {
 // each calls emit with each value that the options select of a slice, in
 // the slice's order; v is valid only during the call.
 func (o endpointsOptions) each(sl *slice, emit func(v []byte)) {
+	if sl.fqdn {
+		return
+	}
 	port := ""
 	if o.Port != nil {
 		for _, p := range sl.ports {

@@ -72,6 +72,14 @@ func TestEndpointsModifierOddSlices(t *testing.T) {
 			t.Errorf("%s: %q, want %q", doc, got, want)
 		}
 	}
+	// A slice of addressType FQDN holds hostnames, which kube-proxy does
+	// not route to: it gives no value.
+	fqdn := `{"addressType":"FQDN","ports":[{"name":"grpc","port":9090}],"endpoints":[{"addresses":["backend.example"]}]}`
+	for _, rule := range []string{`@endpoints`, `@endpoints:{"port":"grpc"}`, `@endpoints:{"terminating":true}`} {
+		if got := evalEP(t, rule, fqdn); got != nil {
+			t.Errorf("FQDN slice, %s: %q", rule, got)
+		}
+	}
 	// IPv6 in brackets; a port without a number, or out of range, is no port.
 	v6 := `{"ports":[{"name":"grpc","port":9090}],"endpoints":[{"addresses":["fd00::5"]}]}`
 	if got := evalEP(t, `@endpoints:{"port":"grpc"}`, v6); !slices.Equal(got, []string{"[fd00::5]:9090"}) {

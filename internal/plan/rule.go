@@ -333,6 +333,18 @@ func (r *Rule) Paths() []string {
 	return out
 }
 
+// HostPath returns the path that a template writes as the host of a
+// HOST:PORT value: the path right before a literal that starts with ':'
+// (as spec.host in '${spec.host}:${spec.port}' or '${spec.host}:8080').
+func (r *Rule) HostPath() (string, bool) {
+	for i := 1; i < len(r.parts); i++ {
+		if p := r.parts[i]; p.path == "" && strings.HasPrefix(p.literal, ":") && r.parts[i-1].path != "" {
+			return r.parts[i-1].path, true
+		}
+	}
+	return "", false
+}
+
 // Joins reports whether the rule is a template that joins two or more
 // paths with sep in a literal between them (as '${metadata.namespace}/${metadata.name}'
 // joins with "/").

@@ -22,8 +22,17 @@ func scanSlice(doc string) (*slice, bool) {
 	p := &slice{eps: make([]sliceEndpoint, 0, 16)}
 	var arena []byte
 	var offs []int
+	seenType := false
 	ok := sc.object(func(key string) bool {
 		switch key {
+		case "addressType":
+			if seenType || sc.peek() != '"' {
+				return false
+			}
+			seenType = true
+			t, ok := sc.plain()
+			p.fqdn = t == "FQDN"
+			return ok
 		case "ports":
 			return sc.list(func() bool { return sc.port(p) })
 		case "endpoints":

@@ -28,7 +28,7 @@ func (e *sliceEndpoint) nodes() []string {
 
 // sameSlice reports whether two readings of a slice agree.
 func sameSlice(a, b *slice) bool {
-	if !slices.Equal(a.ports, b.ports) || len(a.eps) != len(b.eps) {
+	if a.fqdn != b.fqdn || !slices.Equal(a.ports, b.ports) || len(a.eps) != len(b.eps) {
 		return false
 	}
 	for i := range a.eps {
@@ -64,6 +64,14 @@ func randomSlice(r *rand.Rand) string {
 	ws := func() string { return pick("", "", "", " ", "\n ") }
 	var b strings.Builder
 	b.WriteString("{" + ws() + `"metadata":{"name":"a\"b","managedFields":[{"f:endpoints":{}}]}`)
+	switch r.IntN(12) {
+	case 0:
+		b.WriteString(`,"addressType":` + pick(`"FQ\u0044N"`, `null`, `5`, `""`))
+	case 1:
+		b.WriteString(`,"addressType":"FQDN","addressType":"IPv4"`)
+	default:
+		b.WriteString(`,"addressType":` + pick(`"IPv4"`, `"IPv6"`, `"FQDN"`))
+	}
 	for range r.IntN(3) {
 		b.WriteString(`,"ports":`)
 		switch r.IntN(8) {
