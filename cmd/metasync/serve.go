@@ -219,7 +219,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		go installLater(engineCtx, crdsLater, restCfg, log)
 	}
 	go reload.run(engineCtx, hup)
-	var xdsSrv *http.Server
+	var xdsSrv *xds.Transport
 	if xdsLn != nil {
 		xdsSrv = startXDS(xdsLn, engine, handler, guard, cert, xdsLimits, log)
 	}
@@ -304,7 +304,7 @@ var _ http.Handler = (*server.Server)(nil)
 // closed: the status route on the HTTP API, the metrics in its
 // registry, and with a guard each client's token and each target's
 // access checked as for the HTTP lookup of the same key.
-func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, guard *auth.TokenAuth, cert *tlsfiles.Certificate, l xds.Limits, log *slog.Logger) *http.Server {
+func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, guard *auth.TokenAuth, cert *tlsfiles.Certificate, l xds.Limits, log *slog.Logger) *xds.Transport {
 	ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
 	ads.SetLimits(l)
 	if guard != nil {
@@ -315,16 +315,10 @@ func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, gua
 	if cert != nil {
 		tlsConfig = cert.ServerConfig()
 	}
-	srv := ads.HTTPServer(tlsConfig)
+	srv := ads.Transport(tlsConfig)
 	ln = ads.Listener(ln)
 	go func() {
-		var err error
-		if cert != nil {
-			err = srv.ServeTLS(ln, "", "")
-		} else {
-			err = srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("xDS server failed", "error", err.Error())
 		}
 	}()

@@ -2,8 +2,6 @@ package xds
 
 import (
 	"container/list"
-	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -339,33 +337,4 @@ func (g *gate) openConnections() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.open
-}
-
-// HTTPServer is the HTTP/2 server of s: over TLS with tlsConfig (HTTP/2
-// chosen by ALPN, as a bootstrap's "tls" channel credentials dial it),
-// else unencrypted HTTP/2 (h2c, as "insecure" credentials dial it). A
-// gRPC client holds one ADS stream on a connection: a connection
-// carries at most 4, and one without a stream is closed after 30 s.
-func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4},
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if t, ok := c.(*tls.Conn); ok {
-				c = t.NetConn()
-			}
-			if xc, ok := c.(*xconn); ok {
-				return context.WithValue(ctx, connKey{}, xc)
-			}
-			return ctx
-		},
-	}
-	srv.Protocols = new(http.Protocols)
-	if tlsConfig != nil {
-		srv.Protocols.SetHTTP2(true)
-		srv.TLSConfig = tlsConfig.Clone()
-		srv.TLSConfig.NextProtos = []string{"h2"}
-	} else {
-		srv.Protocols.SetUnencryptedHTTP2(true)
-	}
-	return srv
 }

@@ -36,7 +36,7 @@ func limitedServer(t *testing.T, l Limits) (s *Server, addr string, reg *prometh
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := s.HTTPServer(nil)
+	srv := s.Transport(nil)
 	go func() { _ = srv.Serve(s.Listener(ln)) }()
 	t.Cleanup(func() { srv.Close() })
 	return s, ln.Addr().String(), reg
