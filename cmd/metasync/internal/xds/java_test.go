@@ -139,7 +139,7 @@ func TestJavaClient(t *testing.T) {
 	start = time.Now()
 	mark = c.mark()
 	fqdn, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "java-app-fqdn", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "java-app"}},
-		"ports": []any{map[string]any{"name": "http", "port": 8080}},
+		"ports":     []any{map[string]any{"name": "http", "port": 8080}},
 		"endpoints": []any{map[string]any{"addresses": []string{"backend.example"}, "conditions": map[string]any{"ready": true}}}})
 	if err := feeder.Apply("endpointslices", fqdn); err != nil {
 		t.Fatal(err)
