@@ -138,10 +138,10 @@ func TestJavaClient(t *testing.T) {
 	// answer a hostname.)
 	start = time.Now()
 	mark = c.mark()
-	fqdn, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "java-app-fqdn", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "java-app"}},
+	hostname, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "java-app-fqdn", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "java-app"}},
 		"ports":     []any{map[string]any{"name": "http", "port": 8080}},
 		"endpoints": []any{map[string]any{"addresses": []string{"backend.example"}, "conditions": map[string]any{"ready": true}}}})
-	if err := feeder.Apply("endpointslices", fqdn); err != nil {
+	if err := feeder.Apply("endpointslices", hostname); err != nil {
 		t.Fatal(err)
 	}
 	why := ""
