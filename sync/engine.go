@@ -402,7 +402,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		w := newWatcher(r, e.log)
 		w.streaming.Store(e.streams(r))
 		w.reloaded, w.cluster = reload, e.checkCluster
-		w.freshened = e.staleMayHaveChanged
+		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
 		if e.clientFor != nil {
 			if err := e.clientFor(w); err != nil {
 				return changes, err

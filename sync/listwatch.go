@@ -349,8 +349,37 @@ func (w *watcher) fail(err error) {
 	}
 	if w.failingSince.IsZero() {
 		w.failingSince = time.Now()
+		if w.staleAfter > 0 {
+			since := w.failingSince
+			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
+		}
 	}
 	w.lastErr = err
+}
+
+// cutOff marks a synced resource stale when its watch has failed for
+// staleAfter since since, and has not been established in between: an
+// answer never looks current while its source is cut off. A resource not
+// synced yet answers nothing to mark: it is looked at again staleAfter
+// later, for as long as that outage lasts.
+func (w *watcher) cutOff(since time.Time) {
+	w.mu.Lock()
+	still := w.failingSince.Equal(since) && w.lastErr != nil
+	var reason string
+	if still {
+		reason = w.lastErr.Error()
+		if !w.isSynced() {
+			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
+			still = false
+		}
+	}
+	w.mu.Unlock()
+	if !still || w.cut.Swap(true) {
+		return
+	}
+	w.log.Warn("answers are stale: the watch has failed this long; they keep what the resource last knew until a watch is established again",
+		"failedFor", time.Since(since).Round(time.Millisecond).String(), "error", reason)
+	w.noteFresh()
 }
 
 // watchEstablished records a watch that works: the resource is fresh.
@@ -363,6 +392,14 @@ func (w *watcher) watchEstablished() {
 		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
 	}
 	w.lastErr, w.failingSince = nil, time.Time{}
+	if w.cutTimer != nil {
+		w.cutTimer.Stop()
+		w.cutTimer = nil
+	}
+	if w.cut.Swap(false) {
+		w.log.Info("answers are current again: the watch is established, after a list")
+		w.noteFresh()
+	}
 }
 
 // caughtUp records a resumed watch that has delivered the apiserver's

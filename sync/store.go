@@ -126,9 +126,16 @@ func (w *watcher) isSynced() bool {
 // there (not dropped as another cluster's).
 func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
 
-// stale reports a resource that answers from a snapshot and has not caught
-// up with the apiserver yet.
+// stale reports a resource whose answers may be behind the apiserver:
+// from a snapshot it has not caught up with yet, or cut off from the
+// apiserver (its watch failing for staleAfter, see cutOff).
 func (w *watcher) stale() bool {
+	return w.cut.Load() || w.staleSnapshot()
+}
+
+// staleSnapshot reports a resource that answers from a snapshot and has
+// not caught up with the apiserver yet.
+func (w *watcher) staleSnapshot() bool {
 	return (w.warm() || w.staleFrom && !w.dropped.Load()) && !w.listed1()
 }
 

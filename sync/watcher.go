@@ -82,7 +82,14 @@ type watcher struct {
 	// established: a successful list does not reset it, an established
 	// watch does.
 	failingSince time.Time
-	listed       atomic.Int64 // objects decoded by the current list
+	// cut: the watch has failed for staleAfter since failingSince, and
+	// none was established since: the answers keep what the resource last
+	// knew, marked stale, until a watch is established again (after the
+	// list that brings its data up to date). cutTimer sets it.
+	cut        atomic.Bool
+	cutTimer   *time.Timer
+	staleAfter time.Duration
+	listed     atomic.Int64 // objects decoded by the current list
 
 	established atomic.Int64 // unix nanos: the first watch established in the current run, 0 if none yet
 	streaming   atomic.Bool  // lists are streamed (Options.StreamingList, see listByWatch) until the apiserver refuses one
@@ -340,6 +347,7 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		}
 	}
 	st.Stale = w.stale()
+	snapshot := w.staleSnapshot()
 	for i, ix := range w.plan.Indexes {
 		st.RuleErrors[ix.Public()] += w.ruleErrors[i].Load()
 	}
@@ -360,9 +368,9 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	switch {
 	case w.gone.Load() && st.Error != "":
 		st.Reason = "not served: " + st.Error
-	case st.Stale && st.Error != "":
+	case snapshot && st.Error != "":
 		st.Reason = "stale: answering from a snapshot, the apiserver not caught up with: " + st.Error
-	case st.Stale:
+	case snapshot:
 		st.Reason = "stale: answering from a snapshot while its watch resumes"
 	case st.Syncing && !st.Synced && st.Error != "":
 		st.Reason = "syncing, added by a reload: " + st.Error
@@ -373,7 +381,7 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 	case !st.Synced:
 		st.Reason = "not synced: first list in progress"
 	case failingLong:
-		st.Reason = fmt.Sprintf("watch failing for %s, no established watch: %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
+		st.Reason = fmt.Sprintf("watch failing for %s, no established watch (answers keep what it last knew, marked stale): %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
 	default:
 		st.Ready = true
 	}

@@ -474,7 +474,8 @@ func TestApiserverUnreachableThenBack(t *testing.T) {
 
 	// The apiserver goes away later: /readyz turns 503 with the reason once
 	// the watch has failed longer than --stale-after; lookups keep serving
-	// the last known truth; it recovers by itself.
+	// the last known truth, marked stale (an answer never looks current
+	// while its source is cut off); it recovers by itself.
 	proxy.Close()
 	testenv.Eventually(t, "readyz 503 while the apiserver is gone", func() string {
 		a := call(t, "GET", base(addr)+"/readyz?verbose")
@@ -483,7 +484,16 @@ func TestApiserverUnreachableThenBack(t *testing.T) {
 		}
 		return a.raw
 	})
-	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2"), 200, `{"index":"model-to-app","key":"model2","values":["base"]}`)
+	testenv.Eventually(t, "lookups marked stale while the apiserver is gone", func() string {
+		a := call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2")
+		if a.code == 200 && strings.Contains(a.raw, `"values":["base"]`) && strings.Contains(a.raw, `"stale":true`) {
+			return ""
+		}
+		return a.raw
+	})
+	if !strings.Contains(d.stderr.String(), "answers are stale") {
+		t.Errorf("the log does not say the answers are stale:\n%s", d.stderr.String())
+	}
 	proxy, err = testenv.NewProxy(apiAddr, target)
 	if err != nil {
 		t.Fatal(err)
@@ -496,6 +506,14 @@ func TestApiserverUnreachableThenBack(t *testing.T) {
 		}
 		return a.raw
 	})
+	testenv.Eventually(t, "lookups current again", func() string {
+		a := call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2")
+		if a.code == 200 && !strings.Contains(a.raw, `"stale"`) {
+			return ""
+		}
+		return a.raw
+	})
+	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2"), 200, `{"index":"model-to-app","key":"model2","values":["base"]}`)
 }
 
 func base(addr string) string { return "http://" + addr }
