@@ -152,6 +152,7 @@ func New(engine Engine, sources []Source, log *slog.Logger, reg prometheus.Regis
 		base: uint64(time.Now().UnixMicro()), limits: DefaultLimits(), metrics: newMetrics()}
 	s.closing, s.close = context.WithCancel(context.Background())
 	s.watches = newWatches(s)
+	s.gate.s = s
 	s.mux = http.NewServeMux()
 	s.routes()
 	go s.watches.runSweeper(s.closing)
