@@ -229,9 +229,9 @@ func TestConsulAttacks(t *testing.T) {
 		"/v1/health/service/xds-model?wait=forever":       400,
 		"/v1/health/service/xds-model?filter=Service.Tag": 400,
 		"/v1/health/service/xds-model?dc=elsewhere":       500,
-		"/v1/kv/secret":                                   404,
-		"/v1/acl/tokens":                                  404,
-		"/v1/catalog/nodes":                               404,
+		"/v1/kv/secret":     404,
+		"/v1/acl/tokens":    404,
+		"/v1/catalog/nodes": 404,
 	} {
 		resp, body, err := get(context.Background(), "GET", path)
 		if err != nil || resp.StatusCode != code {
