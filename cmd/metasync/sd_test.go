@@ -59,17 +59,16 @@ func TestPrometheusHTTPSDOnTheControlPlane(t *testing.T) {
 		t.Skip("no prometheus on PATH (Debian: apt-get install prometheus): http_sd is not run on a real Prometheus")
 	}
 	dir := t.TempDir()
-	promConfig := fmt.Sprintf(`
-global: {scrape_interval: 1s}
-scrape_configs:
-- job_name: models
-  http_sd_configs:
-  - url: http://%s/v1/sd/chains/model-to-endpoints
-    refresh_interval: 1s
-  relabel_configs:
-  - source_labels: [__meta_metasync_key]
-    target_label: model
-`, addr)
+	// The job of examples/appmodel, which docs/facades.md shows, on the
+	// daemon's address, refreshed every second.
+	job, err := os.ReadFile(filepath.Join(testenv.Root(), "examples", "appmodel", "prometheus-http-sd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	promConfig := "global: {scrape_interval: 1s}\n" + strings.NewReplacer("127.0.0.1:8080", addr, "refresh_interval: 15s", "refresh_interval: 1s").Replace(string(job))
+	if !strings.Contains(promConfig, addr) || !strings.Contains(promConfig, "refresh_interval: 1s") {
+		t.Fatalf("the example job changed: %s", job)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(promConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
