@@ -53,7 +53,7 @@ var metricName = regexp.MustCompile(`\b((?:metasync|rest_client|process|go|conta
 func exported(t *testing.T) func(string) bool {
 	t.Helper()
 	var src strings.Builder
-	for _, dir := range []string{"cmd/metasync", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds"} {
+	for _, dir := range []string{"cmd/metasync", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"} {
 		files, _ := filepath.Glob(filepath.Join(testenv.Root(), dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

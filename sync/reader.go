@@ -147,6 +147,13 @@ type Answer struct {
 	// Stale: some resource answers from a snapshot that has not caught
 	// up with the apiserver yet.
 	Stale bool
+	// Seq numbers the state of the indexes that the answer was read
+	// from: each commit is one higher, it never goes backwards while the
+	// engine runs, and answers read by one call of Answers share it. A
+	// face that numbers its answers (the Consul facade's X-Consul-Index)
+	// reads it: an answer that differs from one read at Seq n was read at
+	// a Seq above n.
+	Seq uint64
 }
 
 // Answer reads a target once, as a lookup (KeyOf), a chain lookup
@@ -181,6 +188,7 @@ func (e *Engine) Answers(ts ...Target) []Answer {
 		}
 		for i, t := range ts {
 			out[i].Values = v.values(snap, t)
+			out[i].Seq = snap.Seq()
 		}
 		return out
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/cmd/metasync/internal/consul"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 	"github.com/iidp/metasync/internal/tlsfiles"
@@ -39,6 +40,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		"kubeconfig context (default: the current context)")
 	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
 	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); with --auth and TLS as the HTTP API: over TLS with --tls-cert-file, clients send bearer tokens with --auth=tokenreview, loopback only without --auth")
+	consulListen := fs.String("consul-listen", "", "also serve the read side of the Consul HTTP API on this address (agent/self, catalog/services, catalog/service, health/service, with blocking queries), for Consul's discovery clients: a service is a key of a chain or index of --consul-services, its instances the key's host:port values (default: off); with --auth and TLS as the HTTP API: the token in X-Consul-Token or Authorization: Bearer with --auth=tokenreview, loopback only without --auth")
+	consulServices := fs.String("consul-services", "", "with --consul-listen: the chains and indexes whose keys are Consul services, as chains/NAME[,indexes/NAME...]")
+	consulBlocking := fs.Int("consul-max-blocking", consul.DefaultBlocking, "with --consul-listen: most Consul blocking queries open at once, of all callers; beyond, 503 (0: no limit)")
+	consulPerCaller := fs.Int("consul-max-blocking-per-caller", consul.DefaultBlockingPerCaller, "with --consul-listen: most Consul blocking queries that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: no limit)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	heartbeat := fs.Duration("stream-heartbeat", server.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
@@ -171,6 +176,18 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		ln.Close()
 		return err
 	}
+	var consulLn net.Listener
+	var consulSources []consul.Source
+	if *consulListen != "" || *consulServices != "" {
+		if consulSources, err = consulFlags(*consulListen, *consulServices, *consulBlocking, *consulPerCaller, engine, stderr); err != nil {
+			ln.Close()
+			return err
+		}
+		if consulLn, err = listenFace("consul-listen", "Consul", "", *consulListen, *auth, authOpts, log, stderr); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	var xdsLn net.Listener
 	if *xdsListen != "" {
 		if xdsLn, err = listenXDS(*xdsListen, *auth, authOpts, log, stderr); err != nil {
@@ -223,6 +240,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if xdsLn != nil {
 		xdsSrv = startXDS(xdsLn, engine, handler, guard, cert, xdsLimits, log)
 	}
+	var consulSrv *http.Server
+	if consulLn != nil {
+		consulSrv = startConsul(consulLn, engine, consulSources, handler, guard, cert,
+			consul.Limits{Blocking: *consulBlocking, BlockingPerCaller: *consulPerCaller}, log)
+	}
 	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
 		"resources", len(compiled.Of(plan).Resources), "version", version)
 
@@ -249,6 +271,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	if xdsSrv != nil {
 		_ = xdsSrv.Close() // ADS streams last: end them (clients reconnect elsewhere)
+	}
+	if consulSrv != nil {
+		// Blocking queries answer what they hold at once, then the
+		// connections close.
+		if err := consulSrv.Shutdown(ctx); err != nil {
+			log.Warn("Consul facade drain incomplete", "error", err.Error())
+		}
 	}
 	stopEngine()
 	select {
@@ -327,31 +356,39 @@ func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, gua
 }
 
 // listenXDS listens for xDS on addr, under the rules of the HTTP API's
-// address (see authFor): beyond loopback it needs --auth, and with
-// --auth=tokenreview TLS (or --insecure-plaintext-auth), since clients
-// then send their tokens.
+// address (see listenFace).
 func listenXDS(addr, auth string, o authOptions, log *slog.Logger, stderr io.Writer) (net.Listener, error) {
+	return listenFace("xds-listen", "xDS", " (with --tls-cert-file: grpc sends call credentials over TLS only)", addr, auth, o, log, stderr)
+}
+
+// listenFace listens on addr for a face of the daemon other than its
+// HTTP API (xDS, the Consul facade), given by flag, under the rules of
+// the HTTP API's address (see authFor): beyond loopback it needs --auth,
+// and with --auth=tokenreview TLS (or --insecure-plaintext-auth), since
+// clients then send their tokens. hint adds to the refusal without
+// --auth.
+func listenFace(flag, face, hint, addr, auth string, o authOptions, log *slog.Logger, stderr io.Writer) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "metasync serve: --xds-listen %q: %v\n", addr, err)
+		fmt.Fprintf(stderr, "metasync serve: --%s %q: %v\n", flag, addr, err)
 		return nil, exitError{2}
 	}
 	if !isLoopback(host) {
 		switch {
 		case auth == "":
-			fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: beyond loopback xDS clients must authenticate: --auth=tokenreview (with --tls-cert-file: grpc sends call credentials over TLS only), or --auth=none to serve xDS without authentication on purpose\n", addr)
+			fmt.Fprintf(stderr, "metasync serve: --%s %s: beyond loopback %s clients must authenticate: --auth=tokenreview%s, or --auth=none to serve %s without authentication on purpose\n", flag, addr, face, hint, face)
 			return nil, exitError{2}
 		case auth == "none":
-			log.Warn("xDS listens beyond loopback without authentication, as --auth=none asks", "address", addr)
+			log.Warn(face+" listens beyond loopback without authentication, as --auth=none asks", "address", addr)
 		case auth == "tokenreview" && !o.tls && !*o.insecurePlaintext:
-			fmt.Fprintf(stderr, "metasync serve: --xds-listen %s: --auth=tokenreview beyond loopback needs TLS (--tls-cert-file and --tls-private-key-file), or --insecure-plaintext-auth to let clients send their bearer tokens in cleartext on purpose\n", addr)
+			fmt.Fprintf(stderr, "metasync serve: --%s %s: --auth=tokenreview beyond loopback needs TLS (--tls-cert-file and --tls-private-key-file), or --insecure-plaintext-auth to let clients send their bearer tokens in cleartext on purpose\n", flag, addr)
 			return nil, exitError{2}
 		case auth == "tokenreview":
 			if !o.tls {
-				log.Warn("xDS clients' bearer tokens cross the network in cleartext, as --insecure-plaintext-auth asks", "address", addr)
+				log.Warn(face+" clients' bearer tokens cross the network in cleartext, as --insecure-plaintext-auth asks", "address", addr)
 			}
 			if *o.audience == "" {
-				log.Warn("without --auth-audience, xDS clients send tokens that the apiserver accepts too: give them projected tokens of an audience of metasync's own and set --auth-audience", "address", addr)
+				log.Warn("without --auth-audience, "+face+" clients send tokens that the apiserver accepts too: give them projected tokens of an audience of metasync's own and set --auth-audience", "address", addr)
 			}
 		default:
 			fmt.Fprintf(stderr, "metasync serve: --auth %q: must be \"tokenreview\" or \"none\"\n", auth)
@@ -360,7 +397,7 @@ func listenXDS(addr, auth string, o authOptions, log *slog.Logger, stderr io.Wri
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "metasync serve: --xds-listen: %v\n", err)
+		fmt.Fprintf(stderr, "metasync serve: --%s: %v\n", flag, err)
 		return nil, exitError{1}
 	}
 	return ln, nil

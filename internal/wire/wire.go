@@ -193,3 +193,13 @@ type Objects struct {
 	Synced  *bool          `json:"synced,omitempty"`
 	Stale   bool           `json:"stale,omitempty"`
 }
+
+// TargetGroup is one element of the answer of GET /v1/sd/chains/{chain}
+// and GET /v1/sd/indexes/{index}, in Prometheus' http_sd format: one key's
+// host:port values, labelled with the chain or index and the key
+// (__meta_metasync_chain or __meta_metasync_index, __meta_metasync_key;
+// __meta_metasync_stale "true" while the answer is stale).
+type TargetGroup struct {
+	Targets []string          `json:"targets"`
+	Labels  map[string]string `json:"labels"`
+}

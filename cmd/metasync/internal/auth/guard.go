@@ -28,6 +28,10 @@ import (
 //	/v1/indexes/{index}/...         /v1/indexes/{index}/*  (every key of the index)
 //	/v1/chains                      the list of chains
 //	/v1/chains/{chain}/...          /v1/chains/{chain}/*   (every key of the chain)
+//	/v1/sd/indexes/{index}          /v1/indexes/{index}/*  (Prometheus service discovery)
+//	/v1/sd/chains/{chain}           /v1/chains/{chain}/*
+//	Consul facade: a service        /v1/chains/{chain}/* or /v1/indexes/{index}/*, of each
+//	                                chain or index that serves it (see Check)
 //	/v1/resources/{resource}/...    /v1/resources/{resource}/*  (every object's fields)
 //	/metrics                        /metrics
 //	/v1/xds/clients                 /v1/xds/clients        (each xDS client's node and versions)
@@ -258,6 +262,10 @@ func withoutVerbose(r *http.Request, note string) *http.Request {
 // ServeMux matches.
 func accessPath(u *url.URL) string {
 	p := u.EscapedPath()
+	// Service discovery reads what the lookups of its chain or index do.
+	if rest, ok := strings.CutPrefix(p, "/v1/sd/"); ok {
+		p = "/v1/" + rest + "/"
+	}
 	for _, prefix := range []string{"/v1/indexes/", "/v1/chains/", "/v1/resources/"} {
 		if rest, ok := strings.CutPrefix(p, prefix); ok {
 			name, _, _ := strings.Cut(rest, "/")

@@ -1,0 +1,343 @@
+package consul
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// DefaultWait and MaxWait are the wait of a blocking query without
+// ?wait=, and the longest one: a longer wait is cut to it, as Consul
+// does. Each wait gets up to a sixteenth more, at random, as Consul's
+// do, so that the queries of many clients started together spread.
+const (
+	DefaultWait = 5 * time.Minute
+	MaxWait     = 10 * time.Minute
+)
+
+// The endpoints, as the metrics name them.
+const (
+	endpointAgentSelf       = "agent_self"
+	endpointCatalogServices = "catalog_services"
+	endpointCatalogService  = "catalog_service"
+	endpointHealthService   = "health_service"
+	endpointOther           = "other"
+)
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("/v1/agent/self", s.get(endpointAgentSelf, s.agentSelf))
+	s.mux.HandleFunc("/v1/catalog/services", s.get(endpointCatalogServices, func(w http.ResponseWriter, r *http.Request) {
+		s.blocking(w, r, endpointCatalogServices, watchKey{catalog: true})
+	}))
+	s.mux.HandleFunc("/v1/catalog/service/{name...}", s.get(endpointCatalogService, func(w http.ResponseWriter, r *http.Request) {
+		s.blocking(w, r, endpointCatalogService, watchKey{service: r.PathValue("name")})
+	}))
+	s.mux.HandleFunc("/v1/health/service/{name...}", s.get(endpointHealthService, func(w http.ResponseWriter, r *http.Request) {
+		s.blocking(w, r, endpointHealthService, watchKey{service: r.PathValue("name")})
+	}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		code := http.StatusNotFound
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			code = http.StatusMethodNotAllowed
+			w.Header().Set("Allow", "GET, HEAD")
+		}
+		s.metrics.requests.WithLabelValues(endpointOther, strconv.Itoa(code)).Inc()
+		writeText(w, code, fmt.Sprintf("metasync serves the read side of Consul's catalog and health API only (agent/self, catalog/services, catalog/service, health/service): not %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// get allows GET and HEAD only (405 otherwise: the facade is
+// read-only), a request with no body (400, and the connection closed),
+// counts the request by endpoint and status, and authenticates the
+// caller when the server has an Authorizer.
+func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		defer func() { s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(rec.code)).Inc() }()
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			rec.Header().Set("Allow", "GET, HEAD")
+			writeText(rec, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: metasync's Consul API is read-only", r.Method))
+			return
+		}
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			rec.Header().Set("Connection", "close")
+			writeText(rec, http.StatusBadRequest, "a read carries no body")
+			return
+		}
+		if dc := r.URL.Query().Get("dc"); dc != "" && dc != Datacenter {
+			writeText(rec, http.StatusInternalServerError, fmt.Sprintf("No path to datacenter %q: metasync is datacenter %q", dc, Datacenter))
+			return
+		}
+		if r.URL.Query().Has("filter") {
+			writeText(rec, http.StatusBadRequest, "filter is not supported by metasync's Consul API")
+			return
+		}
+		h(rec, r)
+	}
+}
+
+// statusRecorder keeps the status a handler wrote, for the metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// withToken is r with its Consul token (X-Consul-Token) as the bearer
+// token that the Authorizer reads, unless it has an Authorization header.
+func withToken(r *http.Request) *http.Request {
+	tok := r.Header.Get("X-Consul-Token")
+	if tok == "" || r.Header.Get("Authorization") != "" {
+		return r
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("Authorization", "Bearer "+tok)
+	return r2
+}
+
+// refuse answers an Authorizer's refusal.
+func refuse(w http.ResponseWriter, code int, msg string) {
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	if code == http.StatusForbidden {
+		msg = "Permission denied: " + msg
+	}
+	writeText(w, code, msg)
+}
+
+// readable returns which sources r's caller may read (all without an
+// Authorizer), and its user name; code is not 0 when the caller is
+// refused, or may read none.
+func (s *Server) readable(r *http.Request) (may []bool, user string, code int, msg string) {
+	may = make([]bool, len(s.sources))
+	if s.authorize == nil {
+		for i := range may {
+			may[i] = true
+		}
+		return may, "", 0, ""
+	}
+	r = withToken(r)
+	user, code, msg = s.authorize(r, "")
+	if code != 0 {
+		return nil, "", code, msg
+	}
+	code, msg = http.StatusForbidden, ""
+	for i, src := range s.sources {
+		_, c, m := s.authorize(r, src.access())
+		switch {
+		case c == 0:
+			may[i], code, msg = true, 0, ""
+		case code != 0 && (c == http.StatusUnauthorized || c == http.StatusServiceUnavailable || msg == ""):
+			code, msg = c, m
+		}
+	}
+	return may, user, code, msg
+}
+
+// agentSelf answers GET /v1/agent/self: the datacenter and this node,
+// which clients such as Prometheus' consul_sd read first.
+func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
+	if s.authorize != nil {
+		if _, code, msg := s.authorize(withToken(r), ""); code != 0 {
+			refuse(w, code, msg)
+			return
+		}
+	}
+	writeJSON(w, map[string]any{
+		"Config": map[string]any{"Datacenter": Datacenter, "NodeName": s.node, "NodeID": "", "Server": false,
+			"Revision": "", "Version": "metasync"},
+		"Member": map[string]any{"Name": s.node, "Addr": "", "Port": 0, "Tags": map[string]string{"dc": Datacenter, "role": "node"},
+			"Status": 1, "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2, "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4},
+		"Meta":  map[string]string{},
+		"Stats": map[string]any{},
+	})
+}
+
+// queryParams are a blocking query's ?index and ?wait.
+type queryParams struct {
+	index uint64 // 0: answer at once
+	wait  time.Duration
+}
+
+// parseQuery reads ?index and ?wait as Consul does: an index is an
+// unsigned integer, a wait a duration ("10s", "5m"; a number alone is
+// seconds), cut to MaxWait.
+func parseQuery(r *http.Request) (queryParams, string) {
+	q := r.URL.Query()
+	p := queryParams{wait: DefaultWait}
+	if v := q.Get("index"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return p, fmt.Sprintf("Invalid index %q: want an unsigned integer", v)
+		}
+		p.index = n
+	}
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, nerr := strconv.ParseUint(v, 10, 32)
+			if nerr != nil {
+				return p, fmt.Sprintf("Invalid wait time %q: want a duration such as 30s or 5m", v)
+			}
+			d = time.Duration(n) * time.Second
+		}
+		if d < 0 {
+			return p, fmt.Sprintf("Invalid wait time %q: negative", v)
+		}
+		p.wait = min(d, MaxWait)
+	}
+	return p, ""
+}
+
+// blocking answers a read of k (endpoint), at once without ?index or
+// with an index that the answer has passed, else when the answer's index
+// passes it or the wait is over (the same answer, its index unchanged).
+func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey) {
+	p, bad := parseQuery(r)
+	if bad != "" {
+		writeText(w, http.StatusBadRequest, bad)
+		return
+	}
+	may, user, code, msg := s.readable(r)
+	if code != 0 {
+		refuse(w, code, msg)
+		return
+	}
+	if p.index == 0 || p.index > s.now() || s.closing.Err() != nil {
+		// No index; or one this daemon never gave (a daemon's before a
+		// restart, or made up): waiting would keep what the client
+		// holds, of another state, for the whole wait.
+		s.answer(w, r, endpoint, k, s.read(k, nil), may)
+		return
+	}
+	release, reason, why := s.gate.admit(callerOf(r, user))
+	if reason != "" {
+		s.refused(reason, why)
+		w.Header().Set("Retry-After", "5")
+		code := http.StatusTooManyRequests
+		if reason == refusedBlocking {
+			code = http.StatusServiceUnavailable
+		}
+		writeText(w, code, why)
+		return
+	}
+	defer release()
+	wt := s.watches.acquire(k)
+	defer s.watches.release(wt)
+	s.metrics.open.Inc()
+	defer s.metrics.open.Dec()
+	wait := p.wait + rand.N(p.wait/16+1)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	result := "changed"
+	for {
+		st := wt.current()
+		if st.index > p.index || !st.synced {
+			break
+		}
+		select {
+		case <-st.changed:
+			continue
+		case <-timer.C:
+			result = "timeout"
+		case <-s.closing.Done():
+			result = "drain"
+		case <-r.Context().Done():
+			s.metrics.answers.WithLabelValues("gone").Inc()
+			return
+		}
+		break
+	}
+	s.metrics.answers.WithLabelValues(result).Inc()
+	s.answer(w, r, endpoint, k, wt.current(), may)
+}
+
+// answer writes st, the state of k, as endpoint answers it, with what
+// the caller may read (may, by source) and Consul's headers. Before the
+// sources behind it have synced it answers 503: no answer is known yet.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, may []bool) {
+	if !st.synced {
+		w.Header().Set("Retry-After", "1")
+		writeText(w, http.StatusServiceUnavailable, "metasync has not completed its first list of the chains or indexes behind this answer yet: nothing is known yet")
+		return
+	}
+	h := w.Header()
+	h.Set("X-Consul-Index", strconv.FormatUint(st.index, 10))
+	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!s.engine.Stale()))
+	h.Set("X-Consul-LastContact", "0")
+	h.Set("X-Consul-Effective-Consistency", "leader")
+	if k.catalog {
+		out := map[string][]string{}
+		for i, names := range st.names {
+			if may[i] {
+				for _, n := range names {
+					out[n] = []string{}
+				}
+			}
+		}
+		writeJSON(w, out)
+		return
+	}
+	var ins []instance
+	for i, part := range st.parts {
+		if may[i] {
+			ins = append(ins, part...)
+		}
+	}
+	if len(st.parts) > 1 {
+		slices.SortStableFunc(ins, compareInstances)
+		ins = slices.CompactFunc(ins, func(a, b instance) bool { return a.host == b.host && a.port == b.port })
+	}
+	if tag := r.URL.Query().Get("tag"); tag != "" {
+		ins = nil // metasync's instances have no tags
+	}
+	if endpoint == endpointHealthService {
+		out := make([]serviceEntry, 0, len(ins))
+		for _, in := range ins {
+			out = append(out, in.health(k.service, st.index))
+		}
+		writeJSON(w, out)
+		return
+	}
+	out := make([]catalogService, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, in.catalog(k.service, st.index))
+	}
+	writeJSON(w, out)
+}
+
+// now is the highest index this server has given or can give now: no
+// legitimate client holds a higher one.
+func (s *Server) now() uint64 {
+	cur := s.base + s.engine.Answers(msync.Target{})[0].Seq
+	return max(cur, s.high.Load())
+}
+
+// seen records an index given out.
+func (s *Server) seen(index uint64) {
+	for {
+		h := s.high.Load()
+		if index <= h || s.high.CompareAndSwap(h, index) {
+			return
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

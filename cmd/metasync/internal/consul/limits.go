@@ -1,0 +1,101 @@
+package consul
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	gosync "sync"
+)
+
+// Limits bound the blocking queries that callers may hold open at once.
+// A blocking query holds a connection and a goroutine for up to its
+// wait; the engine subscriptions behind them are shared per service. A
+// zero field sets no bound.
+type Limits struct {
+	// Blocking is the most blocking queries open at once, of all
+	// callers; beyond, 503 with Retry-After.
+	Blocking int
+	// BlockingPerCaller is the most that one caller may hold open: behind
+	// an Authorizer, one user; without, one remote address. Beyond, 429
+	// with Retry-After.
+	BlockingPerCaller int
+}
+
+// The default limits: as the HTTP API's change streams.
+const (
+	DefaultBlocking          = 4096
+	DefaultBlockingPerCaller = 256
+)
+
+// DefaultLimits are the limits of a new Server.
+func DefaultLimits() Limits {
+	return Limits{Blocking: DefaultBlocking, BlockingPerCaller: DefaultBlockingPerCaller}
+}
+
+// SetLimits sets the limits; call it before the server serves.
+func (s *Server) SetLimits(l Limits) { s.limits = l }
+
+// The reasons of metasync_consul_refused_total.
+const (
+	refusedBlocking  = "blocking"
+	refusedPerCaller = "blocking_per_caller"
+)
+
+// gate counts the open blocking queries, in all and per caller.
+type gate struct {
+	s        *Server
+	mu       gosync.Mutex
+	open     int
+	byCaller map[string]int
+}
+
+// callerOf names the caller of r for the limits: its user behind an
+// Authorizer, else its remote address (without the port).
+func callerOf(r *http.Request, user string) string {
+	if user != "" {
+		return "user:" + user
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return "addr:" + r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
+// admit takes a blocking query's place for caller, or says why not (a
+// refusal reason and message).
+func (g *gate) admit(caller string) (release func(), reason, msg string) {
+	l := g.s.limits
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l.Blocking > 0 && g.open >= l.Blocking {
+		return nil, refusedBlocking, fmt.Sprintf("too many blocking queries open (%d, all callers): try again later", l.Blocking)
+	}
+	if l.BlockingPerCaller > 0 && g.byCaller[caller] >= l.BlockingPerCaller {
+		return nil, refusedPerCaller, fmt.Sprintf("too many blocking queries open from this caller (%d): try again later", l.BlockingPerCaller)
+	}
+	if g.byCaller == nil {
+		g.byCaller = map[string]int{}
+	}
+	g.open++
+	g.byCaller[caller]++
+	var once gosync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.open--
+			if g.byCaller[caller]--; g.byCaller[caller] == 0 {
+				delete(g.byCaller, caller)
+			}
+		})
+	}, "", ""
+}
+
+// refused counts a refusal and logs it (at most a few times a minute).
+func (s *Server) refused(reason, msg string) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
+	s.metrics.refusedLog.Do(func() {
+		s.log.Warn("Consul facade: blocking query refused at a limit", "reason", reason, "error", msg)
+	})
+}

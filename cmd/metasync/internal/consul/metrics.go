@@ -1,0 +1,60 @@
+package consul
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// metrics are the facade's; no label carries a service name.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	open       prometheus.Gauge
+	answers    *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+	refusedLog rate.Sometimes
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metasync_consul_requests_total",
+			Help: "Requests to the Consul facade, by endpoint (agent_self, catalog_services, catalog_service, health_service, other) and status code.",
+		}, []string{"endpoint", "code"}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "metasync_consul_blocking_queries",
+			Help: "Blocking queries of the Consul facade waiting now.",
+		}),
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metasync_consul_blocking_answers_total",
+			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went).",
+		}, []string{"result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metasync_consul_refused_total",
+			Help: "Blocking queries of the Consul facade refused at a limit, by reason: blocking (503), blocking_per_caller (429).",
+		}, []string{"reason"}),
+		refusedLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
+	}
+	for _, r := range []string{"changed", "timeout", "drain", "gone"} {
+		m.answers.WithLabelValues(r)
+	}
+	for _, r := range []string{refusedBlocking, refusedPerCaller} {
+		m.refused.WithLabelValues(r)
+	}
+	return m
+}
+
+// collectors are the metrics to register, with the watches' count and
+// the limits.
+func (m *metrics) collectors(s *Server) []prometheus.Collector {
+	watches := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "metasync_consul_watches",
+		Help: "Services (and the catalog) that the Consul facade follows in the engine for blocking queries, those idle for a while included.",
+	}, func() float64 { return float64(s.watches.count.Load()) })
+	limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "metasync_consul_blocking_limit",
+		Help: "The most blocking queries of the Consul facade open at once (all callers); 0 for no limit.",
+	}, func() float64 { return float64(s.limits.Blocking) })
+	return []prometheus.Collector{m.requests, m.open, m.answers, m.refused, watches, limit}
+}

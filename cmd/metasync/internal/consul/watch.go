@@ -1,0 +1,296 @@
+package consul
+
+import (
+	"container/list"
+	"context"
+	"slices"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	msync "github.com/iidp/metasync/sync"
+)
+
+// watches follow the engine for the blocking queries: one watch per
+// service (or the catalog's list of services) that some query waits on,
+// shared by every query of it, with one engine subscription per source.
+// A watch whose last query has answered stays a while (idleTTL, at most
+// maxIdle of them), so that a client's next query, sent as soon as it
+// has its answer, finds it and waits rather than answering at once.
+type watches struct {
+	s *Server
+
+	mu    gosync.Mutex
+	all   map[watchKey]*watch
+	idle  *list.List // of *watch with no query, the longest idle first
+	count atomic.Int64
+}
+
+// watchKey names what a watch follows: one service, or the list of
+// services (catalog).
+type watchKey struct {
+	catalog bool
+	service string
+}
+
+// watch is one service (or the catalog) that blocking queries wait on.
+type watch struct {
+	ws      *watches
+	key     watchKey
+	waiters int           // under watches.mu
+	idle    *list.Element // under watches.mu: in watches.idle while no query waits
+	since   time.Time     // under watches.mu: idle since
+	cancel  context.CancelFunc
+
+	refresh gosync.Mutex // one read at a time
+	st      atomic.Pointer[state]
+}
+
+// state is one answer of a watch (or of a read without one); it never
+// changes once published.
+type state struct {
+	// index is the answer's X-Consul-Index: it passes the index of every
+	// earlier state of the same watch.
+	index  uint64
+	synced bool // every source behind it has synced
+	// parts holds each source's instances (a service), or names each
+	// source's keys (the catalog), in the order of Server.sources.
+	parts [][]instance
+	names [][]string
+	// changed is closed when a newer state replaces this one.
+	changed chan struct{}
+}
+
+// idleTTL is how long a watch with no query stays; maxIdle bounds such
+// watches: beyond, the one idle longest stops.
+const (
+	idleTTL = time.Minute
+	maxIdle = 1024
+)
+
+func newWatches(s *Server) *watches {
+	return &watches{s: s, all: map[watchKey]*watch{}, idle: list.New()}
+}
+
+// acquire returns the watch of k with one more query on it, starting it
+// when there is none.
+func (ws *watches) acquire(k watchKey) *watch {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.sweep(time.Now())
+	w := ws.all[k]
+	if w == nil {
+		w = &watch{ws: ws, key: k}
+		w.st.Store(ws.s.read(k, nil))
+		ctx, cancel := context.WithCancel(context.Background())
+		w.cancel = cancel
+		ws.all[k] = w
+		ws.count.Add(1)
+		for _, src := range ws.s.sources {
+			go w.follow(ctx, src)
+		}
+	}
+	if w.idle != nil {
+		ws.idle.Remove(w.idle)
+		w.idle = nil
+	}
+	w.waiters++
+	return w
+}
+
+// release takes a query off w: the last one leaves it idle.
+func (ws *watches) release(w *watch) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.waiters--
+	if w.waiters > 0 || ws.all[w.key] != w {
+		return
+	}
+	w.since = time.Now()
+	w.idle = ws.idle.PushBack(w)
+	for ws.idle.Len() > maxIdle {
+		ws.stop(ws.idle.Front().Value.(*watch))
+	}
+}
+
+// sweep stops the watches idle for idleTTL (under mu).
+func (ws *watches) sweep(now time.Time) {
+	for e := ws.idle.Front(); e != nil; e = ws.idle.Front() {
+		w := e.Value.(*watch)
+		if now.Sub(w.since) < idleTTL {
+			return
+		}
+		ws.stop(w)
+	}
+}
+
+// stop ends an idle watch (under mu).
+func (ws *watches) stop(w *watch) {
+	ws.idle.Remove(w.idle)
+	w.idle = nil
+	delete(ws.all, w.key)
+	ws.count.Add(-1)
+	w.cancel()
+}
+
+// stopAll ends the subscriptions of every watch (the drain).
+func (ws *watches) stopAll() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for k, w := range ws.all {
+		if w.idle != nil {
+			ws.idle.Remove(w.idle)
+			w.idle = nil
+		}
+		delete(ws.all, k)
+		ws.count.Add(-1)
+		w.cancel()
+	}
+}
+
+// runSweeper stops idle watches every idleTTL/4 until ctx ends, so that
+// a daemon whose queries stopped lets their subscriptions go.
+func (ws *watches) runSweeper(ctx context.Context) {
+	t := time.NewTicker(idleTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			ws.mu.Lock()
+			ws.sweep(now)
+			ws.mu.Unlock()
+		}
+	}
+}
+
+// current is what the watch answers now.
+func (w *watch) current() *state { return w.st.Load() }
+
+// follow subscribes to what src gives w and reads w again at each event,
+// until ctx ends. A source that is unknown or that a reload removes is
+// subscribed again after the next reload.
+func (w *watch) follow(ctx context.Context, src Source) {
+	e := w.ws.s.engine
+	for ctx.Err() == nil {
+		reloaded := e.StaleChanged()
+		if t, ok := w.ws.s.subscription(w.key, src); ok {
+			if sub, err := e.Subscribe(ctx, t); err == nil {
+				for {
+					ev, err := sub.Next(ctx)
+					if err != nil || ev.Type == msync.EventGone {
+						break
+					}
+					w.update()
+				}
+				sub.Close()
+			}
+		}
+		w.update() // what a removed source gave is gone
+		select {
+		case <-ctx.Done():
+			return
+		case <-reloaded:
+		}
+	}
+}
+
+// update reads w again and publishes the new state when the answer
+// changed.
+func (w *watch) update() {
+	w.refresh.Lock()
+	defer w.refresh.Unlock()
+	old := w.st.Load()
+	if next := w.ws.s.read(w.key, old); next != old {
+		w.st.Store(next)
+		close(old.changed)
+	}
+}
+
+// subscription is the engine target that tells a watch of k that src's
+// part may have changed: the service's key, or for the catalog every key
+// of the index whose keys are the source's (a chain's first index).
+func (s *Server) subscription(k watchKey, src Source) (msync.Target, bool) {
+	if !k.catalog {
+		if !s.exists(src) {
+			return msync.Target{}, false
+		}
+		return src.target(k.service), true
+	}
+	index, ok := s.keysIndex(src)
+	return msync.IndexOf(index), ok
+}
+
+// exists reports whether the engine has src's chain or index.
+func (s *Server) exists(src Source) bool {
+	if src.Kind == "chains" {
+		return s.engine.HasChain(src.Name)
+	}
+	return s.engine.HasIndex(src.Name)
+}
+
+// keysIndex is the index whose keys are src's services: the index
+// itself, or a chain's first index.
+func (s *Server) keysIndex(src Source) (string, bool) {
+	if src.Kind == "indexes" {
+		return src.Name, s.engine.HasIndex(src.Name)
+	}
+	for _, c := range s.engine.Chains() {
+		if c.Name == src.Name && len(c.Indexes) > 0 {
+			return c.Indexes[0], true
+		}
+	}
+	return "", false
+}
+
+// read reads k from one state of the engine. It returns prev when the
+// answer is prev's; else a new state, whose index passes prev's.
+func (s *Server) read(k watchKey, prev *state) *state {
+	var ts []msync.Target
+	var of []int // the source of each target
+	for i, src := range s.sources {
+		var t msync.Target
+		if k.catalog {
+			index, ok := s.keysIndex(src)
+			if !ok {
+				continue
+			}
+			t = msync.IndexOf(index)
+		} else {
+			if !s.exists(src) {
+				continue
+			}
+			t = src.target(k.service)
+		}
+		ts = append(ts, t)
+		of = append(of, i)
+	}
+	// Target{} reads nothing: it gives the state's Seq when no source
+	// exists.
+	as := s.engine.Answers(append(ts, msync.Target{})...)
+	next := &state{synced: true, changed: make(chan struct{})}
+	if k.catalog {
+		next.names = make([][]string, len(s.sources))
+	} else {
+		next.parts = make([][]instance, len(s.sources))
+	}
+	for j, a := range as[:len(ts)] {
+		next.synced = next.synced && a.Synced
+		if k.catalog {
+			next.names[of[j]] = a.Values
+		} else {
+			next.parts[of[j]] = instances(a.Values, s.sources[of[j]].String())
+		}
+	}
+	next.index = s.base + as[len(ts)].Seq
+	if prev != nil {
+		if prev.synced == next.synced && slices.EqualFunc(prev.parts, next.parts, slices.Equal[[]instance]) &&
+			slices.EqualFunc(prev.names, next.names, slices.Equal[[]string]) {
+			return prev
+		}
+		next.index = max(next.index, prev.index+1)
+	}
+	s.seen(next.index)
+	return next
+}
