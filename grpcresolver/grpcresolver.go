@@ -284,9 +284,9 @@ func (h *hub) leave(r *targetResolver) {
 	}
 }
 
-// Followers returns how many answers a builder follows (one subscription
-// or stream each), for tests and metrics.
-func Followers(b resolver.Builder) int {
+// followers returns how many answers a builder follows (one subscription
+// or stream each); the tests read it (export_test.go).
+func followers(b resolver.Builder) int {
 	bb, ok := b.(*builder)
 	if !ok {
 		return 0

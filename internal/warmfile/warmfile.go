@@ -46,6 +46,7 @@ import (
 	"hash/crc32"
 	"io"
 	"time"
+	"unsafe"
 
 	"github.com/iidp/metasync/indexer"
 )
@@ -517,7 +518,8 @@ func (d *decoder) strOf(n uint64) string {
 	if len(b) == 0 {
 		return ""
 	}
-	return unsafeString(b)
+	// The decoder's data is read-only to it: its strings share it.
+	return unsafe.String(&b[0], len(b))
 }
 
 // ids reads a list of string numbers into buf; strings >= 0 checks each
