@@ -81,10 +81,12 @@ func (src *Source) rebuildLocked(objs []Object) {
 
 	objects := newObjectSet(s.seed, len(objs))
 	payloads := map[string]any{}
+	src.prefixes.reset()
 	for i := range objs {
 		o := &objs[i]
 		src.Prepare(o)
 		key := o.Key
+		src.prefixes.note(key)
 		// A copy, made here in a row: the records were made as the
 		// objects were decoded, among the decoder's garbage, and would
 		// stay scattered over the spans it leaves (resident memory

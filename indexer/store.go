@@ -161,6 +161,7 @@ type Source struct {
 	claims   []map[string][]claim
 	singles  []map[string]struct{} // per index: keys of claims with one value
 	scans    int                   // reads of every object by findClaims (for tests)
+	prefixes prefixSet             // of object keys, to find claimants by name
 	notes    []ConflictNote        // of the commit under way, for onConflict
 	payloads bool                  // some object has had a payload
 
@@ -171,36 +172,6 @@ type Source struct {
 	// its own room.)
 	dupsPeak    []int
 	payloadPeak [payloadShards]int
-}
-
-// shrinkMin is the peak count under which a map is never copied to shrink
-// it: a map that small costs little however empty it is.
-const shrinkMin = 16
-
-// shrunk returns m, or, when its count has fallen below a quarter of
-// *peak (the largest count m has had since it was made), a copy of m sized
-// for its count; it keeps *peak up to date. A delete may leave a Go map
-// at the size of its peak forever, and maps.Clone keeps that size too.
-//
-// The copy costs the count, at most a quarter of the peak, and follows at
-// least three quarters of the peak in deletes since the map was made:
-// O(1) per delete, amortized. A count that goes up and down by less than
-// that never copies.
-func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
-	n := len(m)
-	if n > *peak {
-		*peak = n
-		return m
-	}
-	if *peak < shrinkMin || n*4 >= *peak {
-		return m
-	}
-	c := make(map[K]V, n)
-	for k, v := range m {
-		c[k] = v
-	}
-	*peak = n
-	return c
 }
 
 type indexSnap struct {

@@ -91,6 +91,7 @@ func (t *Txn) Put(o Object) {
 	}
 	if !had {
 		t.count++
+		src.prefixes.note(o.Key)
 	}
 	src.objects.Put(o.rec)
 	src.dropScratch()

@@ -17,8 +17,9 @@ import (
 // each key that has more than one value: which object gives which value,
 // and when the object was created. A key with one value needs no claims,
 // so an index without conflicts costs nothing more than any other; a key
-// that gains a second value is looked up among the source's objects once
-// (see settle).
+// that gains a second value finds its claimants among the objects its
+// values name (see claimsByName), or else among every object of the
+// source, once (see settle).
 
 // claim is one value that one object gives one key of a unique index.
 type claim struct {
@@ -114,7 +115,13 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			delete(singles, key)
 			continue
 		case !ok && n > 1:
-			// A key that had one value at most has no claims: find them.
+			// A key that had one value at most has no claims: find them,
+			// among the objects its values name when they are all there
+			// (see claimsByName), else among every object.
+			if cl, all := src.claimsByName(i, key, raw(key)); all {
+				claims[key] = cl
+				continue
+			}
 			if missing == nil {
 				missing = map[string]bool{}
 			}

@@ -82,12 +82,17 @@ func (m *claimModel) conflicts(keys []string) int {
 
 var modelKeys = []string{"m0", "m1", "m2", "m3"}
 
+// modelValues: some name no object, some name objects of the model test
+// (in one namespace or two), as a unique index's values often name their
+// claimant.
+var modelValues = []string{"app0", "app1", "app2", "a", "b", "c"}
+
 // randomObject gives an object a few entries over few keys and values,
 // and one of few creation times, so that claims collide often.
 func randomObject(r *rand.Rand) modelObject {
 	o := modelObject{meta: Meta{Created: int64(r.IntN(3)), Version: fmt.Sprint(r.IntN(1000) + 1)}}
 	for range r.IntN(4) {
-		o.entries = append(o.entries, e(modelKeys[r.IntN(len(modelKeys))], fmt.Sprintf("app%d", r.IntN(3))))
+		o.entries = append(o.entries, e(modelKeys[r.IntN(len(modelKeys))], modelValues[r.IntN(len(modelValues))]))
 	}
 	return o
 }
@@ -130,7 +135,7 @@ func TestUniqueMatchesModel(t *testing.T) {
 			m := &claimModel{objects: map[string]modelObject{}}
 			src := s.Source("src")
 			ix, _ := s.Index("ix")
-			objectNames := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e"}
+			objectNames := []string{"ns/a", "ns/b", "ns/c", "ns/d", "xs/b", "xs/c"}
 			check := func(step int, what string, before map[string][]string) {
 				t.Helper()
 				for _, k := range modelKeys {
@@ -179,7 +184,25 @@ func TestUniqueMatchesModel(t *testing.T) {
 			for step := range 300 {
 				before := answers()
 				what := ""
-				switch op := r.IntN(20); {
+				switch op := r.IntN(24); {
+				case op >= 20:
+					// A claimant that moves to another key, with its
+					// name as its value, or another value.
+					name := objectNames[r.IntN(len(objectNames))]
+					o, ok := m.objects[name]
+					if !ok {
+						o = modelObject{meta: Meta{Created: int64(r.IntN(3)), Version: "1"}}
+					}
+					v := objectName(name)
+					if r.IntN(3) == 0 {
+						v = modelValues[r.IntN(len(modelValues))]
+					}
+					o.entries = []Entry{e(modelKeys[r.IntN(len(modelKeys))], v)}
+					m.objects[name] = o
+					tx := src.Begin()
+					tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+					tx.Commit()
+					what = "move"
 				case op < 10:
 					tx := src.Begin()
 					for range 1 + r.IntN(3) {
@@ -360,5 +383,55 @@ func TestUniqueFlapScansOnce(t *testing.T) {
 	put("ns/a-unknown", 0, "z") // sorts first by key, but its time is unknown
 	if got := ix.Lookup("hot"); !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("hot = %v after a claimant of unknown age, want [x]", got)
+	}
+}
+
+// TestUniqueMovingClaimantReadsNoObjects: a claimant that moves from key to
+// key, each held by another object whose value is its name, finds each
+// key's holder without reading every object, and never takes a key from
+// its older holder; a value that names no claimant still finds them all,
+// by reading every object.
+func TestUniqueMovingClaimantReadsNoObjects(t *testing.T) {
+	s, err := New(SourceSpec{Name: "src", Indexes: []string{"ix"}, Unique: []string{"ix"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Source("src")
+	ix, _ := s.Index("ix")
+	const n = 1000
+	objs := make([]Object, n)
+	for i := range objs {
+		ns := []string{"team-a/", "team-b/"}[i%2]
+		objs[i] = Object{Key: ns + fmt.Sprint("app-", i), Meta: Meta{Created: 5}, Entries: [][]Entry{{e(fmt.Sprint("model-", i), fmt.Sprint("app-", i))}}}
+	}
+	src.Replace(objs)
+	scans := src.scans
+	for i := range 3 * n {
+		k := fmt.Sprint("model-", i%n)
+		tx := src.Begin()
+		tx.Put(Object{Key: "team-b/mover", Meta: Meta{Created: 9}, Entries: [][]Entry{{e(k, "mover")}}})
+		tx.Commit()
+		if got, want := ix.Lookup(k), []string{fmt.Sprint("app-", i%n)}; !slices.Equal(got, want) {
+			t.Fatalf("move %d: %s = %v, want its holder's %v", i, k, got, want)
+		}
+		if c := s.Snapshot().ConflictCount(ix); c != 1 {
+			t.Fatalf("move %d: %d keys in conflict, want 1", i, c)
+		}
+	}
+	if got := src.scans - scans; got != 0 {
+		t.Fatalf("%d reads of every object for %d moves, want 0", got, 3*n)
+	}
+	// A holder whose value is not its name: found by reading every object.
+	tx := src.Begin()
+	tx.Put(Object{Key: "team-a/other", Meta: Meta{Created: 1}, Entries: [][]Entry{{e("shared", "not-a-name")}}})
+	tx.Commit()
+	tx = src.Begin()
+	tx.Put(Object{Key: "team-b/mover", Meta: Meta{Created: 9}, Entries: [][]Entry{{e("shared", "mover")}}})
+	tx.Commit()
+	if got := ix.Lookup("shared"); !slices.Equal(got, []string{"not-a-name"}) {
+		t.Fatalf("shared = %v, want the older holder's [not-a-name]", got)
+	}
+	if got := src.scans - scans; got != 1 {
+		t.Fatalf("%d reads of every object for a holder its value does not name, want 1", got)
 	}
 }

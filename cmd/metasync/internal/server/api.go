@@ -366,6 +366,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	var ans msync.Answer
 	var steps []wire.Step
 	if explain {
+		if !s.explainBudget(w, r) {
+			return
+		}
 		x := s.engine.Explain(t)
 		ans, steps = x.Answer, wireSteps(x.Steps)
 	} else {
@@ -450,6 +453,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			}
+		}
+		if !s.explainBudget(w, r) {
+			return
 		}
 		x := s.engine.Explain(t)
 		ans, steps = x.Answer, wireSteps(x.Steps)

@@ -64,8 +64,8 @@ func (s *Server) explainAllowed(caller string) string {
 }
 
 // explaining reads ?explain: true or false (absent: false); anything
-// else is a 400 that names the parameter; true beyond ExplainRate is a
-// 429.
+// else is a 400 that names the parameter. It spends no budget: see
+// explainBudget.
 func (s *Server) explaining(w http.ResponseWriter, r *http.Request) (explain, ok bool) {
 	vs, given := r.URL.Query()["explain"]
 	if given && len(vs) > 1 {
@@ -79,19 +79,25 @@ func (s *Server) explaining(w http.ResponseWriter, r *http.Request) (explain, ok
 		writeError(w, http.StatusBadRequest, `explain="": use explain=true or leave it out`)
 		return false, false
 	case v == "true":
-		if !watching(r) {
-			if msg := s.explainAllowed(callerOf(r)); msg != "" {
-				s.limitMetrics.refused.WithLabelValues(refusedExplain).Inc()
-				w.Header().Set("Retry-After", "1")
-				writeError(w, http.StatusTooManyRequests, msg)
-				return false, false
-			}
-		}
 		return true, true
 	default:
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("explain=%q: use explain=true or leave it out", v))
 		return false, false
 	}
+}
+
+// explainBudget takes one explanation from the caller's budget and the
+// server's, once the request is known to be answered (access to every
+// step granted): a request refused for another reason spends none. Beyond
+// either budget it writes a 429 and returns false.
+func (s *Server) explainBudget(w http.ResponseWriter, r *http.Request) bool {
+	if msg := s.explainAllowed(callerOf(r)); msg != "" {
+		s.limitMetrics.refused.WithLabelValues(refusedExplain).Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, msg)
+		return false
+	}
+	return true
 }
 
 // wireSteps is what ?explain=true sends of an Explanation's steps.
