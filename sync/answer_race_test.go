@@ -21,10 +21,10 @@ func TestAnswerAcrossAReload(t *testing.T) {
 	e := testEngine(t, cfgA)
 	v, _ := e.view()
 	apps, svcs := v.byName["apps"], v.byName["services"]
-	if err := apps.Replace([]any{apps.project(string(appPrimaryJSON("a", "m1", "m1")))}, "1"); err != nil {
+	if err := apps.replace([]any{apps.project(string(appPrimaryJSON("a", "m1", "m1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := svcs.Replace([]any{svcs.project(string(serviceJSON("s", "a", "10.0.0.1")))}, "1"); err != nil {
+	if err := svcs.replace([]any{svcs.project(string(serviceJSON("s", "a", "10.0.0.1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}
 	if a := e.Answer(ChainOf("c", "m1")); !a.Synced || len(a.Values) != 1 {

@@ -56,7 +56,7 @@ func BenchmarkWatchEvent(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := w.Update(obj); err != nil {
+			if err := w.update(obj); err != nil {
 				b.Fatal(err)
 			}
 		}

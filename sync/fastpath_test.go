@@ -216,7 +216,7 @@ func fastIndex(t *testing.T, r io.Reader) map[string]map[string][]string {
 	for i, it := range list.Items {
 		objs[i] = it
 	}
-	if err := w.Replace(objs, list.ResourceVersion); err != nil {
+	if err := w.replace(objs, list.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]map[string][]string{}

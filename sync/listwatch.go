@@ -28,7 +28,7 @@ func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
 	return req
 }
 
-func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	if opts.Continue == "" {
 		w.listed.Store(0)
 	}
@@ -98,7 +98,7 @@ func (w *watcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) 
 	return list, nil
 }
 
-func (w *watcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	wi, err := w.request(&opts).Watch(ctx)
 	if err != nil {
@@ -439,12 +439,20 @@ func newBackoff() wait.Backoff {
 	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: retryJitter, Steps: 10, Cap: retryMax}
 }
 
-// List is ListWithContext without a context, for cache.ListerWatcher.
-func (w *watcher) List(opts metav1.ListOptions) (runtime.Object, error) {
-	return w.ListWithContext(context.Background(), opts)
+// lister's methods are the watcher's (see lister).
+
+func (l lister) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return l.w.listWithContext(context.Background(), opts)
 }
 
-// Watch is WatchWithContext without a context, for cache.ListerWatcher.
-func (w *watcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
-	return w.WatchWithContext(context.Background(), opts)
+func (l lister) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return l.w.watchWithContext(context.Background(), opts)
+}
+
+func (l lister) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return l.w.listWithContext(ctx, opts)
+}
+
+func (l lister) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return l.w.watchWithContext(ctx, opts)
 }

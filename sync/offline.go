@@ -43,7 +43,7 @@ func init() {
 			if slices.Contains(unsynced, w.plan.Name) {
 				continue
 			}
-			if err := w.Replace(nil, ""); err != nil {
+			if err := w.replace(nil, ""); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -150,7 +150,7 @@ func (f offline) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 			return ch, err
 		}
 		w.reportSkipped = true
-		if err := w.Replace(nil, ""); err != nil {
+		if err := w.replace(nil, ""); err != nil {
 			return ch, err
 		}
 	}
@@ -272,7 +272,7 @@ func (f offline) Replace(resource string, objects ...[]byte) error {
 			list = append(list, p.o)
 		}
 	}
-	if err := w.Replace(list, ""); err != nil {
+	if err := w.replace(list, ""); err != nil {
 		return err
 	}
 	return skipped

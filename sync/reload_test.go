@@ -83,7 +83,7 @@ func list(tb testing.TB, e *Engine, resource string, objs ...[]byte) *watcher {
 	for i, o := range objs {
 		items[i] = w.project(string(o))
 	}
-	must(tb, w.Replace(items, ""))
+	must(tb, w.replace(items, ""))
 	return w
 }
 
@@ -967,7 +967,7 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 			world.objects[r][name] = obj
 			v, _ := e.view()
 			w := v.byName[r]
-			must(t, w.Update(w.project(string(obj))))
+			must(t, w.update(w.project(string(obj))))
 		}
 
 		fresh := testEngine(t, cfg)

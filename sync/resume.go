@@ -116,7 +116,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 				timeout = int64(catchUpTimeout / time.Second)
 			}
 			var wi watch.Interface
-			wi, err = w.WatchWithContext(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+			wi, err = w.watchWithContext(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 			if err == nil {
 				var delivered int
 				rv, delivered, err = w.applyEvents(wi, rv, target)
@@ -257,11 +257,11 @@ func (w *watcher) applyEvents(wi watch.Interface, rv, target string) (string, in
 		var err error
 		switch ev.Type {
 		case watch.Added:
-			err = w.Add(ev.Object)
+			err = w.add(ev.Object)
 		case watch.Modified:
-			err = w.Update(ev.Object)
+			err = w.update(ev.Object)
 		case watch.Deleted:
-			err = w.Delete(ev.Object)
+			err = w.delete(ev.Object)
 		case watch.Bookmark:
 			if o, ok := ev.Object.(*object); ok && o.rv != "" {
 				w.UpdateResourceVersion(o.rv)

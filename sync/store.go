@@ -11,12 +11,12 @@ import (
 
 // --- cache.ReflectorStore: the reflector writes here ---
 
-func (w *watcher) Add(obj any) error {
+func (w *watcher) add(obj any) error {
 	w.added.Add(1)
 	return w.put(obj)
 }
 
-func (w *watcher) Update(obj any) error {
+func (w *watcher) update(obj any) error {
 	w.updated.Add(1)
 	return w.put(obj)
 }
@@ -48,7 +48,7 @@ func (w *watcher) resourceVersion() string {
 	return ""
 }
 
-func (w *watcher) Delete(obj any) error {
+func (w *watcher) delete(obj any) error {
 	w.deleted.Add(1)
 	var key string
 	var rv *string
@@ -72,7 +72,7 @@ func (w *watcher) Delete(obj any) error {
 	return nil
 }
 
-func (w *watcher) Replace(list []any, rv string) error {
+func (w *watcher) replace(list []any, rv string) error {
 	objs := make([]indexer.Object, 0, len(list))
 	var failed map[string][]ruleFailure
 	for _, it := range list {
@@ -109,8 +109,6 @@ func (w *watcher) Replace(list []any, rv string) error {
 	})
 	return nil
 }
-
-func (w *watcher) Resync() error { return nil }
 
 // isSynced reports whether the resource has data to answer with: its
 // first complete list is done, or, for a restarted resource, was done by
@@ -166,3 +164,11 @@ func (w *watcher) listed1() bool {
 		return false
 	}
 }
+
+// sink's methods are the watcher's (see sink).
+
+func (s sink) Add(obj any) error                   { return s.w.add(obj) }
+func (s sink) Update(obj any) error                { return s.w.update(obj) }
+func (s sink) Delete(obj any) error                { return s.w.delete(obj) }
+func (s sink) Replace(list []any, rv string) error { return s.w.replace(list, rv) }
+func (s sink) Resync() error                       { return nil }

@@ -63,7 +63,7 @@ func newEventRig(tb testing.TB, others int, changed bool) *eventRig {
 		ev := toggleEvent(i, 1_000_000+i, false)
 		objs[i] = r.w.project(ev[len(`{"type":"MODIFIED","object":`) : len(ev)-2])
 	}
-	if err := r.w.Replace(objs, ""); err != nil { // synced: subscriptions start
+	if err := r.w.replace(objs, ""); err != nil { // synced: subscriptions start
 		tb.Fatal(err)
 	}
 	var stream bytes.Buffer
@@ -127,7 +127,7 @@ func (r *eventRig) events(tb testing.TB, count int) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := r.w.Update(obj); err != nil {
+		if err := r.w.update(obj); err != nil {
 			tb.Fatal(err)
 		}
 		i++

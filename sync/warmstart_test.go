@@ -40,7 +40,7 @@ func filledEngine(tb testing.TB, n int) *Engine {
 	for i := range n {
 		list[i] = w.project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
 	}
-	if err := w.Replace(list, "4711"); err != nil {
+	if err := w.replace(list, "4711"); err != nil {
 		tb.Fatal(err)
 	}
 	return e

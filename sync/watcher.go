@@ -126,10 +126,18 @@ func (w *watcher) noteFresh() {
 	}
 }
 
-// The contracts of client-go that a watcher fulfils for its reflector.
+// The reflector's two ends are two types: lister lists and watches the
+// apiserver (listwatch.go), sink takes what the reflector read into the
+// source (store.go); the watcher behind both keeps their shared state.
+type (
+	lister struct{ w *watcher }
+	sink   struct{ w *watcher }
+)
+
+// The contracts of client-go that they fulfil for the reflector.
 var (
-	_ cache.ReflectorStore           = (*watcher)(nil)
-	_ cache.ListerWatcherWithContext = (*watcher)(nil)
+	_ cache.ListerWatcherWithContext = lister{}
+	_ cache.ReflectorStore           = sink{}
 )
 
 func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
@@ -223,7 +231,7 @@ func (w *watcher) inherit(old *watcher) {
 // only as the first failure since the backoff was reset.
 func (w *watcher) run(ctx context.Context) {
 	logger := logr.FromSlogHandler(w.log.Handler())
-	r := cache.NewReflectorWithOptions(w, &object{}, w, cache.ReflectorOptions{
+	r := cache.NewReflectorWithOptions(lister{w}, &object{}, sink{w}, cache.ReflectorOptions{
 		Name:            w.plan.Name,
 		TypeDescription: w.plan.GVR.String(),
 		Logger:          &logger,

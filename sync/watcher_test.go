@@ -61,7 +61,7 @@ func TestProjection(t *testing.T) {
 	if m := o.GetObjectMeta(); m.GetName() != "base" || m.GetNamespace() != "ns" || m.GetResourceVersion() != "7" {
 		t.Fatalf("GetObjectMeta = %v", m)
 	}
-	if err := w.Add(o); err != nil {
+	if err := w.add(o); err != nil {
 		t.Fatal(err)
 	}
 	ix, _ := store.Index("model-to-app")
@@ -82,27 +82,27 @@ func TestTombstoneAndRecreate(t *testing.T) {
 	w, store := testWatcher(t)
 	ix, _ := store.Index("model-to-app")
 	old := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"1"},"spec":{"models":["m1"]}}`)
-	if err := w.Add(old); err != nil {
+	if err := w.add(old); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: old}); err != nil {
+	if err := w.delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: old}); err != nil {
 		t.Fatal(err)
 	}
 	if got := store.Snapshot().Lookup(ix, "m1"); got != nil {
 		t.Fatalf("after tombstone: %v", got)
 	}
-	if err := w.Add(old); err != nil {
+	if err := w.add(old); err != nil {
 		t.Fatal(err)
 	}
 	recreated := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"2"},"spec":{"models":["m2"]}}`)
-	if err := w.Replace([]any{recreated}, "10"); err != nil {
+	if err := w.replace([]any{recreated}, "10"); err != nil {
 		t.Fatal(err)
 	}
 	snap := store.Snapshot()
 	if snap.Lookup(ix, "m1") != nil || !slices.Equal(snap.Lookup(ix, "m2"), []string{"a"}) {
 		t.Fatalf("after recreate: m1=%v m2=%v", snap.Lookup(ix, "m1"), snap.Lookup(ix, "m2"))
 	}
-	if err := w.Delete("not an object"); err == nil {
+	if err := w.delete("not an object"); err == nil {
 		t.Fatal("a delete of an unknown type was accepted")
 	}
 }
@@ -153,7 +153,7 @@ func TestWatchEventOutlivesItsBuffer(t *testing.T) {
 			t.Errorf("event %d = %s %s@%s, want %s %s@%s", i, ev.typ, o.ix.Key, o.rv, want[i].typ, want[i].key, want[i].rv)
 		}
 	}
-	if err := w.Add(events[0].obj); err != nil {
+	if err := w.add(events[0].obj); err != nil {
 		t.Fatal(err)
 	}
 	ix, _ := store.Index("model-to-app")
