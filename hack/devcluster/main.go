@@ -80,9 +80,9 @@ func (d *dropWriter) Write(p []byte) (int, error) {
 
 // Durations of the stop and of the wait for metasync's readiness.
 const (
-	readyTimeout      = 60 * time.Second
-	metasyncStopAfter = 20 * time.Second
-	controlPlaneStop  = 15 * time.Second
+	defaultReadyTimeout = 60 * time.Second
+	metasyncStopAfter   = 20 * time.Second
+	controlPlaneStop    = 15 * time.Second
 )
 
 // defaultKubeconfigOut is where a running devcluster leaves its
@@ -101,6 +101,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
 	xdsListen := fs.String("xds-listen", "", "also serve xDS here (metasync serve --xds-listen; make run: 127.0.0.1:18000); port 0 picks a free one; empty: no xDS")
 	bootstrapOut := fs.String("bootstrap-out", "", "with --xds-listen, write an xDS client's bootstrap here (make run: bin/xds-bootstrap.json); default: a temporary folder")
+	readyTimeout := fs.Duration("ready-timeout", defaultReadyTimeout, "how long to wait for metasync serve to be ready before printing the commands to try all the same")
 	withServers := fs.Bool("backends", true, "put gRPC health servers on this host's address behind the example's Services, in place of the made-up addresses of "+routingFile)
 	kubeconfigOut := fs.String("kubeconfig-out", "", "also write the control plane's kubeconfig here while it runs (for `devcluster apply` and kubectl; make run writes "+defaultKubeconfigOut+")")
 	if err := fs.Parse(args); err != nil {
@@ -287,14 +288,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stopMetasync(cmd, exited, again, say)
 
 	url := "http://" + addr
-	switch err := waitReady(ctx, url, exited); {
+	switch err := waitReady(ctx, url, exited, *readyTimeout); {
 	case errors.Is(err, errExited):
 		return err
 	case ctx.Err() != nil:
 		return nil
 	case err != nil:
 		say("\n==> metasync serve is not ready after %s: %v\n    It keeps running, and answers what it has synced; see its logs above, and: curl -s '%s/readyz?verbose'",
-			readyTimeout, err, url)
+			*readyTimeout, err, url)
 		fallthrough
 	default:
 		say("%s", tryBlock(tryInfo{url: url, bin: *bin, kubeconfig: kubeconfig, config: *config, xds: xdsAddr, bootstrap: bootstrap, backends: servers != nil}))
@@ -330,12 +331,12 @@ func freeListen(addr string) (string, error) {
 // errExited: metasync serve ended before it was ready.
 var errExited = errors.New("metasync serve exited before it was ready")
 
-// waitReady polls url's /readyz until it answers 200, for readyTimeout. It
+// waitReady polls url's /readyz until it answers 200, for timeout. It
 // fails at once when metasync exits (its answer would come from another
 // process: the address was free when metasync started).
-func waitReady(ctx context.Context, url string, exited chan error) error {
+func waitReady(ctx context.Context, url string, exited chan error, timeout time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.After(readyTimeout)
+	deadline := time.After(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	last := errors.New("no answer")

@@ -157,3 +157,44 @@ func TestXDSWalkThrough(t *testing.T) {
 	}
 	answered("Node", string(got))
 }
+
+// TestNotReadyStillPrintsTheTryBlock: a config with a resource that the
+// cluster does not serve (a CRD that make run's cluster lacks) never gets
+// ready; devcluster names that resource and prints the commands to try
+// all the same, and metasync keeps serving the rest.
+func TestNotReadyStillPrintsTheTryBlock(t *testing.T) {
+	needControlPlane(t)
+	_, metasync := binaries(t)
+	dir := t.TempDir()
+	body, err := os.ReadFile(filepath.Join(root, exampleConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	_ = os.WriteFile(config, []byte(strings.Replace(string(body), "\nchains:", `
+  - name: gadgets
+    group: nothere.iidp.com
+    version: v1
+    resource: gadgets
+    indexes:
+      - {name: color-to-gadget, key: spec.color}
+chains:`, 1)), 0o600)
+	addr := testenv.FreeAddr(t)
+	d := startDevcluster(t, "--metasync", metasync, "--listen", addr, "--config", config, "--ready-timeout", "3s", "--backends=false")
+	d.waitFor(t, "Ctrl-C stops everything.", 2*time.Minute)
+	out := d.out.String()
+	for _, want := range []string{"is not ready after 3s: not ready: gadgets: ", "==> metasync serves on http://" + addr + ". Try:", "Live reload: edit " + config} {
+		if !strings.Contains(out, want) {
+			t.Errorf("devcluster does not print %q:\n%s", want, out)
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/v1/indexes/model-to-app/keys/model1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"values":["base"]`) {
+		t.Errorf("model1 = %s", b)
+	}
+}
