@@ -170,10 +170,10 @@ func TestGetListsKeys(t *testing.T) {
 func TestIndexes(t *testing.T) {
 	srv := apiServer(t, []string{"model1", "model2", "model3"})
 	out, errOut, code := cli("indexes", "--server", srv.URL)
-	want := "NAME                  RESOURCE        KEYS  SYNCED  STALE  FAILING\n" +
-		"model-to-app          appmodels       3     true    false  0\n" +
-		"service-to-addresses  endpointslices  0     true    false  0\n" +
-		"service-to-endpoints  endpointslices  0     true    false  0\n" +
+	want := "NAME                  RESOURCE        KEYS  SYNCED  STALE  FAILING  CONFLICTS\n" +
+		"model-to-app          appmodels       3     true    false  0        0\n" +
+		"service-to-addresses  endpointslices  0     true    false  0        -\n" +
+		"service-to-endpoints  endpointslices  0     true    false  0        -\n" +
 		"\n" +
 		"CHAIN               INDEXES                               SYNCED\n" +
 		"model-to-addresses  model-to-app -> service-to-addresses  true\n" +
