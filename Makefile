@@ -91,21 +91,27 @@ clean:
 	rm -rf $(BIN)
 
 ## run: a local control plane with the AppModel example, and metasync serve
-## on LISTEN (127.0.0.1:8080; port 0 picks a free one) with CONFIG
-## (examples/appmodel/config.yaml; edit it while it runs to try a live
-## reload, or serve a copy of your own). The first run builds
-## kube-apiserver and etcd (minutes). Ctrl-C stops everything, also when the
-## output is piped (make run 2>&1 | tee run.log); with tee -i (make run
-## 2>&1 | tee -i run.log) tee ignores the Ctrl-C and keeps the stop's
-## messages too.
+## on LISTEN (127.0.0.1:8080; port 0 picks a free one) and xDS on
+## XDS_LISTEN (127.0.0.1:18000; XDS_LISTEN= for none), with gRPC servers on
+## this host's address behind the example's Services, so that xDS and
+## resolver clients get answers. It serves bin/run-config.yaml, a copy of
+## examples/appmodel/config.yaml written anew at each run (edit it while it
+## runs to try a live reload), or CONFIG, a file of your own. The first
+## run builds kube-apiserver and etcd (minutes). Ctrl-C stops everything,
+## also when the output is piped (make run 2>&1 | tee run.log); with tee
+## -i (make run 2>&1 | tee -i run.log) tee ignores the Ctrl-C and keeps
+## the stop's messages too.
 LISTEN ?= 127.0.0.1:8080
-CONFIG ?= examples/appmodel/config.yaml
+XDS_LISTEN ?= 127.0.0.1:18000
+CONFIG ?=
 run: build
 	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
-	  echo "==> first run: building kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 5 minutes on 2 cores; later runs start in seconds)"; fi
+	  echo "==> first run: building kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 9 minutes on 2 cores with an empty Go build cache; later runs start in seconds)"; fi
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
-	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN) --config $(CONFIG) --kubeconfig-out $(BIN)/dev-kubeconfig
+	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN) \
+	    --xds-listen "$(XDS_LISTEN)" --bootstrap-out $(BIN)/xds-bootstrap.json \
+	    $(if $(CONFIG),--config $(CONFIG),--config-copy $(BIN)/run-config.yaml) --kubeconfig-out $(BIN)/dev-kubeconfig
 
 ## apply: applies the YAML files FILE (space-separated) to the cluster of a
 ## running `make run`, with server-side apply: no kubectl needed.

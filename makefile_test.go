@@ -31,3 +31,25 @@ func TestMakeTargetsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestCIEndsNoProcessByName: .ci/run never ends processes by name (pkill,
+// killall): on a shared machine another's process may bear it. A
+// package's own service is kept from starting, or stopped through its
+// service manager.
+func TestCIEndsNoProcessByName(t *testing.T) {
+	b, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		code, _, _ := strings.Cut(line, "#")
+		for _, tool := range []string{"pkill", "killall"} {
+			if regexp.MustCompile(`\b` + tool + `\b`).MatchString(code) {
+				t.Errorf(".ci/run:%d ends processes by name (%s): %s", i+1, tool, line)
+			}
+		}
+	}
+	if !strings.Contains(string(b), "policy-rc.d") {
+		t.Error(".ci/run no longer keeps the prometheus service from starting during its install")
+	}
+}

@@ -9,12 +9,14 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/schema"
 )
 
 // TestXDSClientOfTheDaemonSet: the DaemonSet overlay serves xDS on its
@@ -155,4 +157,90 @@ func number(v any) int64 {
 		return int64(n)
 	}
 	return -1
+}
+
+// TestXDSNodeClientWithASidecar: the Node example (grpc-js-xds has no
+// bootstrap call credentials) runs metasync as a sidecar serving xDS on
+// the pod's loopback, without --auth, and its bootstrap names that
+// address with insecure channel credentials and no call credentials; the
+// sidecar's config is valid and has the chain the app dials; its
+// ServiceAccount is bound to the base's Role metasync-read; the objects
+// pass a server-side dry run.
+func TestXDSNodeClientWithASidecar(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("overlays", "daemonset", "xds-client-node.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		if err := dec.Decode(&o.Object); err != nil {
+			break
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
+	}
+	app := find(t, objs, "Deployment", "grpc-node-app")
+	spec, ac := podSpec(t, app)
+	inits, _, _ := unstructured.NestedSlice(spec, "initContainers")
+	if len(inits) != 1 {
+		t.Fatalf("want one sidecar, got %d init containers", len(inits))
+	}
+	sidecar := inits[0].(map[string]any)
+	if rp, _, _ := unstructured.NestedString(sidecar, "restartPolicy"); rp != "Always" {
+		t.Errorf("the sidecar's restartPolicy is %q, want Always (a native sidecar)", rp)
+	}
+	args, _, _ := unstructured.NestedStringSlice(sidecar, "args")
+	xdsAddr := flagValue(args, "--xds-listen")
+	if host, _, err := net.SplitHostPort(xdsAddr); err != nil || !net.ParseIP(host).IsLoopback() || flagValue(args, "--auth") != "" {
+		t.Fatalf("the sidecar's args %v: want --xds-listen on loopback, no --auth", args)
+	}
+	var bootstrap string
+	envVars, _, _ := unstructured.NestedSlice(ac, "env")
+	for _, e := range envVars {
+		if name, _, _ := unstructured.NestedString(e.(map[string]any), "name"); name == "GRPC_XDS_BOOTSTRAP_CONFIG" {
+			bootstrap, _, _ = unstructured.NestedString(e.(map[string]any), "value")
+		}
+	}
+	var boot struct {
+		Servers []struct {
+			URI          string           `json:"server_uri"`
+			ChannelCreds []map[string]any `json:"channel_creds"`
+			CallCreds    []map[string]any `json:"call_creds"`
+		} `json:"xds_servers"`
+		Node struct {
+			Locality map[string]string `json:"locality"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal([]byte(bootstrap), &boot); err != nil || len(boot.Servers) != 1 {
+		t.Fatalf("the app's bootstrap %q: %v", bootstrap, err)
+	}
+	s := boot.Servers[0]
+	if s.URI != xdsAddr || len(s.ChannelCreds) != 1 || s.ChannelCreds[0]["type"] != "insecure" || len(s.CallCreds) != 0 {
+		t.Errorf("the bootstrap's server %+v: want %s, insecure, no call credentials", s, xdsAddr)
+	}
+	if boot.Node.Locality == nil {
+		t.Error("the bootstrap has no node.locality, which grpc-js-xds needs")
+	}
+	cm := find(t, objs, "ConfigMap", "grpc-node-app-metasync")
+	config, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(path, []byte(config), 0o600)
+	if _, err := schema.Load(path, schema.LoadOptions{}); err != nil {
+		t.Fatalf("the sidecar's config: %v", err)
+	}
+	if !strings.Contains(config, "chains:\n  - name: model-to-endpoints\n") {
+		t.Errorf("the sidecar's config has no chain model-to-endpoints")
+	}
+	rb := find(t, objs, "RoleBinding", "grpc-node-app-metasync-read")
+	role, _, _ := unstructured.NestedString(rb.Object, "roleRef", "name")
+	if r := find(t, render(t, "base"), "Role", role); r.GetNamespace() != rb.GetNamespace() {
+		t.Errorf("the Role %s is in %s, the binding in %s", role, r.GetNamespace(), rb.GetNamespace())
+	}
+
+	testenv.Need(t, env)
+	env.Namespace(t, "meta-test")
+	apply(t, env.Config, objs, true)
 }

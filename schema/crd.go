@@ -253,3 +253,22 @@ func isIndex(s string) bool {
 	}
 	return true
 }
+
+// UncheckedPaths names, one note each, the resources of the plan whose
+// paths CheckPaths cannot check with crds alone: custom resources (a
+// group with a dot that is not one of Kubernetes' own, *.k8s.io) that no
+// CRD of crds defines. Their paths are checked against the cluster's
+// copy of the CRD by `validate --cluster`, and by serve at its start and
+// at each reload.
+func UncheckedPaths(p *Plan, crds []*CRD) []string {
+	var notes []string
+	for i, r := range p.c.Resources {
+		g := r.GVR.Group
+		if !strings.Contains(g, ".") || g == "k8s.io" || strings.HasSuffix(g, ".k8s.io") || CRDOf(crds, g, r.GVR.Resource) != nil {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("resources[%d]: paths not checked: no CRD under crds: defines %s.%s; validate --cluster checks them against the cluster's CRD",
+			i, r.GVR.Resource, g))
+	}
+	return notes
+}

@@ -33,7 +33,8 @@ type LoadOptions struct {
 	// to value. Only the flags that were set belong here.
 	Flags map[string]any
 	// CheckAll is for a validator: when every problem is one of policy
-	// (a Secrets entry without allowSecrets), LoadPlan returns the plan
+	// (a Secrets entry without allowSecrets) or an unknown key (the rest
+	// of the file decoded and compiled whole), LoadPlan returns the plan
 	// with the error, so that the checks that need a plan (CRD schemas,
 	// the cluster) report their problems in the same run. Such a plan
 	// must not be started.
@@ -95,22 +96,54 @@ func load(path string, opts LoadOptions) (*Config, *Plan, error) {
 	if _, fromFlags := opts.Flags["crds"]; !fromFlags {
 		resolveCRDPaths(&c, path)
 	}
+	// An entry under the wrong list is one problem, said as such, not
+	// the many that its keys make under that list.
+	wrong := misplaced(k.Raw())
+	said := map[string]bool{}
+	add := func(fe *FieldError) bool {
+		if e := within(fe.Path, wrong); e != "" {
+			if !said[e] {
+				said[e] = true
+				p.list.Add(&FieldError{Path: e, Msg: wrong[e]})
+			}
+			return false
+		}
+		p.list.Add(fe)
+		return true
+	}
 	decoded := map[string]bool{}
+	unknownKeys, otherDecode := 0, false
 	for _, fe := range decodeProblems(decodeErr) {
 		decoded[fe.Path] = true
-		p.list.Add(fe)
+		if add(fe) {
+			if strings.HasPrefix(fe.Msg, "unknown key") {
+				unknownKeys++
+			} else {
+				otherDecode = true
+			}
+		} else {
+			otherDecode = true
+		}
 	}
 	var v problems
 	compiled := c.compile(&v)
 	for _, err := range Problems(v.result()) {
 		var fe *FieldError
-		if errors.As(err, &fe) && decoded[fe.Path] {
-			continue // already reported by the decoder
+		if errors.As(err, &fe) {
+			if decoded[fe.Path] {
+				continue // already reported by the decoder
+			}
+			add(fe)
+			continue
 		}
 		p.list.Add(err)
 	}
 	if err := p.result(); err != nil {
-		if opts.CheckAll && decodeErr == nil && len(Problems(err)) == v.policy {
+		// A validator goes on with a plan whose only problems are of
+		// policy or unknown keys (the rest of the file decoded and
+		// compiled whole): the checks that need a plan report theirs in
+		// the same run.
+		if opts.CheckAll && !otherDecode && len(Problems(err)) == v.policy+unknownKeys {
 			return nil, compiled, err
 		}
 		return nil, nil, err
@@ -185,7 +218,7 @@ func decodeProblems(err error) []*FieldError {
 		if at == "" {
 			at = "config"
 		}
-		out = append(out, &FieldError{Path: at, Msg: cleanDecodeMsg(msg)})
+		out = append(out, &FieldError{Path: at, Msg: msg})
 	}
 	var walk func(err error, at string)
 	walk = func(err error, at string) {
@@ -207,14 +240,14 @@ func decodeProblems(err error) []*FieldError {
 			at = strings.TrimPrefix(e.Name(), ".")
 			inner := e.Unwrap()
 			if inner == nil {
-				leaf(at, e.Error())
+				leaf(at, cleanDecodeMsg(e.Error()))
 				return
 			}
 			if hasDecodeErrors(inner) {
 				walk(inner, at)
 				return
 			}
-			leaf(at, inner.Error())
+			leaf(at, decodeMsg(inner))
 		default:
 			// Such as the "decoding failed due to the following error(s)"
 			// that wraps the whole tree.
@@ -222,7 +255,7 @@ func decodeProblems(err error) []*FieldError {
 				walk(inner, at)
 				return
 			}
-			leaf(at, err.Error())
+			leaf(at, cleanDecodeMsg(err.Error()))
 		}
 	}
 	walk(err, "")
@@ -337,12 +370,4 @@ func derefType(t reflect.Type) reflect.Type {
 		t = t.Elem()
 	}
 	return t
-}
-
-// cleanDecodeMsg drops mapstructure's Go type names where a user would not
-// know them.
-func cleanDecodeMsg(msg string) string {
-	msg = strings.ReplaceAll(msg, "expected type 'string'", "want a string")
-	msg = strings.ReplaceAll(msg, "source data must be an array or slice", "want a list")
-	return msg
 }

@@ -46,7 +46,7 @@ func TestBadFiles(t *testing.T) {
 	cases := map[string][]string{
 		"resync-number.bad.yaml": {"resources[0].resync: 300 has no unit; write a duration such as 300s or 5m"},
 		"shapes.bad.yaml": {
-			"resources[1].version: want a string, got unconvertible type '[]interface {}'",
+			"resources[1].version: want a string, got a list",
 			`server.listen: "nonsense" is not host:port`,
 			`resources[0].name: "bad name!": use letters, digits, '.', '_' and '-'`,
 			"resources[0].fields.node: empty gjson path",

@@ -3,6 +3,7 @@ package sync
 import (
 	"slices"
 	"sort"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -53,7 +54,8 @@ const (
 	// not answered: an older one's are.
 	ExplainYounger = "a younger claimant of a unique index: the oldest's values are answered"
 	// ExplainElsewhere: values hinted for another zone or node than the
-	// caller's (topology-aware routing, Target.At).
+	// caller's (topology-aware routing, Target.At); Why adds the
+	// caller's, as "(zone=a)".
 	ExplainElsewhere = "hinted for another zone or node than the caller's"
 	// ExplainShadowed: values of the index's fallback (for EndpointSlices:
 	// serving terminating endpoints), not answered while the key has
@@ -78,7 +80,8 @@ type ExplainedObject struct {
 	// key has no values of its own, else unanswered (ExplainShadowed).
 	Fallback bool
 	// Unanswered are the values it gives that its key does not answer,
-	// and Why: ExplainYounger, ExplainElsewhere or ExplainShadowed.
+	// and Why: ExplainYounger, ExplainElsewhere (with the caller's zone or
+	// node) or ExplainShadowed.
 	Unanswered []string
 	Why        string
 }
@@ -163,7 +166,7 @@ func (e *Engine) Explain(t Target) Explanation {
 					case conflicts[k] && !c.Chosen:
 						o.Why = ExplainYounger
 					case t.At != (Locality{}):
-						o.Why = ExplainElsewhere
+						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")"
 					}
 					st.Objects = append(st.Objects, o)
 				}

@@ -70,3 +70,20 @@ func applyCRDs(crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) error {
 	log.Info("CRDs installed and established", "crds", names, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
+
+// checkInstalledPaths checks the config's paths against the schemas of
+// the CRDs installed in the cluster (those that its crds: files do not
+// define), as validate --cluster does, for at most within. It fails with
+// the problems, each with its field path; what it could not check (the
+// apiserver away, a CRD that RBAC does not let it read) is logged and
+// fails nothing.
+func checkInstalledPaths(plan *schema.Plan, cfg *rest.Config, within time.Duration, log *slog.Logger) error {
+	files, _ := schema.ReadCRDs(plan.CRDs()) // their problems are readCRDs'
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	notes, err := cluster.CheckInstalledPaths(ctx, plan, cfg, files)
+	for _, n := range notes {
+		log.Info("path check", "note", n)
+	}
+	return err
+}

@@ -67,7 +67,10 @@ var optional = regexp.MustCompile(`\[[^\]]*\]`)
 //     (?watch=true) its snapshot frame;
 //   - `make TARGET`: the Makefile has the target; `kubectl apply -f` and
 //     `go run`: the files and packages exist (the examples' own tests run
-//     them).
+//     them);
+//   - the xDS walk-through's client lines (`GRPC_XDS_BOOTSTRAP=...`):
+//     the programs exist; hack/devcluster's TestXDSWalkThrough runs them
+//     against make run's program.
 func TestDocsShellBlocks(t *testing.T) {
 	testenv.Need(t, env)
 	root := testenv.Root()
@@ -124,6 +127,20 @@ func TestDocsShellBlocks(t *testing.T) {
 			case args[0] == "kubectl" && len(args) > 3 && args[1] == "apply" && args[2] == "-f":
 				if _, err := os.Stat(filepath.Join(root, args[3])); err != nil {
 					t.Errorf("%s: %v", what, err)
+				}
+			case strings.HasPrefix(args[0], "GRPC_XDS_BOOTSTRAP=") || strings.HasPrefix(cmd, "cd examples/xds-node && "):
+				// The xDS walk-through needs make run's gRPC servers:
+				// hack/devcluster's TestXDSWalkThrough runs these lines.
+				// Here: the programs they run exist.
+				for _, a := range args {
+					if strings.HasPrefix(a, "./examples/") || a == "client.js" {
+						if a == "client.js" {
+							a = "examples/xds-node/client.js"
+						}
+						if _, err := os.Stat(filepath.Join(root, a)); err != nil {
+							t.Errorf("%s: %v", what, err)
+						}
+					}
 				}
 			case args[0] == "go" && len(args) > 2 && args[1] == "run":
 				if _, err := os.Stat(filepath.Join(root, args[2])); err != nil {

@@ -116,9 +116,19 @@ func get(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case *chain != "" && len(pos) == 1:
-		return c.printValues("/v1/chains/"+pathSegment(*chain)+"/keys/"+pathSegment(pos[0]), stdout, stderr)
+		path := "/v1/chains/" + pathSegment(*chain) + "/keys/" + pathSegment(pos[0])
+		if err := c.printValues(path, stdout, stderr); err != nil {
+			return err
+		}
+		c.noteConflicts(path, "--chain "+printable(*chain)+" "+printable(pos[0]), stderr)
+		return nil
 	case *chain == "" && len(pos) == 2:
-		return c.printValues("/v1/indexes/"+pathSegment(pos[0])+"/keys/"+pathSegment(pos[1]), stdout, stderr)
+		path := "/v1/indexes/" + pathSegment(pos[0]) + "/keys/" + pathSegment(pos[1])
+		if err := c.printValues(path, stdout, stderr); err != nil {
+			return err
+		}
+		c.noteConflicts(path, printable(pos[0])+" "+printable(pos[1]), stderr)
+		return nil
 	case *chain == "" && len(pos) == 1:
 		return c.printKeys(pos[0], *limit, stdout, stderr)
 	default:
@@ -159,9 +169,15 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRESOURCE\tKEYS\tSYNCED\tSTALE\tFAILING")
+	fmt.Fprintln(tw, "NAME\tRESOURCE\tKEYS\tSYNCED\tSTALE\tFAILING\tCONFLICTS")
+	conflicts := 0
 	for _, ix := range ans.Indexes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%t\t%d\n", ix.Name, ix.Resource, ix.Keys, ix.Synced, ix.Stale, ix.Failing)
+		c := "-" // not unique: every value is answered
+		if ix.Unique {
+			c = strconv.Itoa(ix.Conflicts)
+			conflicts += ix.Conflicts
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%t\t%d\t%s\n", ix.Name, ix.Resource, ix.Keys, ix.Synced, ix.Stale, ix.Failing, c)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -186,10 +202,47 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  %s: %d object(s); last %s at %s: %s\n", ix.Name, ix.Failing, rf.Object, rf.At.Format(time.RFC3339), rf.Error)
 		}
 	}
+	if conflicts > 0 {
+		fmt.Fprintln(stdout, "\nCONFLICTS: keys of a unique index claimed by several objects with different values; each answers the oldest's (/readyz?verbose names the keys; metasync get --explain INDEX KEY the claimants)")
+	}
 	if ans.Stale {
 		fmt.Fprintln(stderr, staleNote)
 	}
 	return nil
+}
+
+// noteConflicts says on stderr when the answer of path (a lookup or a
+// chain lookup, printed already) went through a key in conflict on a
+// unique index: several objects claim it, and the oldest's value is
+// answered. It asks only when some unique index has conflicts, and says
+// nothing when it cannot tell.
+func (c *client) noteConflicts(path, what string, stderr io.Writer) {
+	var ixs wire.Indexes
+	if c.getJSON("get", "/v1/indexes", &ixs, io.Discard) != nil {
+		return
+	}
+	some := false
+	for _, ix := range ixs.Indexes {
+		some = some || ix.Unique && ix.Conflicts > 0
+	}
+	if !some {
+		return
+	}
+	q := url.Values{}
+	for k, v := range c.query {
+		q[k] = v
+	}
+	q.Set("explain", "true")
+	var ans wire.Lookup
+	if c.getJSON("get", path+"?"+q.Encode(), &ans, io.Discard) != nil {
+		return
+	}
+	for _, st := range ans.Steps {
+		if len(st.Conflicts) > 0 {
+			fmt.Fprintf(stderr, "metasync: note: conflict: several objects claim %s in the unique index %s, with different values; the oldest's is answered (metasync get --explain %s names them)\n",
+				list(st.Conflicts), st.Index, what)
+		}
+	}
 }
 
 // staleNote is what get and indexes say of an answer marked stale.
@@ -458,26 +511,59 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 		for _, k := range st.Conflicts {
 			fmt.Fprintf(stdout, "%s   conflict on %s: claimed by several objects, the oldest answered\n", indent, printable(k))
 		}
-		for j, o := range st.Objects {
+		// An object that gives a key both values and fallback values
+		// (an EndpointSlice with ready and terminating endpoints) is
+		// one line: its values, then its fallback's.
+		type claim struct{ resource, key, indexKey string }
+		var order []claim
+		byClaim := map[claim][]wire.StepObject{}
+		for _, o := range st.Objects {
+			c := claim{o.Resource, o.Key, o.IndexKey}
+			if _, seen := byClaim[c]; !seen {
+				order = append(order, c)
+			}
+			byClaim[c] = append(byClaim[c], o)
+		}
+		for j, c := range order {
 			b := "├─"
-			if j == len(st.Objects)-1 {
+			if j == len(order)-1 {
 				b = "└─"
 			}
+			parts := byClaim[c]
+			slices.SortStableFunc(parts, func(x, y wire.StepObject) int { // values before the fallback's
+				switch {
+				case x.Fallback == y.Fallback:
+					return 0
+				case y.Fallback:
+					return -1
+				}
+				return 1
+			})
+			o := parts[0]
 			line := fmt.Sprintf("%s%s %s %s (resourceVersion %s", indent, b, o.Resource, printable(o.Key), printable(o.ResourceVersion))
 			if o.CreationTimestamp != nil {
 				line += ", created " + o.CreationTimestamp.UTC().Format(time.RFC3339)
 			}
-			line += fmt.Sprintf("): %s → %s", printable(o.IndexKey), list(o.Values))
-			switch {
-			case o.Chosen:
-				line += "  [chosen: oldest]"
-			case len(o.Unanswered) > 0 && slices.Contains(st.Conflicts, o.IndexKey):
-				line += "  [not answered: younger claimant]"
-			case len(o.Unanswered) > 0 && o.Why != "":
-				line += "  [not answered: " + list(o.Unanswered) + ", " + o.Why + "]"
-			}
-			if o.Fallback {
-				line += "  [fallback: serving terminating]"
+			line += fmt.Sprintf("): %s → ", printable(o.IndexKey))
+			for k, o := range parts {
+				if k > 0 {
+					line += "; "
+				}
+				if o.Fallback && len(parts) > 1 {
+					line += "fallback "
+				}
+				line += list(o.Values)
+				switch {
+				case o.Chosen:
+					line += "  [chosen: oldest]"
+				case len(o.Unanswered) > 0 && slices.Contains(st.Conflicts, o.IndexKey):
+					line += "  [not answered: younger claimant]"
+				case len(o.Unanswered) > 0 && o.Why != "":
+					line += "  [not answered: " + list(o.Unanswered) + ", " + o.Why + "]"
+				}
+				if o.Fallback && len(o.Unanswered) < len(o.Values) {
+					line += "  [fallback: serving terminating]"
+				}
 			}
 			fmt.Fprintln(stdout, line)
 		}

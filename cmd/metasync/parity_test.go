@@ -120,7 +120,7 @@ func TestDaemonAnswersObjectsAndChains(t *testing.T) {
 	}
 	out, errOut, code := metasync(t, "indexes", "--server", base(addr))
 	for _, want := range []string{
-		"widget-color          widgets         0     true    false  1\n",
+		"widget-color          widgets         0     true    false  1        -\n",
 		"model-to-addresses  model-to-app -> service-to-addresses  true\n",
 		"  widget-color: 1 object(s); last e2e/odd at ",
 	} {

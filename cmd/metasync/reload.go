@@ -175,6 +175,10 @@ func (r *reloader) reload(force bool) {
 			return
 		}
 	}
+	if err := checkInstalledPaths(next, r.restCfg, 15*time.Second, r.log); err != nil {
+		r.refuse(sum, time.Time{}, "config paths not in the installed CRDs' schemas: nothing changed; tried again at an edit or SIGHUP", err)
+		return
+	}
 	if _, err := r.engine.Reload(next); err != nil {
 		r.refuse(sum, time.Time{}, "config not applied: nothing changed", err)
 		return

@@ -165,6 +165,18 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return exitError{1}
 		}
 	}
+	// Paths through fields that the installed CRDs lack would index
+	// nothing: refused, as validate --cluster refuses them. A warm start
+	// does not wait long for an apiserver that is away.
+	within := 15 * time.Second
+	if warm {
+		within = 2 * time.Second
+	}
+	if err := checkInstalledPaths(plan, restCfg, within, log); err != nil {
+		n := printProblems(stderr, err)
+		log.Error("config paths not in the installed CRDs' schemas: nothing started", "config", *config, "problems", n)
+		return exitError{1}
+	}
 	addr := plan.Server().Listen
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -77,6 +77,12 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
+	unchecked := 0
+	if !*checkCluster {
+		n := schema.UncheckedPaths(plan, crds)
+		unchecked = len(n)
+		notes = append(notes, n...)
+	}
 	for _, n := range notes {
 		fmt.Fprintln(stdout, "note:", n)
 	}
@@ -107,8 +113,11 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	where := ""
-	if *checkCluster {
+	switch {
+	case *checkCluster:
 		where = " (checked against the cluster)"
+	case unchecked > 0:
+		where = fmt.Sprintf(" (paths of %s not checked: see the note; --cluster checks them)", plural(unchecked, "resource", "resources"))
 	}
 	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(compiled.Of(plan).Resources), "resource", "resources"),
 		plural(indexes, "index", "indexes"), plural(len(compiled.Of(plan).Chains), "chain", "chains"), where)

@@ -25,16 +25,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,9 +80,9 @@ func (d *dropWriter) Write(p []byte) (int, error) {
 
 // Durations of the stop and of the wait for metasync's readiness.
 const (
-	readyTimeout      = 60 * time.Second
-	metasyncStopAfter = 20 * time.Second
-	controlPlaneStop  = 15 * time.Second
+	defaultReadyTimeout = 60 * time.Second
+	metasyncStopAfter   = 20 * time.Second
+	controlPlaneStop    = 15 * time.Second
 )
 
 // defaultKubeconfigOut is where a running devcluster leaves its
@@ -93,8 +96,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("metasync", "bin/metasync", "the metasync binary")
-	config := fs.String("config", "examples/appmodel/config.yaml", "config for metasync serve (edit it while it runs: metasync reloads it)")
+	config := fs.String("config", "", "config for metasync serve (edit it while it runs: metasync reloads it); default: a copy of "+exampleConfig+" at --config-copy")
+	configCopy := fs.String("config-copy", "", "where the copy of "+exampleConfig+" goes when --config is not given (make run: bin/run-config.yaml); default: a temporary folder")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
+	xdsListen := fs.String("xds-listen", "", "also serve xDS here (metasync serve --xds-listen; make run: 127.0.0.1:18000); port 0 picks a free one; empty: no xDS")
+	bootstrapOut := fs.String("bootstrap-out", "", "with --xds-listen, write an xDS client's bootstrap here (make run: bin/xds-bootstrap.json); default: a temporary folder")
+	readyTimeout := fs.Duration("ready-timeout", defaultReadyTimeout, "how long to wait for metasync serve to be ready before printing the commands to try all the same")
+	withServers := fs.Bool("backends", true, "put gRPC health servers on this host's address behind the example's Services, in place of the made-up addresses of "+routingFile)
 	kubeconfigOut := fs.String("kubeconfig-out", "", "also write the control plane's kubeconfig here while it runs (for `devcluster apply` and kubectl; make run writes "+defaultKubeconfigOut+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,6 +135,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	addr, err := freeListen(*listen)
 	if err != nil {
 		return err
+	}
+	xdsAddr := ""
+	if *xdsListen != "" {
+		if xdsAddr, err = freeListenXDS(*xdsListen); err != nil {
+			return err
+		}
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: use `make run`")
@@ -177,9 +191,35 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	say("==> control plane at %s, kubeconfig %s", cfg.Host, kubeconfig)
 
+	files := []string{"examples/appmodel/samples.yaml", routingFile}
+	objs, err := kubeapply.Objects(files[0])
+	if err != nil {
+		return err
+	}
+	var servers *backends
+	if *withServers {
+		ip, err := hostIPv4()
+		if err != nil {
+			say("==> no gRPC backends: %v; the Services keep the made-up addresses of %s, which answer no call", err, routingFile)
+		} else {
+			routed, b, err := withBackends(ip, routingFile)
+			if err != nil {
+				return err
+			}
+			servers = b
+			defer servers.stop()
+			objs = append(objs, routed...)
+		}
+	}
+	if servers == nil {
+		routed, err := kubeapply.Objects(routingFile)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, routed...)
+	}
 	applyCtx, applied := context.WithTimeout(ctx, 60*time.Second)
-	files := []string{"examples/appmodel/samples.yaml", "examples/appmodel/routing.yaml"}
-	err = kubeapply.Files(applyCtx, cfg, files...)
+	err = kubeapply.Apply(applyCtx, cfg, objs...)
 	applied()
 	if ctx.Err() != nil {
 		return nil
@@ -188,13 +228,52 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	say("==> applied %v", files)
+	if servers != nil {
+		var lines []string
+		for _, slice := range slices.Sorted(maps.Keys(servers.addrs)) {
+			lines = append(lines, fmt.Sprintf("    EndpointSlice %s -> %s", slice, servers.addrs[slice]))
+		}
+		say("==> gRPC health servers on this host's address behind the Services of %s (in place of its made-up addresses):\n%s", routingFile, strings.Join(lines, "\n"))
+	}
+
+	// The config: a copy that make run owns, unless one was given.
+	if *config == "" {
+		path := *configCopy
+		if path == "" {
+			path = filepath.Join(dir, "config.yaml")
+		}
+		if err := copyConfig(exampleConfig, path); err != nil {
+			return err
+		}
+		*config = path
+	}
+	bootstrap := ""
+	if xdsAddr != "" {
+		bootstrap = *bootstrapOut
+		if bootstrap == "" {
+			bootstrap = filepath.Join(dir, "xds-bootstrap.json")
+		}
+		if err := writeBootstrap(bootstrap, xdsAddr); err != nil {
+			return err
+		}
+		if *bootstrapOut != "" {
+			defer os.Remove(bootstrap)
+		}
+	}
 
 	// Still free? Another run may have taken it while the control plane
 	// started.
 	if addr, err = freeListen(addr); err != nil {
 		return err
 	}
-	cmd := exec.Command(*bin, "serve", "--config", *config, "--kubeconfig", kubeconfig, "--listen", addr)
+	serveArgs := []string{"serve", "--config", *config, "--kubeconfig", kubeconfig, "--listen", addr}
+	if xdsAddr != "" {
+		if _, err := freeListenXDS(xdsAddr); err != nil {
+			return err
+		}
+		serveArgs = append(serveArgs, "--xds-listen", xdsAddr)
+	}
+	cmd := exec.Command(*bin, serveArgs...)
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Its own process group: a terminal's Ctrl-C reaches devcluster, which
@@ -209,34 +288,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stopMetasync(cmd, exited, again, say)
 
 	url := "http://" + addr
-	switch err := waitReady(ctx, url, exited); {
+	switch err := waitReady(ctx, url, exited, *readyTimeout); {
 	case errors.Is(err, errExited):
 		return err
 	case ctx.Err() != nil:
 		return nil
 	case err != nil:
-		say("\n==> metasync serve is not ready after %s: %v\n    it keeps running; see its logs above, and: curl -s '%s/readyz?verbose'", readyTimeout, err, url)
+		say("\n==> metasync serve is not ready after %s: %v\n    It keeps running, and answers what it has synced; see its logs above, and: curl -s '%s/readyz?verbose'",
+			*readyTimeout, err, url)
+		fallthrough
 	default:
-		say(`
-==> metasync serves on %[1]s. Try:
-  curl -s %[1]s/v1/indexes
-  curl -s %[1]s/v1/indexes/model-to-app/keys
-  curl -s %[1]s/v1/indexes/model-to-app/keys/model1
-  curl -s %[1]s/v1/chains/model-to-addresses/keys/model1
-  curl -s '%[1]s/readyz?verbose'
-  curl -s %[1]s/metrics | grep ^metasync_
-  %[2]s indexes --server %[1]s
-  %[2]s get --server %[1]s model-to-app
-  %[2]s get --server %[1]s model-to-app model2
-  %[2]s get --server %[1]s --chain model-to-addresses iiot_dataservice
-  %[2]s get --server %[1]s --objects model-to-app model1
-  %[2]s get --server %[1]s --watch model-to-app model1     # then, in another terminal:
-  make apply FILE=my-appmodel.yaml    # applies YAML to this cluster (server-side apply); no kubectl needed
-  go run ./examples/appmodel/grpcclient --kubeconfig %[3]s --demo --daemon %[1]s --calls 6   # gRPC calls routed by this daemon
-  KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl (deleting needs it)
-Live reload: edit %[4]s while this runs, and metasync reloads it when
-it is saved (make run CONFIG=my.yaml serves a copy of your own).
-Ctrl-C stops everything.`, url, *bin, kubeconfig, *config)
+		say("%s", tryBlock(tryInfo{url: url, bin: *bin, kubeconfig: kubeconfig, config: *config, xds: xdsAddr, bootstrap: bootstrap, backends: servers != nil}))
 	}
 
 	select {
@@ -269,12 +331,12 @@ func freeListen(addr string) (string, error) {
 // errExited: metasync serve ended before it was ready.
 var errExited = errors.New("metasync serve exited before it was ready")
 
-// waitReady polls url's /readyz until it answers 200, for readyTimeout. It
+// waitReady polls url's /readyz until it answers 200, for timeout. It
 // fails at once when metasync exits (its answer would come from another
 // process: the address was free when metasync started).
-func waitReady(ctx context.Context, url string, exited chan error) error {
+func waitReady(ctx context.Context, url string, exited chan error, timeout time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.After(readyTimeout)
+	deadline := time.After(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	last := errors.New("no answer")
@@ -289,15 +351,19 @@ func waitReady(ctx context.Context, url string, exited chan error) error {
 			return last
 		case <-tick.C:
 		}
-		resp, err := client.Get(url + "/readyz")
+		resp, err := client.Get(url + "/readyz?verbose")
 		if err != nil {
 			last = err
 			continue
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			last = fmt.Errorf("/readyz: %s %s", resp.Status, strings.TrimSpace(string(body)))
+			var why struct{ Reasons []string }
+			if json.Unmarshal(body, &why) == nil && len(why.Reasons) > 0 {
+				last = fmt.Errorf("not ready: %s", strings.Join(why.Reasons, "; "))
+			}
 			continue
 		}
 		select { // ready, and still ours

@@ -325,7 +325,7 @@ func TestCtrlCWithOutputPiped(t *testing.T) {
 	d := startDevcluster(t, "--metasync", metasync, "--listen", addr, "--kubeconfig-out", kubeconfig)
 	d.waitFor(t, "==> metasync serves on http://"+addr, 2*time.Minute)
 	kids := wantChildren(t, d, "kube-apiserver", "etcd", "metasync")
-	if out := d.out.String(); !strings.Contains(out, "Live reload: edit examples/appmodel/config.yaml") || !strings.Contains(out, "make apply FILE=") {
+	if out := d.out.String(); !strings.Contains(out, "Live reload: edit ") || !strings.Contains(out, "make apply FILE=") {
 		t.Errorf("devcluster does not say how to change data and the config:\n%s", out)
 	}
 

@@ -91,7 +91,6 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 		return nil, err
 	}
 	var p problems
-	var crds []*schema.CRD
 	for i, r := range mplan.Of(plan).Resources {
 		at := fmt.Sprintf("resources[%d]", i)
 		gv := r.GVR.GroupVersion().String()
@@ -150,18 +149,9 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 				p.add(at, "RBAC denies %s on %s %s: %s", verb, r.GVR.GroupResource(), scope, reason)
 			}
 		}
-		if r.GVR.Group != "" && strings.Contains(r.GVR.Group, ".") && file == nil {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			err := kube.Get(ctx, crdPath(r.GVR.Resource+"."+r.GVR.Group), crd)
-			switch {
-			case err == nil:
-				crds = append(crds, crd)
-			case apierrors.IsNotFound(err):
-			default:
-				notes = append(notes, fmt.Sprintf("%s: cannot read CRD %s.%s to check paths: %v", at, r.GVR.Resource, r.GVR.Group, err))
-			}
-		}
 	}
+	crds, crdNotes := installedCRDs(ctx, kube, plan, files)
+	notes = append(notes, crdNotes...)
 	if len(files) > 0 {
 		for _, verb := range []string{"get", "create", "patch"} {
 			allowed, reason, err := selfAllowed(ctx, kube, authorizationv1.ResourceAttributes{Verb: verb, Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"})
@@ -179,6 +169,53 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 		p.list.Add(e)
 	}
 	return notes, p.result()
+}
+
+// CheckInstalledPaths checks the paths of the plan's resources against
+// the schemas of their CRDs as installed in the cluster, for the
+// resources that no CRD of files (the config's crds: list, checked
+// against the files) defines: the path check of CheckCluster, alone, for
+// a daemon that starts or reloads a config. A path through a field that
+// the schema lacks is a problem, with its field path; notes are what it
+// could not check (a CRD that cannot be read, a path past a gjson
+// query). A resource whose CRD is not installed is not checked: it is
+// not served either, which the engine reports.
+func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*schema.CRD) (notes []string, err error) {
+	kube, err := kubejson.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	crds, notes := installedCRDs(ctx, kube, plan, files)
+	pathNotes, err := schema.CheckPaths(plan, crds)
+	return append(notes, pathNotes...), err
+}
+
+// installedCRDs reads, from the cluster, the CRD of each of the plan's
+// resources whose group may be a CRD's (it has a dot) and that no CRD of
+// files defines. A CRD that is not installed is left out; one that cannot
+// be read yields a note.
+func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan, files []*schema.CRD) (crds []*schema.CRD, notes []string) {
+	for i, r := range mplan.Of(plan).Resources {
+		if r.GVR.Group == "" || !strings.Contains(r.GVR.Group, ".") || schema.CRDOf(files, r.GVR.Group, r.GVR.Resource) != nil {
+			continue
+		}
+		if schema.CRDOf(crds, r.GVR.Group, r.GVR.Resource) != nil {
+			continue // two entries of one resource: read once
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := kube.Get(ctx, crdPath(r.GVR.Resource+"."+r.GVR.Group), crd)
+		switch {
+		case err == nil:
+			crds = append(crds, crd)
+		case apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			notes = append(notes, fmt.Sprintf("resources[%d]: paths not checked: RBAC denies get on CRD %s.%s (grant get on customresourcedefinitions, resourceNames [%s.%s], to have them checked)",
+				i, r.GVR.Resource, r.GVR.Group, r.GVR.Resource, r.GVR.Group))
+		default:
+			notes = append(notes, fmt.Sprintf("resources[%d]: cannot read CRD %s.%s to check paths: %v", i, r.GVR.Resource, r.GVR.Group, err))
+		}
+	}
+	return crds, notes
 }
 
 // problems collects schema.FieldErrors, printed one per line.

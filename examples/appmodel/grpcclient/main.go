@@ -12,6 +12,14 @@
 // metasync daemon's change streams instead of watching the cluster itself
 // (--token-file and --ca-file for a daemon that reviews tokens over TLS).
 //
+// With --xds it resolves through a daemon's xDS server instead, as any
+// gRPC client with xDS support does, with no metasync code in the path:
+// grpc-go's own xds resolver reads the bootstrap named by
+// GRPC_XDS_BOOTSTRAP (`make run` writes bin/xds-bootstrap.json) and dials
+// xds:///chains/model-to-endpoints/MODEL:
+//
+//	GRPC_XDS_BOOTSTRAP=bin/xds-bootstrap.json go run ./examples/appmodel/grpcclient --xds --calls 6
+//
 // With --demo it needs nothing but `make run`'s cluster: it starts two
 // local gRPC servers, writes an AppModel serving model grpc-demo-model
 // and a Service with an EndpointSlice per server, calls the model, and
@@ -37,6 +45,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
+	_ "google.golang.org/grpc/xds" // the xds:/// resolver and its balancers, for --xds
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -64,9 +73,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	model := flags.String("model", "model1", "model to call")
 	port := flags.Int("port", 0, "resolve bare IPs (chain model-to-addresses) with this port instead of the slices' own IP:PORT (chain model-to-endpoints)")
 	calls := flags.Int("calls", 0, "stop after this many calls (0: until Ctrl-C)")
+	viaXDS := flags.Bool("xds", false, "resolve xds:///chains/model-to-endpoints/MODEL through the xDS server that the bootstrap of GRPC_XDS_BOOTSTRAP names (make run writes bin/xds-bootstrap.json)")
 	demo := flags.Bool("demo", false, "start two local gRPC servers, write an AppModel, a Service and EndpointSlices that point at them (deleted at the end), and call their model: for make run's cluster")
 	if err := flags.Parse(args); err != nil {
 		return err
+	}
+	if *viaXDS {
+		if *demo || *daemon != "" || *port != 0 {
+			return fmt.Errorf("--xds resolves through the bootstrap's server alone: no --demo, --daemon or --port")
+		}
+		if os.Getenv("GRPC_XDS_BOOTSTRAP") == "" && os.Getenv("GRPC_XDS_BOOTSTRAP_CONFIG") == "" {
+			return fmt.Errorf("--xds needs GRPC_XDS_BOOTSTRAP, the bootstrap file that names the daemon's --xds-listen (make run writes bin/xds-bootstrap.json)")
+		}
+		return callLoop(ctx, "xds:///chains/model-to-endpoints/"+url.PathEscape(*model), nil, *calls, time.Second, out)
 	}
 	if *demo {
 		restConfig, err := restConfigOf(*kubeconfig)
@@ -145,12 +164,16 @@ func restConfigOf(kubeconfig string) (*rest.Config, error) {
 }
 
 // callLoop dials target and calls the health service every interval,
-// printing who answered, n times (0: until ctx ends).
+// printing who answered, n times (0: until ctx ends). builder resolves
+// the target; nil: the resolvers registered (xds:///, whose balancing
+// comes from the xDS server).
 func callLoop(ctx context.Context, target string, builder resolver.Builder, n int, interval time.Duration, out io.Writer) error {
-	conn, err := grpc.NewClient(target,
-		grpc.WithResolvers(builder),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-		grpc.WithTransportCredentials(insecure.NewCredentials())) // use real credentials between pods
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())} // use real credentials between pods
+	if builder != nil {
+		opts = append(opts, grpc.WithResolvers(builder),
+			grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return err
 	}

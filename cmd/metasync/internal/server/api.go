@@ -247,37 +247,6 @@ func afterKey(token string) (string, error) {
 	return string(key), err
 }
 
-// unknownIndex answers 404 for an index that the config does not declare,
-// naming those it does.
-func (s *Server) unknownIndex(w http.ResponseWriter, kind, index string) {
-	s.lookups.WithLabelValues(kind, "", "unknown").Inc()
-	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown index %q%s", index, known(indexNames(s.engine.Indexes()))))
-}
-
-func indexNames(infos []msync.IndexInfo) []string {
-	names := make([]string, len(infos))
-	for i, in := range infos {
-		names[i] = in.Name
-	}
-	return names
-}
-
-func chainNames(infos []msync.ChainInfo) []string {
-	names := make([]string, len(infos))
-	for i, in := range infos {
-		names[i] = in.Name
-	}
-	return names
-}
-
-// known lists names for an error message.
-func known(names []string) string {
-	if len(names) == 0 {
-		return ""
-	}
-	return " (known: " + strings.Join(names, ", ") + ")"
-}
-
 // listKeys answers the sorted keys of an index, at most ?limit= of them
 // (default and maximum MaxKeys), after the page that ?continue= ends. The
 // keys are sorted once per state of the index and shared, so that a page
@@ -411,7 +380,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	chain, key := r.PathValue("chain"), r.PathValue("key")
 	if !s.engine.HasChain(chain) {
 		s.lookups.WithLabelValues("chain", "", "unknown").Inc()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
+		s.unknownChain(w, chain)
 		return
 	}
 	if !validKey(w, key) {

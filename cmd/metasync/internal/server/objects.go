@@ -31,7 +31,7 @@ func (s *Server) chainKeys(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
+	s.unknownChain(w, chain)
 }
 
 // object answers GET /v1/resources/{resource}/objects/{key}.

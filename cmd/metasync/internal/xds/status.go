@@ -19,8 +19,11 @@ type ClientStatus struct {
 	Node string `json:"node"`
 	// User is who the client authenticated as; Denied the access URLs
 	// of the targets it asked for and may not read (with an Authorizer).
-	User      string                `json:"user,omitempty"`
-	Denied    []string              `json:"denied,omitempty"`
+	User   string   `json:"user,omitempty"`
+	Denied []string `json:"denied,omitempty"`
+	// Unknown are the names it asked for that no index or chain answers
+	// (a misspelt target), each with why.
+	Unknown   []UnknownTarget       `json:"unknown,omitempty"`
 	Zone      string                `json:"zone,omitempty"`
 	Connected time.Time             `json:"connected"`
 	Types     map[string]TypeStatus `json:"types"`
@@ -43,12 +46,20 @@ func (c *client) publishStatus() {
 	if c.deniedChanged {
 		denied = slices.Sorted(maps.Keys(c.denied))
 	}
+	var unknown []UnknownTarget
+	if c.unknownChanged {
+		unknown = c.unknownStatus()
+	}
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	c.status.Node, c.status.Zone = c.node, c.zone
 	if c.deniedChanged {
 		c.status.Denied = denied
 		c.deniedChanged = false
+	}
+	if c.unknownChanged {
+		c.status.Unknown = unknown
+		c.unknownChanged = false
 	}
 	if c.status.Types == nil {
 		c.status.Types = make(map[string]TypeStatus, len(c.types))

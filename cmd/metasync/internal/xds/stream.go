@@ -35,7 +35,13 @@ type client struct {
 	denied     map[string]bool // the targets it may not read, by access URL
 	// deniedChanged: denied changed since the status copy was made.
 	deniedChanged bool
-	retry         *time.Timer // a push again, after an access not told
+	// unknown: the names asked for that no index or chain answers, and
+	// why; logged: the indexes and chains (kind/name) logged as unknown
+	// for this client, once each.
+	unknown        map[string]string
+	logged         map[string]bool
+	unknownChanged bool
+	retry          *time.Timer // a push again, after an access not told
 
 	// pending holds the assignments whose entry published a new state
 	// since the stream last looked (under pendMu); changed says so.
@@ -245,6 +251,7 @@ func (c *client) request(req request) error {
 		c.followOnly(names)
 	}
 	c.pruneAccess()
+	c.pruneUnknown()
 	return c.respond(typeURL, true)
 }
 
@@ -396,10 +403,12 @@ func (c *client) send(typeURL string, st *typeState, names []string) error {
 // an assignment not answered yet); the error is may's.
 func (c *client) resource(typeURL, name string) (*assignment, error) {
 	t, ok := parseTarget(name)
-	if !ok {
+	if !ok || !c.s.exists(t) {
+		c.markUnknown(name, t, ok)
 		return nil, nil
 	}
-	if !c.s.exists(t) || (typeURL == TypeCluster || typeURL == TypeEndpoint) && t.clusterName() != name {
+	c.markKnown(name)
+	if (typeURL == TypeCluster || typeURL == TypeEndpoint) && t.clusterName() != name {
 		return nil, nil
 	}
 	if ok, err := c.may(t); !ok {

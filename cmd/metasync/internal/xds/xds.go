@@ -78,6 +78,9 @@ var allTypes = []string{TypeListener, TypeRoute, TypeCluster, TypeEndpoint}
 type Engine interface {
 	HasIndex(index string) bool
 	HasChain(chain string) bool
+	// Indexes and Chains name what exists, for a did-you-mean.
+	Indexes() []msync.IndexInfo
+	Chains() []msync.ChainInfo
 	Subscribe(ctx context.Context, t msync.Target) (*msync.Subscription, error)
 	// Answers reads several targets from one state of the engine.
 	Answers(ts ...msync.Target) []msync.Answer
@@ -118,6 +121,9 @@ type Server struct {
 	deniedLog  rate.Sometimes
 	unsureLog  rate.Sometimes
 	limitLog   rate.Sometimes
+	// unknownLog: each client logs an unknown index or chain once; a
+	// fleet that asks for one still writes a few lines every 10 s.
+	unknownLog rate.Sometimes
 
 	authorize Authorizer // nil: every client reads every target
 
@@ -145,6 +151,7 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		deniedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		unsureLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		limitLog:   rate.Sometimes{First: 3, Interval: 10 * time.Second},
+		unknownLog: rate.Sometimes{First: 10, Interval: 10 * time.Second},
 		limits:     DefaultLimits(),
 		clients:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
 		pushes:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
@@ -154,6 +161,11 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 	}
 	for _, r := range refusalReasons {
 		s.refused.WithLabelValues(r)
+	}
+	// Every series from the start: an alert on a rate sees the first NACK.
+	for _, t := range typeNames {
+		s.nacks.WithLabelValues(t)
+		s.pushes.WithLabelValues(t)
 	}
 	s.cache = newCache(engine, s.encodeAnswer)
 	s.gate.s = s
