@@ -37,7 +37,7 @@ func lookupRoom(conns int) int { return max(16, conns/8) }
 type limitFlags struct {
 	connections, streams, perCaller *int
 	// The xDS server's (with --xds-listen).
-	xdsConnections, xdsConnsPerCaller, xdsStreamsPerCaller, xdsNamesPerCaller *int
+	xdsConnections, xdsConnsPerCaller, xdsStreamsPerCaller, xdsNamesPerCaller, xdsAssignments *int
 }
 
 func addLimitFlags(fs *flag.FlagSet) limitFlags {
@@ -52,6 +52,8 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 			"with --xds-listen: most ADS streams that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, RESOURCE_EXHAUSTED (0: no limit)"),
 		xdsNamesPerCaller: fs.Int("xds-max-names-per-caller", xds.DefaultNamesPerCaller,
 			"with --xds-listen: most resource names (of all types) that one caller's ADS streams may follow at once; beyond, the stream ends RESOURCE_EXHAUSTED (0: no limit)"),
+		xdsAssignments: fs.Int("xds-max-assignments", xds.DefaultAssignments,
+			"with --xds-listen: most assignments (by target and zone) that all clients follow together, a quarter of them started by one caller (about 10 KiB each); a name beyond is not answered until some are let go (0: no limit)"),
 	}
 }
 
@@ -64,7 +66,8 @@ func (f limitFlags) xdsLimits(on bool, connCap int, log *slog.Logger) (xds.Limit
 		return xds.Limits{}, 0, fmt.Errorf("--xds-max-connections %d: want a positive number, or 0 for the default", v)
 	}
 	for name, v := range map[string]int{"xds-max-connections-per-caller": *f.xdsConnsPerCaller,
-		"xds-max-streams-per-caller": *f.xdsStreamsPerCaller, "xds-max-names-per-caller": *f.xdsNamesPerCaller} {
+		"xds-max-streams-per-caller": *f.xdsStreamsPerCaller, "xds-max-names-per-caller": *f.xdsNamesPerCaller,
+		"xds-max-assignments": *f.xdsAssignments} {
 		if v < 0 {
 			return xds.Limits{}, 0, fmt.Errorf("--%s %d: want a positive number, or 0 for no limit", name, v)
 		}
@@ -74,6 +77,7 @@ func (f limitFlags) xdsLimits(on bool, connCap int, log *slog.Logger) (xds.Limit
 	}
 	l := xds.DefaultLimits()
 	l.ConnectionsPerCaller, l.StreamsPerCaller, l.NamesPerCaller = *f.xdsConnsPerCaller, *f.xdsStreamsPerCaller, *f.xdsNamesPerCaller
+	l.Assignments = *f.xdsAssignments
 	// HTTP keeps at least minHTTPConnections of the budget: the probes
 	// and lookups.
 	const minHTTPConnections = 32
@@ -153,7 +157,7 @@ func (f limitFlags) limits(fds int, xdsOn bool, log *slog.Logger) (server.Limits
 	attrs := []any{"connections", l.Connections, "streams", l.Streams, "streamsPerCaller", l.StreamsPerCaller, "fdLimit", fds}
 	if xdsOn {
 		attrs = append(attrs, "xdsConnections", xl.Connections, "xdsConnectionsPerCaller", xl.ConnectionsPerCaller,
-			"xdsStreamsPerCaller", xl.StreamsPerCaller, "xdsNamesPerCaller", xl.NamesPerCaller)
+			"xdsStreamsPerCaller", xl.StreamsPerCaller, "xdsNamesPerCaller", xl.NamesPerCaller, "xdsAssignments", xl.Assignments)
 	}
 	log.Info("limits", attrs...)
 	return l, xl, nil

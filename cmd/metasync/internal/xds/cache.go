@@ -24,6 +24,9 @@ type cache struct {
 
 	mu      gosync.Mutex
 	entries map[entryKey]*entry
+	// started counts the entries living, by the caller whose client
+	// started each (see Limits.Assignments).
+	started map[string]int
 	// reloaded is the engine's StaleChanged channel whose close the
 	// cache last handled: the streams that see it closed all ask to
 	// restart ended entries, the first one does.
@@ -48,6 +51,7 @@ type entry struct {
 	followers map[*client]struct{}
 	cancel    context.CancelFunc
 	ended     bool
+	starter   string // the caller whose client started it
 
 	refresh gosync.Mutex // one update or end at a time
 	state   atomic.Pointer[assignment]
@@ -65,15 +69,23 @@ func newCache(engine Engine, encode func(name string, values, local []string, zo
 }
 
 // follow makes c a follower of the assignment name of target t for its
-// zone, starting the entry when it is the first.
-func (ca *cache) follow(c *client, name string, t target, zone string) *entry {
+// zone, starting the entry when it is the first; nil when that would
+// pass limit entries, or a quarter of them started by c's caller.
+func (ca *cache) follow(c *client, name string, t target, zone string, limit int) *entry {
 	k := entryKey{name, zone}
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	e := ca.entries[k]
 	if e == nil {
-		e = &entry{c: ca, key: k, t: t, followers: map[*client]struct{}{}}
+		if limit > 0 && (len(ca.entries) >= limit || ca.started[c.caller] >= max(1, limit/4)) {
+			return nil
+		}
+		e = &entry{c: ca, key: k, t: t, followers: map[*client]struct{}{}, starter: c.caller}
 		ca.entries[k] = e
+		if ca.started == nil {
+			ca.started = map[string]int{}
+		}
+		ca.started[c.caller]++
 		e.start()
 	}
 	e.followers[c] = struct{}{}
@@ -88,6 +100,9 @@ func (ca *cache) unfollow(c *client, e *entry) {
 	delete(e.followers, c)
 	if len(e.followers) == 0 && ca.entries[e.key] == e {
 		delete(ca.entries, e.key)
+		if ca.started[e.starter]--; ca.started[e.starter] <= 0 {
+			delete(ca.started, e.starter)
+		}
 		e.cancel()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,9 +22,14 @@ import (
 // StreamAggregatedResources.
 const adsPath = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 
-// maxMessage bounds a request: a DiscoveryRequest names resources, it is
-// small.
-const maxMessage = 4 << 20
+// maxMessage bounds a request: a DiscoveryRequest names at most MaxNames
+// resources of MaxNameLength bytes each, about 1 MiB at most.
+const maxMessage = 3 << 19
+
+// messageTimeout bounds the read of one message once its prefix came: a
+// client that announces a message and sends it only in part loses its
+// stream, and what it sent, instead of holding it for good.
+var messageTimeout = 10 * time.Second
 
 // gRPC status codes used here.
 const (
@@ -142,8 +148,11 @@ func (e *statusError) Error() string { return e.message }
 type grpcStream struct {
 	w    http.ResponseWriter
 	rc   *http.ResponseController
-	body io.Reader
+	body io.ReadCloser
 }
+
+// close ends the reading: a recv waiting returns an error.
+func (g *grpcStream) close() { _ = g.body.Close() }
 
 // recv reads one message.
 func (g *grpcStream) recv() ([]byte, error) {
@@ -166,9 +175,16 @@ func (g *grpcStream) recv() ([]byte, error) {
 		return nil, &statusError{codeInvalid, fmt.Sprintf("a request of %d bytes, over %d", n, maxMessage)}
 	}
 	// Read as it comes, not allocated as announced: a length alone
-	// reserves nothing.
+	// reserves nothing; and within messageTimeout.
+	if n > 0 {
+		_ = g.rc.SetReadDeadline(time.Now().Add(messageTimeout))
+		defer g.rc.SetReadDeadline(time.Time{})
+	}
 	var buf bytes.Buffer
 	if m, err := io.CopyN(&buf, g.body, int64(n)); err != nil || m != int64(n) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &statusError{codeInvalid, fmt.Sprintf("a message of %d bytes not received within %s", n, messageTimeout)}
+		}
 		return nil, &statusError{codeInvalid, "a gRPC message cut short"}
 	}
 	return buf.Bytes(), nil

@@ -35,6 +35,12 @@ type Limits struct {
 	// FirstRequest is how long a stream may go without its first
 	// DiscoveryRequest before it is ended.
 	FirstRequest time.Duration
+	// Assignments is the most assignments (by target and zone) that the
+	// clients follow together: each costs an engine subscription or two
+	// and its encoding (about 10 KiB), whatever its followers. One caller
+	// may start at most a quarter of them. A name beyond is not answered
+	// (the client sees it as not existing) until some are let go.
+	Assignments int
 }
 
 // The defaults of Limits, beyond what a node-local gRPC client fleet
@@ -46,12 +52,14 @@ const (
 	DefaultStreamsPerCaller     = 256
 	DefaultNamesPerCaller       = 10000
 	DefaultFirstRequest         = 15 * time.Second
+	DefaultAssignments          = 10000
 )
 
 // DefaultLimits are the limits of a server that SetLimits did not set.
 func DefaultLimits() Limits {
 	return Limits{Connections: DefaultConnections, ConnectionsPerCaller: DefaultConnectionsPerCaller,
-		StreamsPerCaller: DefaultStreamsPerCaller, NamesPerCaller: DefaultNamesPerCaller, FirstRequest: DefaultFirstRequest}
+		StreamsPerCaller: DefaultStreamsPerCaller, NamesPerCaller: DefaultNamesPerCaller, FirstRequest: DefaultFirstRequest,
+		Assignments: DefaultAssignments}
 }
 
 // SetLimits sets the limits; call it before the server serves.
@@ -65,9 +73,10 @@ const (
 	refusedNames         = "names_per_caller"
 	refusedHeadroom      = "headroom"
 	refusedFirstRequest  = "first_request"
+	refusedAssignments   = "assignments"
 )
 
-var refusalReasons = []string{refusedConnections, refusedConnsOfCaller, refusedStreams, refusedNames, refusedHeadroom, refusedFirstRequest}
+var refusalReasons = []string{refusedConnections, refusedConnsOfCaller, refusedStreams, refusedNames, refusedHeadroom, refusedFirstRequest, refusedAssignments}
 
 // codeResourceExhausted is gRPC's RESOURCE_EXHAUSTED: a refusal at a
 // limit. codeDeadlineExceeded ends a stream that sent no request in time.
@@ -240,14 +249,24 @@ func (l *xlistener) Accept() (net.Conn, error) {
 		xc := &xconn{Conn: c, g: g, addr: addr}
 		l := g.s.limits
 		g.mu.Lock()
-		if l.ConnectionsPerCaller > 0 && g.unowned[addr] >= l.ConnectionsPerCaller {
-			g.mu.Unlock()
-			_ = c.Close()
-			g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d)", l.ConnectionsPerCaller))
-			continue
-		}
 		var victim *xconn
-		if l.Connections > 0 && g.open >= l.Connections {
+		if l.ConnectionsPerCaller > 0 && g.unowned[addr] >= l.ConnectionsPerCaller {
+			// The address's own oldest connection without a stream
+			// makes room: a flood of connections that open no stream
+			// never locks out a client of the same address.
+			e := g.oldestUnowned(addr)
+			if e == nil {
+				g.mu.Unlock()
+				_ = c.Close()
+				g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d)", l.ConnectionsPerCaller))
+				continue
+			}
+			victim = e.Value.(*xconn)
+			g.idle.Remove(e)
+			victim.elem = nil
+			victim.release()
+			g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d): the oldest closed", l.ConnectionsPerCaller))
+		} else if l.Connections > 0 && g.open >= l.Connections {
 			e := g.victim(addr)
 			if e == nil {
 				g.mu.Unlock()
@@ -276,8 +295,21 @@ func (l *xlistener) Accept() (net.Conn, error) {
 
 // evictAfter is how long a connection without a stream is safe from
 // eviction by another address's new connection: time for a client to
-// finish its handshake and open its stream.
-var evictAfter = 10 * time.Second
+// finish its handshake and open its stream (a gRPC client opens it at
+// once). Shorter than the HTTP/2 preface's and the TLS handshake's 10 s,
+// so that connections that never send one cannot hold every place.
+var evictAfter = 3 * time.Second
+
+// oldestUnowned is the connection without an owner from addr idle
+// longest (under gate.mu), or nil.
+func (g *gate) oldestUnowned(addr string) *list.Element {
+	for e := g.idle.Front(); e != nil; e = e.Next() {
+		if xc := e.Value.(*xconn); xc.addr == addr && xc.owner == "" {
+			return e
+		}
+	}
+	return nil
+}
 
 // victim is the connection without a stream to close for a new one from
 // addr (under gate.mu): addr's own idle longest, else another's idle

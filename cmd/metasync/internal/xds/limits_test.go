@@ -145,7 +145,7 @@ func TestConnectionsPerCaller(t *testing.T) {
 	wantCode(t, "a third connection of one caller", err, codes.ResourceExhausted)
 
 	// A flood of connections without streams from one address: beyond
-	// two, closed at once.
+	// two, the oldest are closed.
 	var flood []net.Conn
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}}
 	for range 10 {
@@ -158,13 +158,20 @@ func TestConnectionsPerCaller(t *testing.T) {
 	}
 	closed := 0
 	for _, c := range flood {
+		// What the server wrote before the close (its settings) is
+		// read up to the end.
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+		if _, err := io.Copy(io.Discard, c); err == nil {
 			closed++
 		}
 	}
 	if closed != 8 {
 		t.Errorf("%d of 10 connections without a stream from one address closed, want 8", closed)
+	}
+	// The oldest of them make room: a client of that address gets in
+	// all the same.
+	if _, err := ask(t, dialFrom(t, addr, "127.0.0.5"), name); err != nil {
+		t.Errorf("a client of the flooding address: %v", err)
 	}
 	// At the limit of 8 (2 streams' + 3 + 2 idle): new callers still get in,
 	// in place of connections without a stream idle long enough.
@@ -290,3 +297,120 @@ type httptestRecorder struct{}
 func (httptestRecorder) Header() http.Header         { return http.Header{} }
 func (httptestRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (httptestRecorder) WriteHeader(int)             {}
+
+// askEndpoints opens a stream on conn, asks for the assignments names,
+// and returns how many distinct ones came (each as its entry publishes
+// it) before a second passes without one.
+func askEndpoints(t *testing.T, conn *grpc.ClientConn, names ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	rs := make(chan *discoveryv3.DiscoveryResponse)
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				return
+			}
+			rs <- r
+		}
+	}()
+	got := map[string]bool{}
+	for {
+		select {
+		case r := <-rs:
+			for _, res := range r.GetResources() {
+				got[string(res.GetValue())] = true
+			}
+			_ = st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: names, ResponseNonce: r.GetNonce()})
+		case <-time.After(time.Second):
+			return len(got)
+		}
+	}
+}
+
+// TestAssignmentsLimit: the assignments followed are bounded, and one
+// caller may start a quarter of them: another caller's still come.
+func TestAssignmentsLimit(t *testing.T) {
+	for i := range 3 {
+		route(t, fmt.Sprintf("cap-app-%d", i), fmt.Sprintf("cap-model-%d", i), fmt.Sprintf("10.7.1.%d:80", i+1))
+	}
+	s, addr, _ := limitedServer(t, Limits{Assignments: 8})
+	greedy := []string{"chains/model-to-endpoints/cap-model-0", "chains/model-to-endpoints/cap-model-1", "chains/model-to-endpoints/cap-model-2"}
+	if n := askEndpoints(t, dialFrom(t, addr, "127.0.0.1"), greedy...); n != 2 {
+		t.Errorf("a caller asking for 3 assignments where it may start 2: %d answered", n)
+	}
+	if n := testutil.ToFloat64(s.refused.WithLabelValues(refusedAssignments)); n < 1 {
+		t.Errorf("refusals assignments: %v", n)
+	}
+	// Another caller follows what the first started, and starts its own.
+	if n := askEndpoints(t, dialFrom(t, addr, "127.0.0.2"), greedy...); n != 3 {
+		t.Errorf("another caller: %d of 3 answered", n)
+	}
+	if entries, _ := s.cache.size(); entries != 3 {
+		t.Errorf("%d assignments followed, want 3", entries)
+	}
+}
+
+// TestPartialMessageEnds: a client that announces a message and sends
+// it only in part loses its stream within messageTimeout, and with it
+// what it sent.
+func TestPartialMessageEnds(t *testing.T) {
+	was := messageTimeout
+	messageTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { messageTimeout = was })
+	_, addr, _ := limitedServer(t, Limits{})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_, _ = c.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(c, c)
+	_ = fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", adsPath}, {":authority", addr},
+		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	// A message of 1 MiB announced, 1 KiB of it sent.
+	_ = fr.WriteData(1, false, append([]byte{0, 0, 0x10, 0, 0}, make([]byte, 1024)...))
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the stream did not end: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			t.Logf("stream reset after %v: %v", time.Since(start).Round(time.Millisecond), f.ErrCode)
+			return
+		case *http2.HeadersFrame:
+			fields, _ := dec.DecodeFull(f.HeaderBlockFragment())
+			for _, hf := range fields {
+				if hf.Name == "grpc-status" {
+					t.Logf("stream ended after %v: grpc-status %s", time.Since(start).Round(time.Millisecond), hf.Value)
+					if hf.Value != "3" {
+						t.Errorf("grpc-status %s, want 3 (INVALID_ARGUMENT)", hf.Value)
+					}
+					return
+				}
+			}
+		}
+	}
+}

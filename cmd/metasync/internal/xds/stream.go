@@ -126,7 +126,15 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request,
 	}
 	reqs := make(chan request)
 	errc := make(chan error, 1)
+	recvDone := make(chan struct{})
+	defer func() {
+		// The reader ends before the handler returns: the stream's
+		// writer (and its read deadline) is not to be touched after.
+		stream.close()
+		<-recvDone
+	}()
 	go func() {
+		defer close(recvDone)
 		for {
 			b, err := stream.recv()
 			if err == nil {
@@ -422,7 +430,10 @@ func (c *client) resource(typeURL, name string) (*assignment, error) {
 	}
 	e := c.follows[name]
 	if e == nil {
-		e = c.s.cache.follow(c, name, t, c.zone)
+		if e = c.s.cache.follow(c, name, t, c.zone, c.s.limits.Assignments); e == nil {
+			c.s.refuse(refusedAssignments, c.caller, "the xDS server follows as many assignments as it may ("+strconv.Itoa(c.s.limits.Assignments)+", a quarter of them started by one caller): "+name+" is not answered until some are let go")
+			return nil, nil
+		}
 		c.follows[name] = e
 	}
 	return e.current(), nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -45,8 +47,9 @@ func (s *Server) Transport(tlsConfig *tls.Config) *Transport {
 		// ServeConn reads its idle timeout here alone (not of its
 		// BaseConfig).
 		//lint:ignore SA1019 see serveConn
-		h2:    &http2.Server{IdleTimeout: 30 * time.Second},
-		base:  &http.Server{MaxHeaderBytes: 64 << 10, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4}},
+		h2: &http2.Server{IdleTimeout: 30 * time.Second},
+		base: &http.Server{MaxHeaderBytes: 64 << 10, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4},
+			ErrorLog: log.New(connLog{s}, "", 0)},
 		lns:   map[net.Listener]bool{},
 		conns: map[net.Conn]bool{},
 	}
@@ -170,4 +173,17 @@ func (t *Transport) Close() error {
 		c.Close()
 	}
 	return err
+}
+
+// connLog takes what the HTTP/2 server says of a connection (a client
+// that sent garbage, a flood of frames it ended) into the daemon's log,
+// at most a few lines a minute: one line per bad connection would be
+// the attacker's to write.
+type connLog struct{ s *Server }
+
+func (l connLog) Write(p []byte) (int, error) {
+	l.s.connLog.Do(func() {
+		l.s.log.Warn("xDS connection trouble (a few such lines a minute at most)", "detail", strings.TrimSpace(string(p)))
+	})
+	return len(p), nil
 }

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -160,6 +161,24 @@ type request struct {
 	nackMessage string
 }
 
+// What a stream keeps of a request's free text is bounded, as the stream
+// keeps it for its life and the status route shows it: a node id and a
+// NACK's reason are cut (with "…"), a zone longer than any zone's name
+// is refused.
+const (
+	maxNodeID      = 256
+	maxZone        = 256
+	maxNackMessage = 1024
+)
+
+// clip is v as a string of at most n bytes (and "…" when cut).
+func clip(v []byte, n int) string {
+	if len(v) <= n {
+		return string(v)
+	}
+	return strings.ToValidUTF8(string(v[:n]), "") + "…"
+}
+
 // decodeRequest reads a DiscoveryRequest; fields it does not know are
 // skipped.
 func decodeRequest(b []byte) (request, error) {
@@ -175,10 +194,13 @@ func decodeRequest(b []byte) (request, error) {
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				switch {
 				case num == 1 && typ == protowire.BytesType:
-					r.nodeID = string(v)
+					r.nodeID = clip(v, maxNodeID)
 				case num == 4 && typ == protowire.BytesType: // locality
 					return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 						if num == 2 && typ == protowire.BytesType {
+							if len(v) > maxZone {
+								return fmt.Errorf("node.locality.zone of %d bytes, over %d", len(v), maxZone)
+							}
 							r.zone = string(v)
 						}
 						return nil
@@ -196,7 +218,7 @@ func decodeRequest(b []byte) (request, error) {
 			r.nack = true
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				if num == 2 && typ == protowire.BytesType {
-					r.nackMessage = string(v)
+					r.nackMessage = clip(v, maxNackMessage)
 				}
 				return nil
 			})

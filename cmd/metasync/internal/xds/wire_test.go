@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -139,5 +140,25 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	if _, err := decodeRequest([]byte{0xff, 0xff}); err == nil {
 		t.Error("garbage decoded")
+	}
+}
+
+// TestRequestTextBounded: what a stream keeps of a request's free text is
+// bounded: a node id and a NACK's reason are cut, a zone beyond any
+// zone's name is refused.
+func TestRequestTextBounded(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	b, _ := proto.Marshal(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: long}, TypeUrl: TypeEndpoint,
+		ErrorDetail: &status.Status{Message: long}})
+	r, err := decodeRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.nodeID) > maxNodeID+len("…") || len(r.nackMessage) > maxNackMessage+len("…") {
+		t.Errorf("kept a node id of %d bytes and a reason of %d", len(r.nodeID), len(r.nackMessage))
+	}
+	b, _ = proto.Marshal(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Locality: &corev3.Locality{Zone: long}}})
+	if _, err := decodeRequest(b); err == nil {
+		t.Error("a zone of 1 MiB was taken")
 	}
 }

@@ -114,6 +114,7 @@ type Server struct {
 
 	nackLog rate.Sometimes
 	badLog  rate.Sometimes
+	connLog rate.Sometimes // the HTTP/2 server's lines (see connLog)
 	// One budget of log lines each: clients refused (no valid token)
 	// must not use up the lines of targets denied, nor the reverse; nor
 	// refusals at a limit those of either.
@@ -147,6 +148,7 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		log:        log,
 		nackLog:    rate.Sometimes{First: 3, Interval: time.Minute},
 		badLog:     rate.Sometimes{First: 3, Interval: time.Minute},
+		connLog:    rate.Sometimes{First: 3, Interval: time.Minute},
 		refusedLog: rate.Sometimes{First: 3, Interval: time.Minute},
 		deniedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		unsureLog:  rate.Sometimes{First: 3, Interval: time.Minute},
