@@ -53,7 +53,7 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 		xdsNamesPerCaller: fs.Int("xds-max-names-per-caller", xds.DefaultNamesPerCaller,
 			"with --xds-listen: most resource names (of all types) that one caller's ADS streams may follow at once; beyond, the stream ends RESOURCE_EXHAUSTED (0: no limit)"),
 		xdsAssignments: fs.Int("xds-max-assignments", xds.DefaultAssignments,
-			"with --xds-listen: most assignments (by target and zone) that all clients follow together, a quarter of them started by one caller (about 10 KiB each); a name beyond is not answered until some are let go (0: no limit)"),
+			"with --xds-listen: most assignments (by target and zone) that all clients follow together, a quarter of them started by one caller (about 25 KiB each); a name beyond is not answered until some are let go (0: no limit)"),
 	}
 }
 

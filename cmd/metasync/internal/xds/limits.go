@@ -37,7 +37,7 @@ type Limits struct {
 	FirstRequest time.Duration
 	// Assignments is the most assignments (by target and zone) that the
 	// clients follow together: each costs an engine subscription or two
-	// and its encoding (about 10 KiB), whatever its followers. One caller
+	// and its encoding (about 25 KiB with a zone), whatever its followers. One caller
 	// may start at most a quarter of them. A name beyond is not answered
 	// (the client sees it as not existing) until some are let go.
 	Assignments int
@@ -52,7 +52,7 @@ const (
 	DefaultStreamsPerCaller     = 256
 	DefaultNamesPerCaller       = 10000
 	DefaultFirstRequest         = 15 * time.Second
-	DefaultAssignments          = 10000
+	DefaultAssignments          = 4096
 )
 
 // DefaultLimits are the limits of a server that SetLimits did not set.
