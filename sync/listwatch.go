@@ -139,7 +139,7 @@ func (w *watcher) checkGone(err error) {
 // With Options.StreamingList the watcher's List streams the list itself
 // (listByWatch) and hands the reflector one page of projected objects,
 // with no store of the reflector's in between.
-func (w *watcher) IsWatchListSemanticsUnSupported() bool { return true }
+func (lister) IsWatchListSemanticsUnSupported() bool { return true }
 
 // errNoStreamingList: the apiserver does not stream a list as watch
 // events (sendInitialEvents), or not for this request.

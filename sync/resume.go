@@ -264,7 +264,7 @@ func (w *watcher) applyEvents(wi watch.Interface, rv, target string) (string, in
 			err = w.delete(ev.Object)
 		case watch.Bookmark:
 			if o, ok := ev.Object.(*object); ok && o.rv != "" {
-				w.UpdateResourceVersion(o.rv)
+				w.bookmark(o.rv)
 			}
 		case watch.Error:
 			// Recorded as a watch error by the tracked watch.

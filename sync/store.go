@@ -35,9 +35,13 @@ func (w *watcher) put(obj any) error {
 	return nil
 }
 
-// UpdateResourceVersion records the resourceVersion of a bookmark: the
-// source is as of it (cache.ResourceVersionUpdater).
-func (w *watcher) UpdateResourceVersion(rv string) { w.rv.Store(&rv) }
+// bookmark records the resourceVersion of a bookmark: the source is as
+// of it.
+func (w *watcher) bookmark(rv string) { w.rv.Store(&rv) }
+
+// UpdateResourceVersion is bookmark, for the reflector
+// (cache.ResourceVersionUpdater).
+func (s sink) UpdateResourceVersion(rv string) { s.w.bookmark(rv) }
 
 // resourceVersion returns the resourceVersion the source is as of, at
 // least: every write before it is in the source.

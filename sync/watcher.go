@@ -134,10 +134,14 @@ type (
 	sink   struct{ w *watcher }
 )
 
-// The contracts of client-go that they fulfil for the reflector.
+// The contracts of client-go that they fulfil for the reflector, the
+// optional ones too: a reflector that finds a method missing does
+// otherwise, silently (streams its lists, forgets bookmarks).
 var (
-	_ cache.ListerWatcherWithContext = lister{}
-	_ cache.ReflectorStore           = sink{}
+	_ cache.ListerWatcherWithContext                      = lister{}
+	_ interface{ IsWatchListSemanticsUnSupported() bool } = lister{}
+	_ cache.ReflectorStore                                = sink{}
+	_ cache.ResourceVersionUpdater                        = sink{}
 )
 
 func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
