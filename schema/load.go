@@ -190,6 +190,9 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 	return data, nil
 }
 
+// rootName is what mapstructure calls the config's root in an error.
+var rootName = fmt.Sprintf("%T", Config{})
+
 var unknownKeysRE = regexp.MustCompile(`^has invalid keys: (.*)$`)
 
 // decodeProblems turns mapstructure's error tree into FieldErrors, one per
@@ -238,6 +241,9 @@ func decodeProblems(err error) []*FieldError {
 			}
 		case *mapstructure.DecodeError:
 			at = strings.TrimPrefix(e.Name(), ".")
+			if at == rootName {
+				at = "" // mapstructure names the root by its Go type
+			}
 			inner := e.Unwrap()
 			if inner == nil {
 				leaf(at, cleanDecodeMsg(e.Error()))
