@@ -17,7 +17,8 @@ import (
 
 	compiled "github.com/iidp/metasync/internal/plan"
 
-	"k8s.io/klog/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/cmd/metasync/internal/consul"
@@ -33,136 +34,92 @@ import (
 // SIGINT, then drains (/readyz fails, --shutdown-delay, HTTP shut down,
 // watches stopped). A second signal exits at once.
 func serve(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
-	config := fs.String("config", "", "config file (required)")
-	kube := addKubeFlags(fs,
-		"kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
-		"kubeconfig context (default: the current context)")
-	listen := fs.String("listen", "", "HTTP listen address (default: the config's server.listen, 127.0.0.1:8080)")
-	xdsListen := fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); with --auth and TLS as the HTTP API: over TLS with --tls-cert-file, clients send bearer tokens with --auth=tokenreview, loopback only without --auth")
-	consulListen := fs.String("consul-listen", "", "also serve the read side of the Consul HTTP API on this address (agent/self, catalog/services, catalog/service, health/service, with blocking queries), for Consul's discovery clients: a service is a key of a chain or index of --consul-services, its instances the key's host:port values (default: off); with --auth and TLS as the HTTP API: the token in X-Consul-Token or Authorization: Bearer with --auth=tokenreview, loopback only without --auth")
-	consulServices := fs.String("consul-services", "", "with --consul-listen: the chains and indexes whose keys are Consul services, as chains/NAME[,indexes/NAME...]")
-	consulBlocking := fs.Int("consul-max-blocking", consul.DefaultBlocking, "with --consul-listen: most Consul blocking queries open at once, of all callers; beyond, 503 (0: no limit)")
-	consulPerCaller := fs.Int("consul-max-blocking-per-caller", consul.DefaultBlockingPerCaller, "with --consul-listen: most Consul blocking queries that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: no limit)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	staleAfter := fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
-	heartbeat := fs.Duration("stream-heartbeat", server.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
-	shutdownDelay := fs.Duration("shutdown-delay", 0, "on SIGTERM, fail /readyz this long before draining HTTP (let load balancers notice)")
-	snapshotDir := fs.String("snapshot-dir", "", "write the indexes and each resource's resourceVersion here, and start warm from them: answers (marked stale) before the apiserver is reached, watches resumed without a list")
-	snapshotInterval := fs.Duration("snapshot-interval", msync.DefaultSnapshotInterval, "with --snapshot-dir: how often to write the snapshot (also written at shutdown)")
-	streamingList := listMode("false")
-	fs.Var(&streamingList, "streaming-list", `=true (or the flag alone): list each resource as the apiserver streams it (a watch with sendInitialEvents) instead of a LIST; =auto: only the resources watched whole (no namespace, no label or field selector); =false: LIST. Measured: less apiserver memory when many daemons start at once and watch most of their resource's objects, as much or more when they watch a small part of a large resource, and more apiserver CPU and a longer first list (see docs/warm-start.md); LIST where the apiserver refuses it`)
-	memoryLimit := fs.String("memory-limit", "auto", `the Go runtime's soft memory limit: "auto" (90 % of the container's cgroup memory limit, unless GOMEMLIMIT is set), "off", or a quantity such as 400Mi or 0.5Gi`)
-	auth := fs.String("auth", "", `"tokenreview": require Kubernetes bearer tokens (TokenReview, SubjectAccessReview); "none": no authentication. Default: none on loopback; required beyond it`)
-	authOpts := authOptions{
-		audience:          fs.String("auth-audience", "", `with --auth=tokenreview: accept only tokens issued for this audience (projected service account tokens with "audience: NAME"); a token for the apiserver's own audience is refused with 401`),
-		insecurePlaintext: fs.Bool("insecure-plaintext-auth", false, "allow --auth=tokenreview beyond loopback without TLS: callers' bearer tokens then cross the network in cleartext"),
-	}
-	tlsCert := fs.String("tls-cert-file", "", "serve HTTPS with the PEM certificate (chain) in this file, read again when it changes (with --tls-private-key-file)")
-	tlsKey := fs.String("tls-private-key-file", "", "the PEM private key of --tls-cert-file, read again when it changes")
-	limitsOf := addLimitFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if err := envForFlags(fs, stderr); err != nil {
+	f, err := parseServe(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *config == "" || fs.NArg() > 0 {
-		if a := fs.Arg(0); given(fs, "streaming-list") && new(listMode).Set(a) == nil {
-			// "--streaming-list auto": a boolean flag takes its value
-			// after "=" only, and the word is left over.
-			fmt.Fprintf(stderr, "metasync serve: %q is not a flag's value here: write --streaming-list=%s\n", a, a)
-			return exitError{2}
-		}
-		fmt.Fprintln(stderr, "metasync serve: --config FILE is required, and nothing else")
-		return exitError{2}
-	}
-	for name, d := range map[string]time.Duration{"stream-heartbeat": *heartbeat, "stale-after": *staleAfter, "snapshot-interval": *snapshotInterval} {
-		if d <= 0 {
-			fmt.Fprintf(stderr, "metasync serve: --%s %v: must be positive\n", name, d)
-			return exitError{2}
-		}
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "metasync serve: --log-level %q: %v\n", *logLevel, err)
-		return exitError{2}
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	klog.SetSlogLogger(log.With("source", "client-go"))
-	limits, xdsLimits, err := limitsOf.limits(fdLimit(), *xdsListen != "", log)
+	log, limits, xdsLimits, cert, err := f.setup(stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "metasync serve:", err)
-		return exitError{2}
+		return err
 	}
-	if err := setMemoryLimit(*memoryLimit, "/sys/fs/cgroup", log); err != nil {
-		fmt.Fprintln(stderr, "metasync serve:", err)
-		return exitError{2}
-	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		fmt.Fprintln(stderr, "metasync serve: --tls-cert-file and --tls-private-key-file go together")
-		return exitError{2}
-	}
-	var cert *tlsfiles.Certificate
-	if *tlsCert != "" {
-		c, err := tlsfiles.NewCertificate(*tlsCert, *tlsKey, log)
-		if err != nil {
-			fmt.Fprintln(stderr, "metasync serve:", err)
-			return exitError{2}
-		}
-		cert = c
-	}
-	authOpts.tls = cert != nil
 	// Before the first request: every request to the apiserver counts.
 	clientMetrics := server.ClientGoMetrics()
+	d, err := f.prepare(log, stderr)
+	if err != nil {
+		return err
+	}
+	if err := f.open(d, cert, log, stderr); err != nil {
+		return err
+	}
+	return f.run(d, limits, xdsLimits, cert, clientMetrics, log)
+}
 
+// daemon is what serve prepared: the config, the cluster, the engine,
+// and the listeners.
+type daemon struct {
+	plan      *schema.Plan
+	loaded    [32]byte
+	loadOpts  schema.LoadOptions
+	restCfg   *rest.Config
+	source    string
+	engine    *msync.Engine
+	crdsLater []*schema.CRD
+
+	addr                string
+	ln, consulLn, xdsLn net.Listener
+	consulSources       []consul.Source
+	guard               *auth.TokenAuth
+}
+
+// prepare loads the config, finds the cluster, makes the engine (which
+// reads its snapshot, if any, before anything is asked of the
+// apiserver), installs the CRDs and checks the paths against them.
+func (f *serveFlags) prepare(log *slog.Logger, stderr io.Writer) (*daemon, error) {
+	d := &daemon{}
 	flags := map[string]any{}
-	if *listen != "" {
-		flags["server.listen"] = *listen
+	if *f.listen != "" {
+		flags["server.listen"] = *f.listen
 	}
-	loadOpts := schema.LoadOptions{Environ: os.Environ(), Flags: flags}
-	loaded := hashFile(*config)
-	plan, err := schema.LoadPlan(*config, loadOpts)
-	if err != nil {
+	d.loadOpts = schema.LoadOptions{Environ: os.Environ(), Flags: flags}
+	d.loaded = hashFile(*f.config)
+	var err error
+	if d.plan, err = schema.LoadPlan(*f.config, d.loadOpts); err != nil {
 		n := printProblems(stderr, err)
-		log.Error("invalid config: nothing started", "config", *config, "problems", n)
-		return exitError{1}
+		log.Error("invalid config: nothing started", "config", *f.config, "problems", n)
+		return nil, exitError{1}
 	}
-	restCfg, source, err := kube.restConfig()
-	if err != nil {
+	if d.restCfg, d.source, err = f.kube.restConfig(); err != nil {
 		log.Error("no cluster to talk to", "error", err.Error())
-		return exitError{1}
+		return nil, exitError{1}
 	}
-	if *snapshotDir != "" {
-		if err := os.MkdirAll(*snapshotDir, 0o700); err != nil {
+	if *f.snapshotDir != "" {
+		if err := os.MkdirAll(*f.snapshotDir, 0o700); err != nil {
 			fmt.Fprintf(stderr, "metasync serve: --snapshot-dir: %v\n", err)
-			return exitError{2}
+			return nil, exitError{2}
 		}
 	}
-	// The engine reads its snapshot, if any, before anything is asked of
-	// the apiserver.
-	engine, err := msync.New(plan, restCfg, msync.Options{Logger: log, StaleAfter: *staleAfter,
-		SnapshotDir: *snapshotDir, SnapshotInterval: *snapshotInterval, StreamingList: streamingList == "true", StreamingListAuto: streamingList == "auto"})
+	d.engine, err = msync.New(d.plan, d.restCfg, msync.Options{Logger: log, StaleAfter: *f.staleAfter,
+		SnapshotDir: *f.snapshotDir, SnapshotInterval: *f.snapshotInterval,
+		StreamingList: f.streamingList == "true", StreamingListAuto: f.streamingList == "auto"})
 	if err != nil {
 		log.Error("engine", "error", err.Error())
-		return exitError{1}
+		return nil, exitError{1}
 	}
-	warm := engine.SnapshotStatus().Load == "warm"
-	var crdsLater []*schema.CRD
-	if len(plan.CRDs()) > 0 {
-		crds, err := readCRDs(plan, log)
+	warm := d.engine.SnapshotStatus().Load == "warm"
+	if len(d.plan.CRDs()) > 0 {
+		crds, err := readCRDs(d.plan, log)
 		if err == nil {
-			err = applyCRDs(crds, restCfg, log)
+			err = applyCRDs(crds, d.restCfg, log)
 			if err != nil && warm {
 				// The apiserver is not there: serve the snapshot and try again.
 				log.Warn("CRDs not installed: answering from the snapshot, trying again every 10s", "error", err.Error())
-				crdsLater, err = crds, nil
+				d.crdsLater, err = crds, nil
 			}
 		}
 		if err != nil {
 			printProblems(stderr, err)
 			log.Error("CRDs not installed: nothing started", "error", err.Error())
-			return exitError{1}
+			return nil, exitError{1}
 		}
 	}
 	// Paths through fields that the installed CRDs lack would index
@@ -172,50 +129,65 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if warm {
 		within = 2 * time.Second
 	}
-	if err := checkInstalledPaths(plan, restCfg, within, log); err != nil {
+	if err := checkInstalledPaths(d.plan, d.restCfg, within, log); err != nil {
 		n := printProblems(stderr, err)
-		log.Error("config paths not in the installed CRDs' schemas: nothing started", "config", *config, "problems", n)
+		log.Error("config paths not in the installed CRDs' schemas: nothing started", "config", *f.config, "problems", n)
+		return nil, exitError{1}
+	}
+	return d, nil
+}
+
+// open opens the HTTP API's listener, and the Consul facade's and the
+// xDS server's when asked for, under the rules of --auth (see authFor
+// and listenFace); on an error none stays open.
+func (f *serveFlags) open(d *daemon, cert *tlsfiles.Certificate, log *slog.Logger, stderr io.Writer) (err error) {
+	f.authOpts.tls = cert != nil
+	d.addr = d.plan.Server().Listen
+	if d.ln, err = net.Listen("tcp", d.addr); err != nil {
+		log.Error("listen", "address", d.addr, "error", err.Error())
 		return exitError{1}
 	}
-	addr := plan.Server().Listen
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		log.Error("listen", "address", addr, "error", err.Error())
-		return exitError{1}
-	}
-	guard, err := authFor(*auth, addr, authOpts, restCfg, log)
-	if err != nil {
-		ln.Close()
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{d.ln, d.consulLn, d.xdsLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+		}
+	}()
+	if d.guard, err = authFor(*f.auth, d.addr, f.authOpts, d.restCfg, log); err != nil {
 		return err
 	}
-	var consulLn net.Listener
-	var consulSources []consul.Source
-	if *consulListen != "" || *consulServices != "" {
-		if consulSources, err = consulFlags(*consulListen, *consulServices, *consulBlocking, *consulPerCaller, engine, stderr); err != nil {
-			ln.Close()
+	if *f.consulListen != "" || *f.consulServices != "" {
+		if d.consulSources, err = consulFlags(*f.consulListen, *f.consulServices, *f.consulBlocking, *f.consulPerCaller, d.engine, stderr); err != nil {
 			return err
 		}
-		if consulLn, err = listenFace("consul-listen", "Consul", "", *consulListen, *auth, authOpts, log, stderr); err != nil {
-			ln.Close()
+		if d.consulLn, err = listenFace("consul-listen", "Consul", "", *f.consulListen, *f.auth, f.authOpts, log, stderr); err != nil {
 			return err
 		}
 	}
-	var xdsLn net.Listener
-	if *xdsListen != "" {
-		if xdsLn, err = listenXDS(*xdsListen, *auth, authOpts, log, stderr); err != nil {
-			ln.Close()
+	if *f.xdsListen != "" {
+		if d.xdsLn, err = listenXDS(*f.xdsListen, *f.auth, f.authOpts, log, stderr); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
+// run serves until SIGTERM or SIGINT, then drains: /readyz fails,
+// --shutdown-delay, HTTP shut down, xDS streams ended, Consul's blocking
+// queries answered, watches stopped. A second signal exits at once.
+func (f *serveFlags) run(d *daemon, limits server.Limits, xdsLimits xds.Limits, cert *tlsfiles.Certificate, clientMetrics []prometheus.Collector, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	engine := d.engine
 	handler := server.New(engine, log)
-	handler.SetHeartbeat(*heartbeat)
+	handler.SetHeartbeat(*f.heartbeat)
 	handler.SetLimits(limits)
-	reload := newReloader(*config, loaded, loadOpts, plan, engine, restCfg, log)
+	reload := newReloader(*f.config, d.loaded, d.loadOpts, d.plan, engine, d.restCfg, log)
 	handler.MustRegister(reload.collectors()...)
 	handler.MustRegister(clientMetrics...)
 	if cert != nil {
@@ -224,14 +196,14 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	srv := handler.HTTPServer(addr, log, guard)
+	srv := handler.HTTPServer(d.addr, log, d.guard)
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	engineDone := make(chan struct{})
 	go func() {
 		defer close(engineDone)
 		_ = engine.Start(engineCtx)
 	}()
-	ln = handler.Listener(ln) // at most limits.Connections
+	ln := handler.Listener(d.ln) // at most limits.Connections
 	serveErr := make(chan error, 1)
 	if cert != nil {
 		srv.TLSConfig = cert.ServerConfig()
@@ -244,21 +216,21 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	go reportProgress(engineCtx, engine, log)
 	go returnFreeMemory(engineCtx, log, engine)
 	go trimAfterStreams(engineCtx, log, handler)
-	if crdsLater != nil {
-		go installLater(engineCtx, crdsLater, restCfg, log)
+	if d.crdsLater != nil {
+		go installLater(engineCtx, d.crdsLater, d.restCfg, log)
 	}
 	go reload.run(engineCtx, hup)
 	var xdsSrv *xds.Transport
-	if xdsLn != nil {
-		xdsSrv = startXDS(xdsLn, engine, handler, guard, cert, xdsLimits, log)
+	if d.xdsLn != nil {
+		xdsSrv = startXDS(d.xdsLn, engine, handler, d.guard, cert, xdsLimits, log)
 	}
 	var consulSrv *http.Server
-	if consulLn != nil {
-		consulSrv = startConsul(consulLn, engine, consulSources, handler, guard, cert,
-			consul.Limits{Blocking: *consulBlocking, BlockingPerCaller: *consulPerCaller}, log)
+	if d.consulLn != nil {
+		consulSrv = startConsul(d.consulLn, engine, d.consulSources, handler, d.guard, cert,
+			consul.Limits{Blocking: *f.consulBlocking, BlockingPerCaller: *f.consulPerCaller}, log)
 	}
-	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *config, "cluster", restCfg.Host, "kubeconfig", source,
-		"resources", len(compiled.Of(plan).Resources), "version", version)
+	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *f.config, "cluster", d.restCfg.Host, "kubeconfig", d.source,
+		"resources", len(compiled.Of(d.plan).Resources), "version", version)
 
 	select {
 	case sig := <-sigs:
@@ -275,7 +247,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		os.Exit(1)
 	}()
 	handler.SetStopping()
-	time.Sleep(*shutdownDelay)
+	time.Sleep(*f.shutdownDelay)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
