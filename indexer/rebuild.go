@@ -19,7 +19,14 @@ import (
 // changed, and the deletes. The pages that no change touches are shared
 // with the previous snapshot, so a relist holds little more than one copy
 // of the index, however large.
-func (src *Source) Replace(objs []Object) {
+func (src *Source) Replace(objs []Object) { src.ReplaceWithin("", objs) }
+
+// ReplaceWithin is Replace for the objects whose keys begin with prefix:
+// those that objs lacks are removed, the others are left alone. Every
+// object of objs must have a key that begins with prefix. Several
+// writers of one source (one per part of its objects: a cluster's, say)
+// each replace their own part.
+func (src *Source) ReplaceWithin(prefix string, objs []Object) {
 	src.s.mu.Lock()
 	empty := src.objects.Len() == 0
 	src.s.mu.Unlock()
@@ -43,7 +50,7 @@ func (src *Source) Replace(objs []Object) {
 	}
 	var gone []string
 	for key := range src.objects.All() {
-		if _, ok := seen[key]; !ok {
+		if _, ok := seen[key]; !ok && strings.HasPrefix(key, prefix) {
 			gone = append(gone, key)
 		}
 	}

@@ -439,3 +439,33 @@ func TestKeysSortedOncePerState(t *testing.T) {
 		t.Errorf("after a write: %v (the earlier state's %v)", k3, k1)
 	}
 }
+
+// TestReplaceWithin: a replace of one part of a source's objects (one
+// prefix of their keys) leaves the other parts alone, and values that
+// two parts give stay until both withdraw them.
+func TestReplaceWithin(t *testing.T) {
+	s, err := New(SourceSpec{Name: "r", Indexes: []string{"ix"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Source("r")
+	obj := func(key, k, v string) Object {
+		return Object{Key: key, Entries: [][]Entry{{{Key: k, Value: v}}}}
+	}
+	src.ReplaceWithin("a:", []Object{obj("a:1", "k", "x"), obj("a:2", "k", "shared")})
+	src.ReplaceWithin("b:", []Object{obj("b:1", "k", "y"), obj("b:2", "k", "shared")})
+	if got := s.Lookup("ix", "k"); !slices.Equal(got, []string{"shared", "x", "y"}) {
+		t.Fatalf("after both parts: %q", got)
+	}
+	src.ReplaceWithin("a:", []Object{obj("a:1", "k", "x2")})
+	if got := s.Lookup("ix", "k"); !slices.Equal(got, []string{"shared", "x2", "y"}) {
+		t.Fatalf("after a's relist: %q", got)
+	}
+	src.ReplaceWithin("b:", nil)
+	if got := s.Lookup("ix", "k"); !slices.Equal(got, []string{"x2"}) {
+		t.Fatalf("after b's empty relist: %q", got)
+	}
+	if n := s.Snapshot().ObjectCount(src); n != 1 {
+		t.Fatalf("%d objects, want 1", n)
+	}
+}

@@ -32,6 +32,32 @@ type Config struct {
 	CRDs      []string   `koanf:"crds"`
 	Resources []Resource `koanf:"resources"`
 	Chains    []Chain    `koanf:"chains"`
+	// Clusters lists the clusters to read; none: the daemon's own
+	// connection alone (see Cluster).
+	Clusters []Cluster `koanf:"clusters"`
+}
+
+// Cluster is one cluster of a config that reads several: every resource
+// entry is watched in each (unless the entry's Clusters narrows it), and
+// the answers are the union of what every cluster gives.
+type Cluster struct {
+	// Name is unique in the config, a DNS label: answers, metrics, logs
+	// and /readyz name the cluster by it.
+	Name string `koanf:"name"`
+	// Kubeconfig is the file of the cluster's connection; "" is the
+	// daemon's own connection (--kubeconfig, KUBECONFIG, in-cluster),
+	// which at most one cluster has, and which makes it the home.
+	Kubeconfig string `koanf:"kubeconfig"`
+	// Context is the kubeconfig context to use; "" for its current one.
+	Context string `koanf:"context"`
+	// Required: /readyz and an answer's synced wait for this cluster.
+	// Default true.
+	Required *bool `koanf:"required"`
+	// Home marks the home cluster where every cluster has a kubeconfig.
+	Home bool `koanf:"home"`
+	// DropAfter, when positive, removes an unreachable cluster's part of
+	// the answers after that long; default never.
+	DropAfter time.Duration `koanf:"dropAfter"`
 }
 
 // Server configures the daemon's HTTP server.
@@ -64,6 +90,9 @@ type Resource struct {
 	// AllowSecrets must be true for a resource entry that watches Secrets: their
 	// projected content would sit in memory and behind the HTTP API.
 	AllowSecrets bool `koanf:"allowSecrets"`
+	// Clusters narrows the entry to these clusters of the config's
+	// Clusters; none: every cluster.
+	Clusters []string `koanf:"clusters"`
 }
 
 // Index is one named reverse index over a resource's objects.

@@ -78,8 +78,25 @@ func (c *Config) compile(p *problems) *Plan {
 	}
 	resources := map[string]string{} // name -> path of its first declaration
 	indexes := map[string]string{}
+	clusters := c.compileClusters(p, out.c)
 	for i := range c.Resources {
-		out.c.Resources = append(out.c.Resources, c.Resources[i].compile(p, fmt.Sprintf("resources[%d]", i), resources, indexes))
+		at := fmt.Sprintf("resources[%d]", i)
+		r := c.Resources[i].compile(p, at, resources, indexes)
+		seen := map[string]bool{}
+		for j, name := range c.Resources[i].Clusters {
+			cat := fmt.Sprintf("%s.clusters[%d]", at, j)
+			switch {
+			case len(c.Clusters) == 0:
+				p.add(cat, "the config lists no clusters: declare them in the top-level clusters, or drop this")
+			case clusters[name] == "":
+				p.add(cat, "unknown cluster %q%s", name, suggest(name, clusters))
+			case seen[name]:
+				p.add(cat, "cluster %q named twice", name)
+			}
+			seen[name] = true
+			r.Clusters = append(r.Clusters, name)
+		}
+		out.c.Resources = append(out.c.Resources, r)
 	}
 	chains := map[string]string{}
 	for i, ch := range c.Chains {
@@ -96,6 +113,57 @@ func (c *Config) compile(p *problems) *Plan {
 		out.c.Chains = append(out.c.Chains, &plan.Chain{Name: ch.Name, Indexes: slices.Clone(ch.Indexes)})
 	}
 	return out
+}
+
+// compileClusters checks the config's clusters into cp and returns their
+// names.
+func (c *Config) compileClusters(p *problems, cp *plan.Plan) map[string]string {
+	names := map[string]string{}
+	own, homes := 0, 0
+	for i, cl := range c.Clusters {
+		at := fmt.Sprintf("clusters[%d]", i)
+		if cl.Name == "" {
+			p.add(at+".name", "required: a DNS label such as east")
+		} else if msgs := validation.IsDNS1123Label(cl.Name); len(msgs) > 0 {
+			p.add(at+".name", "%q: %s", cl.Name, msgs[0])
+		} else if first, ok := names[cl.Name]; ok {
+			p.add(at+".name", "cluster %q declared twice (first at %s)", cl.Name, first)
+		} else {
+			names[cl.Name] = at
+		}
+		if cl.Kubeconfig == "" {
+			own++
+			if own == 2 {
+				p.add(at+".kubeconfig", "required: only one cluster is the daemon's own connection (the one without kubeconfig)")
+			}
+			if cl.Context != "" {
+				p.add(at+".context", "a context needs a kubeconfig: the daemon's own connection takes its context from --context")
+			}
+		} else if strings.TrimSpace(cl.Kubeconfig) == "" {
+			p.add(at+".kubeconfig", "empty file path")
+		}
+		if cl.Home {
+			homes++
+			if homes == 2 {
+				p.add(at+".home", "only one cluster is the home")
+			}
+		}
+		if cl.DropAfter < 0 {
+			p.add(at+".dropAfter", "%v is negative; omit it for never", cl.DropAfter)
+		} else if cl.DropAfter > 0 {
+			p.add(at+".dropAfter", "not supported yet: a cluster's part stays (marked stale) for as long as it is unreachable; omit it")
+		}
+		cp.Clusters = append(cp.Clusters, plan.Cluster{Name: cl.Name, Kubeconfig: cl.Kubeconfig, Context: cl.Context,
+			Required: cl.Required == nil || *cl.Required, Home: cl.Home || cl.Kubeconfig == "", DropAfter: cl.DropAfter})
+	}
+	if own > 0 && homes > 0 {
+		for i, cl := range c.Clusters {
+			if cl.Home && cl.Kubeconfig != "" {
+				p.add(fmt.Sprintf("clusters[%d].home", i), "the home is the cluster without kubeconfig (the daemon's own connection)")
+			}
+		}
+	}
+	return names
 }
 
 // compile checks the resource entry at path at and compiles it. resources

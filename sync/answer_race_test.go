@@ -20,7 +20,7 @@ func TestAnswerAcrossAReload(t *testing.T) {
 	}
 	e := testEngine(t, cfgA)
 	v, _ := e.view()
-	apps, svcs := v.byName["apps"], v.byName["services"]
+	apps, svcs := v.byName["apps"].lead(), v.byName["services"].lead()
 	if err := apps.replace([]any{apps.project(string(appPrimaryJSON("a", "m1", "m1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 		for _, w := range v0.watchers {
 			// Restored, or carried over a reload from restored data.
 			if w.unverified() && !w.dropped.Swap(true) {
-				w.src.Replace(nil)
+				w.src.ReplaceWithin(w.keyPrefix, nil)
 				w.rv.Store(nil)
 				w.noteFresh()
 			}

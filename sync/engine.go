@@ -61,6 +61,10 @@ type Options struct {
 	// resource (BENCHMARKS.md, "Streaming lists"). StreamingList, when
 	// set, streams every list.
 	StreamingListAuto bool
+	// ClusterConfigs gives the REST config of clusters of the plan
+	// (schema.Cluster) by name, in place of their kubeconfig files; the
+	// config given to New is the one of the cluster without a kubeconfig.
+	ClusterConfigs map[string]*rest.Config
 }
 
 // streams reports whether the engine lists resource r by a streaming list
@@ -119,9 +123,9 @@ type Engine struct {
 // same config.
 type view struct {
 	plan     *compiled.Plan
-	watchers []*watcher          // in config order
-	byName   map[string]*watcher // resource name
-	byIndex  map[string]*watcher // index name
+	watchers []*watcher           // in config order
+	byName   map[string]*resource // resource name
+	byIndex  map[string]*resource // index name
 	chains   map[string]chain
 }
 
@@ -139,7 +143,13 @@ func (e *Engine) view() (*view, *indexer.Snapshot) {
 
 // ResourceStatus is the state of one resource entry.
 type ResourceStatus struct {
-	Name      string `json:"name"`
+	Name string `json:"name"`
+	// Cluster is the cluster of this part of the resource, in a config
+	// that reads several (one status per resource and cluster); "" else.
+	Cluster string `json:"cluster,omitempty"`
+	// Optional: the cluster is not required (its resources do not hold
+	// back the engine's readiness).
+	Optional  bool   `json:"optional,omitempty"`
 	GVR       string `json:"gvr"`
 	Namespace string `json:"namespace,omitempty"`
 	// Ready is Synced, and the resource has not gone longer than
@@ -216,6 +226,49 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if cp == nil {
 		return nil, errEmptyPlan
 	}
+	if len(cp.Clusters) > 0 && opts.SnapshotDir != "" {
+		return nil, errors.New("a snapshot (Options.SnapshotDir) of a config that reads several clusters is not supported yet")
+	}
+	configs := map[string]*rest.Config{"": cfg}
+	if len(cp.Clusters) > 0 {
+		var err error
+		if configs, err = clusterConfigs(cp, cfg, opts.ClusterConfigs); err != nil {
+			return nil, err
+		}
+	}
+	clients := map[string]func(w *watcher) error{}
+	var home func(context.Context) (string, error)
+	for name, cfg := range configs {
+		forWatcher, core, err := clientsOf(cfg)
+		if err != nil {
+			if name != "" {
+				err = fmt.Errorf("cluster %s: %w", name, err)
+			}
+			return nil, err
+		}
+		clients[name] = forWatcher
+		if name == "" || home == nil && cfg == configs[homeOf(cp)] {
+			home = fetchClusterID(core)
+		}
+	}
+	clientFor := func(w *watcher) error { return clients[w.clusterName](w) }
+	return newEngine(cp, opts, clientFor, home)
+}
+
+// homeOf names the home cluster of p; "" for none.
+func homeOf(p *compiled.Plan) string {
+	for _, c := range p.Clusters {
+		if c.Home {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// clientsOf builds, for one cluster's config, the function that gives a
+// watcher its REST client and a client of the core API group; the
+// clients of one cluster share one HTTP client.
+func clientsOf(cfg *rest.Config) (func(w *watcher) error, rest.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.AcceptContentTypes = "application/json"
 	cfg.ContentType = "application/json"
@@ -224,7 +277,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("build HTTP client: %w", err)
+		return nil, nil, fmt.Errorf("build HTTP client: %w", err)
 	}
 	clientFor := func(w *watcher) error {
 		r := w.plan
@@ -248,9 +301,9 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	core.NegotiatedSerializer = &codec{project: func(string) *object { return &object{} }}
 	coreClient, err := rest.RESTClientForConfigAndClient(core, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("build the core API client: %w", err)
+		return nil, nil, fmt.Errorf("build the core API client: %w", err)
 	}
-	return newEngine(cp, opts, clientFor, fetchClusterID(coreClient))
+	return clientFor, coreClient, nil
 }
 
 // newEngine builds an Engine of a compiled plan; clientFor, when not nil,
@@ -392,30 +445,57 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
 		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged, Unique: d.Unique}
 
+	if reload && !slices.Equal(oldPlan.Clusters, plan.Clusters) && len(oldPlan.Resources) > 0 {
+		return changes, errors.New("clusters changed: adding, removing or changing a cluster takes a restart (a reload keeps the clusters it started with)")
+	}
 	// Build the new watchers and their clients first: a failure here
-	// changes nothing.
-	fresh := map[string]*watcher{}
+	// changes nothing. One per cluster of the resource (one without
+	// clusters).
+	required := map[string]bool{}
+	for _, c := range plan.Clusters {
+		required[c.Name] = c.Required
+	}
+	fresh := map[string][]*watcher{}
 	for _, r := range plan.Resources {
 		if slices.Contains(d.Keep, r.Name) {
 			continue
 		}
-		w := newWatcher(r, e.log)
-		w.streaming.Store(e.streams(r))
-		w.reloaded, w.cluster = reload, e.checkCluster
-		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
-		if e.clientFor != nil {
-			if err := e.clientFor(w); err != nil {
-				return changes, err
-			}
+		clusters := plan.ClustersOf(r)
+		if len(clusters) == 0 {
+			clusters = []string{""}
 		}
-		fresh[r.Name] = w
+		for _, cluster := range clusters {
+			w := newWatcher(r, cluster, e.log)
+			w.required = cluster == "" || required[cluster]
+			w.streaming.Store(e.streams(r))
+			w.reloaded, w.cluster = reload, e.checkCluster
+			w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
+			if e.clientFor != nil {
+				if err := e.clientFor(w); err != nil {
+					return changes, err
+				}
+			}
+			fresh[r.Name] = append(fresh[r.Name], w)
+		}
 	}
 	// Stop what stops or restarts: once halted, a watcher writes nothing.
+	// A restarted resource's watcher of a cluster takes over the one of
+	// the same cluster; a cluster the resource no longer reads leaves
+	// its objects behind, removed below.
+	var dropped []*watcher
 	for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
-		w := old.byName[name]
-		w.halt()
-		if next := fresh[name]; next != nil {
-			next.inherit(w)
+		for _, w := range old.byName[name].parts {
+			w.halt()
+			taken := false
+			for _, next := range fresh[name] {
+				if next.clusterName == w.clusterName {
+					next.inherit(w)
+					taken = true
+				}
+			}
+			if !taken && fresh[name] != nil {
+				dropped = append(dropped, w)
+			}
 		}
 	}
 	var specs []indexer.SourceSpec
@@ -443,19 +523,20 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		specs = append(specs, spec)
 	}
 	retired, err := e.store.Reconfigure(specs, func(sources map[string]*indexer.Source, snap *indexer.Snapshot) any {
-		next := &view{plan: plan, byName: map[string]*watcher{}, byIndex: map[string]*watcher{}, chains: map[string]chain{}}
+		next := &view{plan: plan, byName: map[string]*resource{}, byIndex: map[string]*resource{}, chains: map[string]chain{}}
 		for _, r := range plan.Resources {
-			w := fresh[r.Name]
-			if w != nil {
-				w.src = sources[r.Name]
-			} else {
-				w = old.byName[r.Name] // its source is the same
+			res := old.byName[r.Name] // kept: its source and watchers are the same
+			if ws := fresh[r.Name]; ws != nil {
+				res = &resource{plan: r, src: sources[r.Name], parts: ws}
+				for _, w := range ws {
+					w.src = res.src
+				}
 			}
-			next.watchers = append(next.watchers, w)
-			next.byName[r.Name] = w
+			next.watchers = append(next.watchers, res.parts...)
+			next.byName[r.Name] = res
 			for _, ix := range r.Indexes {
 				if !ix.Hidden() { // read through the index it serves
-					next.byIndex[ix.Name] = w
+					next.byIndex[ix.Name] = res
 				}
 			}
 		}
@@ -472,7 +553,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		// The plan was compiled: its names are unique. Should it happen,
 		// restart what was halted as it was.
 		for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
-			e.launch(old.byName[name])
+			for _, w := range old.byName[name].parts {
+				e.launch(w)
+			}
 		}
 		return changes, err
 	}
@@ -481,8 +564,16 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	}
 	e.hub.reconfigure(e, retired)
 	e.staleMayHaveChanged()
+	if len(dropped) > 0 {
+		now, _ := e.view()
+		for _, w := range dropped {
+			if res := now.byName[w.plan.Name]; res != nil {
+				res.src.ReplaceWithin(w.keyPrefix, nil)
+			}
+		}
+	}
 	for _, r := range plan.Resources {
-		if w := fresh[r.Name]; w != nil {
+		for _, w := range fresh[r.Name] {
 			e.launch(w)
 		}
 	}
@@ -535,6 +626,9 @@ func (e *Engine) WaitForSync(ctx context.Context) error {
 // or nil.
 func (v *view) unsynced() *watcher {
 	for _, w := range v.watchers {
+		if !w.required {
+			continue
+		}
 		select {
 		case <-w.synced:
 		default:
@@ -554,7 +648,7 @@ func (e *Engine) Synced() bool {
 // leaving out those a reload added that have not listed yet.
 func (e *Engine) Ready() bool {
 	for _, st := range e.Status() {
-		if !st.Ready && !(st.Syncing && !st.Synced) {
+		if !st.Ready && !(st.Syncing && !st.Synced) && !st.Optional {
 			return false
 		}
 	}

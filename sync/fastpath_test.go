@@ -271,7 +271,7 @@ func (r *randomChunks) Read(p []byte) (int, error) {
 func TestStreamListRejectsBrokenBodies(t *testing.T) {
 	plan := trickyPlan(t)
 	store, _ := indexer.New(indexer.SourceSpec{Name: plan.Name, Indexes: []string{"models", "by-service", "by-number", "hosts", "ns-model"}})
-	w := newWatcher(plan, testLog())
+	w := newWatcher(plan, "", testLog())
 	w.src = store.Source(plan.Name)
 	for _, body := range []string{
 		trickyList[:len(trickyList)/2],

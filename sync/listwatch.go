@@ -349,7 +349,7 @@ func (w *watcher) fail(err error) {
 	}
 	if w.failingSince.IsZero() {
 		w.failingSince = time.Now()
-		if w.staleAfter > 0 {
+		if w.staleAfter > 0 && !w.over {
 			since := w.failingSince
 			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
 		}
@@ -364,7 +364,7 @@ func (w *watcher) fail(err error) {
 // later, for as long as that outage lasts.
 func (w *watcher) cutOff(since time.Time) {
 	w.mu.Lock()
-	still := w.failingSince.Equal(since) && w.lastErr != nil
+	still := w.failingSince.Equal(since) && w.lastErr != nil && !w.over
 	var reason string
 	if still {
 		reason = w.lastErr.Error()
@@ -386,6 +386,7 @@ func (w *watcher) cutOff(since time.Time) {
 func (w *watcher) watchEstablished() {
 	now := time.Now()
 	w.established.CompareAndSwap(0, now.UnixNano())
+	w.contact.Store(now.UnixNano())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lastErr != nil {

@@ -64,7 +64,7 @@ func (f offline) watcher(resource string) (*watcher, error) {
 		}
 		return nil, fmt.Errorf("unknown resource %q (known: %s)", resource, strings.Join(names, ", "))
 	}
-	return w, nil
+	return w.lead(), nil
 }
 
 // project checks one object as the apiserver would and projects it; nil

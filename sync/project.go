@@ -34,7 +34,7 @@ func (w *watcher) project(raw string) *object {
 	if meta[1].Str != "" {
 		key = meta[1].Str + "/" + meta[0].Str
 	}
-	o.ix.Key = key
+	o.ix.Key = w.keyPrefix + key
 	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
 	// The rules of an object read one Doc: an EndpointSlice is read once
 	// for all its indexes.

@@ -154,6 +154,10 @@ type Answer struct {
 	// reads it: an answer that differs from one read at Seq n was read at
 	// a Seq above n.
 	Seq uint64
+	// Clusters is the state of each cluster's part of the answer, for a
+	// plan that reads several clusters (nil otherwise): Synced is then
+	// true when every required cluster's part is, Stale when any is.
+	Clusters map[string]ClusterState
 }
 
 // Answer reads a target once, as a lookup (KeyOf), a chain lookup
@@ -178,8 +182,14 @@ func (e *Engine) Answers(ts ...Target) []Answer {
 			out[i] = Answer{Stale: stale}
 			if t.Chain != "" {
 				out[i].Synced = v.chainSynced(t.Chain)
+				if len(v.plan.Clusters) > 0 {
+					out[i].Clusters = v.clusterStates(v.chains[t.Chain].indexes...)
+				}
 			} else {
 				out[i].Synced = v.indexSynced(t.Index)
+				if len(v.plan.Clusters) > 0 {
+					out[i].Clusters = v.clusterStates(t.Index)
+				}
 			}
 		}
 		snap := e.store.Snapshot()
@@ -313,7 +323,7 @@ func (e *Engine) Indexes() []IndexInfo {
 				info.Unique, info.Conflicts = true, snap.ConflictCount(ix)
 			}
 		}
-		if n, last := w.failing.counts(); n[name] > 0 {
+		if n, last := w.failing(); n[name] > 0 {
 			rf := last[name]
 			info.Failing, info.LastRuleError = n[name], &rf
 		}

@@ -75,10 +75,11 @@ func reloadTo(tb testing.TB, e *Engine, cfg *schema.Config) schema.Changes {
 func list(tb testing.TB, e *Engine, resource string, objs ...[]byte) *watcher {
 	tb.Helper()
 	v, _ := e.view()
-	w := v.byName[resource]
-	if w == nil {
+	r := v.byName[resource]
+	if r == nil {
 		tb.Fatalf("no watcher of resource %q", resource)
 	}
+	w := r.lead()
 	items := make([]any, len(objs))
 	for i, o := range objs {
 		items[i] = w.project(string(o))
@@ -966,7 +967,7 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 			})
 			world.objects[r][name] = obj
 			v, _ := e.view()
-			w := v.byName[r]
+			w := v.byName[r].lead()
 			must(t, w.update(w.project(string(obj))))
 		}
 

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -13,6 +14,7 @@ import (
 
 func (w *watcher) add(obj any) error {
 	w.added.Add(1)
+	w.count.Add(1)
 	return w.put(obj)
 }
 
@@ -31,13 +33,26 @@ func (w *watcher) put(obj any) error {
 	tx.Commit()
 	w.failing.note(o.ix.Key, o.failed)
 	w.rv.Store(&o.rv)
+	w.touch()
 	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
 	return nil
 }
 
 // bookmark records the resourceVersion of a bookmark: the source is as
 // of it.
-func (w *watcher) bookmark(rv string) { w.rv.Store(&rv) }
+func (w *watcher) bookmark(rv string) { w.rv.Store(&rv); w.touch() }
+
+// touch records that the apiserver was heard from now.
+func (w *watcher) touch() { w.contact.Store(time.Now().UnixNano()) }
+
+// lastContact is when the apiserver was last heard from: a list, an
+// event, a bookmark or an established watch; zero before.
+func (w *watcher) lastContact() time.Time {
+	if at := w.contact.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
+}
 
 // UpdateResourceVersion is bookmark, for the reflector
 // (cache.ResourceVersionUpdater).
@@ -66,10 +81,15 @@ func (w *watcher) delete(obj any) error {
 	default:
 		return fmt.Errorf("unexpected %T deleted in the watch of %s", obj, w.plan.Name)
 	}
+	if !strings.HasPrefix(key, w.keyPrefix) {
+		key = w.keyPrefix + key
+	}
+	w.count.Add(-1)
 	tx := w.src.Begin()
 	tx.Delete(key)
 	tx.Commit()
 	w.failing.note(key, nil)
+	w.touch()
 	if rv != nil {
 		w.rv.Store(rv)
 	}
@@ -93,7 +113,9 @@ func (w *watcher) replace(list []any, rv string) error {
 		}
 	}
 	start := time.Now()
-	w.src.Replace(objs)
+	w.src.ReplaceWithin(w.keyPrefix, objs)
+	w.count.Store(int64(len(objs)))
+	w.touch()
 	w.failing.replace(failed)
 	w.rv.Store(&rv)
 	w.log.Debug("replaced", "objects", len(objs), "took", time.Since(start).String())

@@ -318,8 +318,8 @@ func (s *Subscription) unsynced() *watcher {
 		names = v.chains[s.target.Chain].indexes
 	}
 	for _, n := range names {
-		if w := v.byIndex[n]; w != nil && !w.indexSynced(n) {
-			return w
+		if r := v.byIndex[n]; r != nil && !r.indexSynced(n) {
+			return r.unsynced(n)
 		}
 	}
 	return nil

@@ -235,10 +235,11 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 	var bounds error
 	for i := range f.Resources {
 		r := &f.Resources[i]
-		w := v.byName[r.Name]
-		if w == nil {
+		res := v.byName[r.Name]
+		if res == nil {
 			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q is not in the config", r.Name)}
 		}
+		w := res.lead() // a snapshot is of a plan without clusters
 		if len(r.Indexes) != len(w.plan.Indexes) {
 			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: %d indexes, the config has %d", r.Name, len(r.Indexes), len(w.plan.Indexes))}
 		}
@@ -507,7 +508,7 @@ func (e *Engine) WaitForData(ctx context.Context) error {
 		v, _ := e.view()
 		var waiting *watcher
 		for _, w := range v.watchers {
-			if !w.isSynced() {
+			if w.required && !w.isSynced() {
 				waiting = w
 				break
 			}

@@ -30,6 +30,20 @@ type watcher struct {
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
+	// clusterName is the cluster the watcher reads, of a plan that
+	// reads several ("" otherwise); keyPrefix, "NAME:" then, begins the
+	// key of each of its objects in the source, which the watchers of
+	// the resource's other clusters share; required: the resource is
+	// synced only once this watcher is (the cluster's required). Set
+	// before the watcher is used.
+	clusterName, keyPrefix string
+	required               bool
+	// count is the number of the watcher's objects, kept where the
+	// source holds other watchers' objects too (clusterName != "").
+	count atomic.Int64
+	// contact: unix nanos when the apiserver was last heard from (see
+	// lastContact).
+	contact atomic.Int64
 	// reportSkipped: the offline feed reads which rules skipped an
 	// object (object.skipped); set before the watcher is used.
 	reportSkipped bool
@@ -86,8 +100,10 @@ type watcher struct {
 	// none was established since: the answers keep what the resource last
 	// knew, marked stale, until a watch is established again (after the
 	// list that brings its data up to date). cutTimer sets it.
-	cut        atomic.Bool
-	cutTimer   *time.Timer
+	cut      atomic.Bool
+	cutTimer *time.Timer
+	// over: run has returned; no timer marks the resource stale after.
+	over       bool
 	staleAfter time.Duration
 	listed     atomic.Int64 // objects decoded by the current list
 
@@ -144,14 +160,22 @@ var (
 	_ cache.ResourceVersionUpdater                        = sink{}
 )
 
-func newWatcher(plan *compiled.Resource, log *slog.Logger) *watcher {
+func newWatcher(plan *compiled.Resource, cluster string, log *slog.Logger) *watcher {
+	log = log.With("resource", plan.Name)
+	prefix := ""
+	if cluster != "" {
+		log, prefix = log.With("cluster", cluster), cluster+":"
+	}
 	return &watcher{
-		plan:       plan,
-		log:        log.With("resource", plan.Name),
-		synced:     make(chan struct{}),
-		totals:     &totals{},
-		ruleErrors: make([]atomic.Int64, len(plan.Indexes)),
-		ruleLog:    rate.Sometimes{First: 5, Interval: 30 * time.Second},
+		plan:        plan,
+		clusterName: cluster,
+		keyPrefix:   prefix,
+		required:    true,
+		log:         log,
+		synced:      make(chan struct{}),
+		totals:      &totals{},
+		ruleErrors:  make([]atomic.Int64, len(plan.Indexes)),
+		ruleLog:     rate.Sometimes{First: 5, Interval: 30 * time.Second},
 	}
 }
 
@@ -180,6 +204,7 @@ type carried struct {
 // list, do not read as "not known yet". Until then, warm-start files keep what
 // they answer (see carried).
 func (w *watcher) inherit(old *watcher) {
+	w.count.Store(old.count.Load())
 	// An apiserver that refused to stream this resource's list refuses
 	// again: a reload that restarts the watch does not ask it again
 	// (another namespace may be another answer: RBAC).
@@ -225,6 +250,14 @@ func (w *watcher) inherit(old *watcher) {
 	w.failing.keep(&old.failing, func(index string) bool { return w.kept[index] })
 }
 
+// objects returns the number of the watcher's objects in snap.
+func (w *watcher) objects(snap *indexer.Snapshot) int {
+	if w.clusterName == "" {
+		return snap.ObjectCount(w.src)
+	}
+	return int(max(w.count.Load(), 0))
+}
+
 // run keeps the resource listed and watched until ctx ends. A resync period
 // relists the resource that often.
 //
@@ -234,6 +267,7 @@ func (w *watcher) inherit(old *watcher) {
 // waits for the backoff. A 410 Gone (compaction) is relisted at once, but
 // only as the first failure since the backoff was reset.
 func (w *watcher) run(ctx context.Context) {
+	defer w.ended()
 	logger := logr.FromSlogHandler(w.log.Handler())
 	r := cache.NewReflectorWithOptions(lister{w}, &object{}, sink{w}, cache.ReflectorOptions{
 		Name:            w.plan.Name,
@@ -300,6 +334,17 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
+// ended stops the stale timer once run has returned: a watch that
+// failed as the engine stopped marks nothing after.
+func (w *watcher) ended() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.over = true
+	if w.cutTimer != nil {
+		w.cutTimer.Stop()
+	}
+}
+
 // lastError returns the last error since a watch was last established.
 func (w *watcher) lastError() error {
 	w.mu.Lock()
@@ -335,9 +380,11 @@ func (w *watcher) resyncAfter(ctx context.Context, resync func()) {
 func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) ResourceStatus {
 	st := ResourceStatus{
 		Name:         w.plan.Name,
+		Cluster:      w.clusterName,
+		Optional:     !w.required,
 		GVR:          w.plan.GVR.String(),
 		Namespace:    w.plan.Namespace,
-		Objects:      snap.ObjectCount(w.src),
+		Objects:      w.objects(snap),
 		Added:        w.added.Load(),
 		Updated:      w.updated.Load(),
 		Deleted:      w.deleted.Load(),

@@ -83,7 +83,8 @@ func SameResource(a, b *Resource) bool {
 // changes when a list happens, not what it yields (see DataHash).
 func SameData(a, b *Resource) bool {
 	if a.Name != b.Name || a.GVR != b.GVR || a.Namespace != b.Namespace ||
-		a.LabelSelector != b.LabelSelector || a.FieldSelector != b.FieldSelector {
+		a.LabelSelector != b.LabelSelector || a.FieldSelector != b.FieldSelector ||
+		!slices.Equal(a.Clusters, b.Clusters) {
 		return false
 	}
 	if !slices.EqualFunc(a.Fields, b.Fields, func(x, y Field) bool {

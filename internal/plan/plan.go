@@ -28,6 +28,33 @@ const BytesPerEntry = 128
 type Plan struct {
 	Resources []*Resource // in config order
 	Chains    []*Chain    // in config order
+	// Clusters, in config order; none: one cluster, the engine's own
+	// connection, and object keys without a cluster.
+	Clusters []Cluster
+}
+
+// Cluster is one cluster of a plan that reads several.
+type Cluster struct {
+	Name       string
+	Kubeconfig string // "": the engine's own connection
+	Context    string
+	Required   bool
+	Home       bool
+	DropAfter  time.Duration
+}
+
+// ClustersOf returns the names of the clusters that watch r: r.Clusters,
+// or every cluster of p when r names none; nil for a plan without
+// clusters.
+func (p *Plan) ClustersOf(r *Resource) []string {
+	if len(r.Clusters) > 0 {
+		return r.Clusters
+	}
+	out := make([]string, len(p.Clusters))
+	for i, c := range p.Clusters {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // Resource is one compiled resource entry.
@@ -40,6 +67,7 @@ type Resource struct {
 	Resync        time.Duration
 	Fields        []Field // sorted by name
 	Indexes       []Index
+	Clusters      []string // narrows the plan's Clusters; none: all
 }
 
 // Field is one projected field.

@@ -61,9 +61,39 @@ type Lookup struct {
 	Synced *bool `json:"synced,omitempty"`
 	// Stale: answered from a snapshot not caught up yet.
 	Stale bool `json:"stale,omitempty"`
+	// Clusters, with a config that reads several clusters: each
+	// cluster's part of the answer, synced and stale.
+	Clusters map[string]ClusterState `json:"clusters,omitempty"`
 	// Steps, with ?explain=true: where the values come from, one step per
 	// index in the order the chain follows them.
 	Steps []Step `json:"steps,omitempty"`
+}
+
+// ClusterState is one cluster's part of an answer.
+type ClusterState struct {
+	Synced bool `json:"synced"`
+	Stale  bool `json:"stale"`
+}
+
+// Clusters is the answer of GET /v1/clusters.
+type Clusters struct {
+	Clusters []Cluster `json:"clusters"`
+}
+
+// Cluster is one cluster of GET /v1/clusters.
+type Cluster struct {
+	Name     string `json:"name"`
+	Home     bool   `json:"home"`
+	Required bool   `json:"required"`
+	// Connected: every resource's watch of the cluster works.
+	Connected bool `json:"connected"`
+	Synced    bool `json:"synced"`
+	// Stale: some resource is cut off from the cluster, answering what
+	// it last knew.
+	Stale       bool       `json:"stale"`
+	LastContact *time.Time `json:"lastContact,omitempty"`
+	Objects     int        `json:"objects"`
+	Error       string     `json:"error,omitempty"`
 }
 
 // Step is one index of an explained answer ("Explain" in the design).

@@ -55,6 +55,7 @@ type Engine interface {
 	SnapshotStatus() msync.SnapshotStatus
 	Subscriptions() msync.SubscriptionStats
 	Conflicts() []msync.Conflict
+	Clusters() []msync.ClusterStatus
 }
 
 var _ Engine = (*msync.Engine)(nil)
@@ -120,6 +121,7 @@ func New(e Engine, log *slog.Logger) *Server {
 	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(s.object))
 	s.mux.HandleFunc("/v1/sd/chains/{chain}", s.get(s.sdChain))
 	s.mux.HandleFunc("/v1/sd/indexes/{index}", s.get(s.sdIndex))
+	s.mux.HandleFunc("/v1/clusters", s.get(s.clusters))
 	s.mux.HandleFunc("/livez", s.get(s.livez))
 	s.mux.HandleFunc("/readyz", s.get(s.readyz))
 	s.mux.Handle("/metrics", s.get(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP))
@@ -345,7 +347,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	}
 	s.count("index", index, ans.Values)
 	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Steps: steps})
+	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters), Steps: steps})
 }
 
 // objectsKey returns the key of a request for the objects behind a key
@@ -433,7 +435,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.count("chain", chain, ans.Values)
 	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Steps: steps})
+	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters), Steps: steps})
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -449,13 +451,15 @@ func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
 }
 
 type resourceHealth struct {
-	Name    string `json:"name"`
-	Ready   bool   `json:"ready"`
-	Synced  bool   `json:"synced"`
-	Objects int    `json:"objects"`
-	Reason  string `json:"reason,omitempty"`
-	Syncing bool   `json:"syncing,omitempty"`
-	Stale   bool   `json:"stale,omitempty"`
+	Name     string `json:"name"`
+	Cluster  string `json:"cluster,omitempty"`
+	Optional bool   `json:"optional,omitempty"`
+	Ready    bool   `json:"ready"`
+	Synced   bool   `json:"synced"`
+	Objects  int    `json:"objects"`
+	Reason   string `json:"reason,omitempty"`
+	Syncing  bool   `json:"syncing,omitempty"`
+	Stale    bool   `json:"stale,omitempty"`
 	// Indexes: each index of the resource, with the objects whose rule
 	// fails now and the latest of those failures.
 	Indexes []indexHealth `json:"indexes,omitempty"`
@@ -485,7 +489,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
-		rh := resourceHealth{Name: st.Name, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale}
+		rh := resourceHealth{Name: st.Name, Cluster: st.Cluster, Optional: st.Optional, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale}
 		if verbose {
 			for _, index := range slices.Sorted(maps.Keys(st.RuleErrors)) {
 				ih := indexHealth{Name: index, Failing: st.Failing[index]}
@@ -496,19 +500,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		resources = append(resources, rh)
-		if st.Ready || st.Syncing && !st.Synced {
-			continue // a resource a reload added counts once it has listed
+		if st.Ready || st.Syncing && !st.Synced || st.Optional {
+			// A resource a reload added counts once it has listed; one of
+			// a cluster not required, never.
+			continue
 		}
 		ready = false
+		name := st.Name
+		if st.Cluster != "" {
+			name += " in cluster " + st.Cluster
+		}
 		switch {
 		case verbose:
-			reasons = append(reasons, st.Name+": "+st.Reason)
+			reasons = append(reasons, name+": "+st.Reason)
 		case !st.Synced:
-			reasons = append(reasons, st.Name+": not synced")
+			reasons = append(reasons, name+": not synced")
 		case st.Stale:
-			reasons = append(reasons, st.Name+": stale, answering from a snapshot")
+			reasons = append(reasons, name+": stale, answering from a snapshot")
 		default:
-			reasons = append(reasons, st.Name+": not ready")
+			reasons = append(reasons, name+": not ready")
 		}
 	}
 	ans := map[string]any{"status": "ok"}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/iidp/metasync/internal/wire"
+	msync "github.com/iidp/metasync/sync"
 )
 
 // The routes of chains and of objects' fields (the design's "Objects and
@@ -102,4 +103,32 @@ func (s *Server) fieldsError(err error) string {
 		msg += ": add `fields:` to its resource entry in the config"
 	}
 	return msg
+}
+
+// clusters answers GET /v1/clusters: each cluster of the config, with
+// its state; an empty list for a config without clusters.
+func (s *Server) clusters(w http.ResponseWriter, _ *http.Request) {
+	ans := wire.Clusters{Clusters: []wire.Cluster{}}
+	for _, c := range s.engine.Clusters() {
+		wc := wire.Cluster{Name: c.Name, Home: c.Home, Required: c.Required, Connected: c.Connected,
+			Synced: c.Synced, Stale: c.Stale, Objects: c.Objects, Error: c.Error}
+		if !c.LastContact.IsZero() {
+			t := c.LastContact.UTC()
+			wc.LastContact = &t
+		}
+		ans.Clusters = append(ans.Clusters, wc)
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// wireClusters is an answer's per-cluster state as the API gives it.
+func wireClusters(cs map[string]msync.ClusterState) map[string]wire.ClusterState {
+	if cs == nil {
+		return nil
+	}
+	out := make(map[string]wire.ClusterState, len(cs))
+	for name, c := range cs {
+		out[name] = wire.ClusterState{Synced: c.Synced, Stale: c.Stale}
+	}
+	return out
 }

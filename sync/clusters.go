@@ -1,0 +1,238 @@
+package sync
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/iidp/metasync/indexer"
+	compiled "github.com/iidp/metasync/internal/plan"
+)
+
+// A plan may read several clusters (schema.Cluster). Each resource entry
+// then has one watcher per cluster, each with its own client, watch,
+// sync state and resourceVersion, all writing one source: a watcher's
+// objects are keyed "CLUSTER:namespace/name" there, and its lists
+// replace only its own (indexer.Source.ReplaceWithin). A lookup answers
+// the union of every cluster's values, each once, and a unique index the
+// oldest claimant across them (creation time, then object key: cluster
+// name first). One cluster's failure never holds back another's writes:
+// each watcher writes on its own.
+
+// resource is one resource entry of a view: its source and its watchers,
+// one per cluster (one, of no cluster, for a plan without clusters).
+type resource struct {
+	plan  *compiled.Resource
+	src   *indexer.Source
+	parts []*watcher
+}
+
+// indexSynced reports whether the index answers from a complete list of
+// every required cluster (of some cluster when none is required).
+func (r *resource) indexSynced(index string) bool {
+	return r.all(func(w *watcher) bool { return w.indexSynced(index) })
+}
+
+// isSynced is indexSynced for the resource's data as a whole.
+func (r *resource) isSynced() bool { return r.all((*watcher).isSynced) }
+
+// all reports whether f holds for every required part, or for some part
+// when none is required.
+func (r *resource) all(f func(*watcher) bool) bool {
+	some, required := false, false
+	for _, w := range r.parts {
+		ok := f(w)
+		some = some || ok
+		if w.required {
+			required = true
+			if !ok {
+				return false
+			}
+		}
+	}
+	return required || some
+}
+
+// unsynced returns a part that keeps the index from being synced: a
+// required one not synced, else (none required) the first.
+func (r *resource) unsynced(index string) *watcher {
+	for _, w := range r.parts {
+		if w.required && !w.indexSynced(index) {
+			return w
+		}
+	}
+	return r.parts[0]
+}
+
+// stale reports whether some cluster's part may be behind its apiserver.
+func (r *resource) stale() bool {
+	for _, w := range r.parts {
+		if w.stale() {
+			return true
+		}
+	}
+	return false
+}
+
+// failing counts the objects whose rule fails now, per index, over every
+// cluster, with the latest failure of each index.
+func (r *resource) failing() (map[string]int, map[string]RuleFailure) {
+	if len(r.parts) == 1 {
+		return r.parts[0].failing.counts()
+	}
+	n, last := map[string]int{}, map[string]RuleFailure{}
+	for _, w := range r.parts {
+		wn, wl := w.failing.counts()
+		for k, c := range wn {
+			n[k] += c
+		}
+		for k, f := range wl {
+			if was, ok := last[k]; !ok || f.At.After(was.At) {
+				last[k] = f
+			}
+		}
+	}
+	return n, last
+}
+
+// lead is the resource's first watcher: the only one without clusters.
+func (r *resource) lead() *watcher { return r.parts[0] }
+
+// ClusterState is the state of one cluster's part of an answer.
+type ClusterState struct {
+	Synced bool `json:"synced"`
+	Stale  bool `json:"stale"`
+}
+
+// ClusterStatus is the state of one cluster of a plan that reads several
+// (GET /v1/clusters).
+type ClusterStatus struct {
+	Name     string `json:"name"`
+	Home     bool   `json:"home"`
+	Required bool   `json:"required"`
+	// Connected: every resource's watch of the cluster is established
+	// (or its last list or watch succeeded), none failing.
+	Connected bool `json:"connected"`
+	// Synced: every resource of the cluster has completed a list.
+	Synced bool `json:"synced"`
+	// Stale: some resource of the cluster is cut off from it (its watch
+	// failing longer than Options.StaleAfter), answering what it last knew.
+	Stale bool `json:"stale"`
+	// LastContact is when the cluster last answered (the latest
+	// established watch or completed list of its resources); zero before.
+	LastContact time.Time `json:"lastContact,omitzero"`
+	Objects     int       `json:"objects"`
+	Error       string    `json:"error,omitempty"`
+}
+
+// Clusters returns the state of each cluster, in config order; nil for a
+// plan without clusters.
+func (e *Engine) Clusters() []ClusterStatus {
+	v, snap := e.view()
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		return nil
+	}
+	out := make([]ClusterStatus, len(v.plan.Clusters))
+	at := map[string]int{}
+	for i, c := range v.plan.Clusters {
+		out[i] = ClusterStatus{Name: c.Name, Home: c.Home, Required: c.Required, Connected: true, Synced: true}
+		at[c.Name] = i
+	}
+	for _, w := range v.watchers {
+		i, ok := at[w.clusterName]
+		if !ok {
+			continue
+		}
+		cs := &out[i]
+		st := w.status(snap, e.staleAfter)
+		cs.Objects += st.Objects
+		cs.Synced = cs.Synced && st.Synced
+		cs.Stale = cs.Stale || w.stale()
+		if st.Error != "" {
+			cs.Connected = false
+			if cs.Error == "" {
+				cs.Error = st.Name + ": " + st.Error
+			}
+		}
+		if t := w.lastContact(); t.After(cs.LastContact) {
+			cs.LastContact = t
+		}
+	}
+	for i := range out {
+		if out[i].LastContact.IsZero() {
+			out[i].Connected = false
+		}
+	}
+	return out
+}
+
+// ClusterNames returns the plan's clusters, in config order; nil without.
+func (e *Engine) ClusterNames() []string {
+	v, _ := e.view()
+	if v.plan == nil {
+		return nil
+	}
+	out := make([]string, len(v.plan.Clusters))
+	for i, c := range v.plan.Clusters {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// clusterStates returns the state of each cluster's part of the
+// resources behind the named indexes: synced and stale per cluster; nil
+// for a plan without clusters.
+func (v *view) clusterStates(indexes ...string) map[string]ClusterState {
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		return nil
+	}
+	out := make(map[string]ClusterState, len(v.plan.Clusters))
+	for _, c := range v.plan.Clusters {
+		out[c.Name] = ClusterState{Synced: true}
+	}
+	for _, index := range indexes {
+		r := v.byIndex[index]
+		if r == nil {
+			continue
+		}
+		for _, w := range r.parts {
+			cs := out[w.clusterName]
+			cs.Synced = cs.Synced && w.indexSynced(index)
+			cs.Stale = cs.Stale || w.stale()
+			out[w.clusterName] = cs
+		}
+	}
+	return out
+}
+
+// clusterConfigs returns the REST config of each cluster of p: the one
+// given in code (Options.ClusterConfigs), else own for the cluster
+// without a kubeconfig, else its kubeconfig file's.
+func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.Config) (map[string]*rest.Config, error) {
+	out := map[string]*rest.Config{}
+	for _, c := range p.Clusters {
+		switch cfg, ok := given[c.Name]; {
+		case ok && cfg != nil:
+			out[c.Name] = cfg
+		case c.Kubeconfig == "":
+			out[c.Name] = own
+		default:
+			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+				&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
+			}
+			out[c.Name] = cfg
+		}
+	}
+	for name := range maps.Keys(given) {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("Options.ClusterConfigs: %q is no cluster of the config", name)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,208 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/testenv"
+	mschema "github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// putConfigMap creates or updates a ConfigMap whose data.app is app.
+func putConfigMap(t *testing.T, kube kubernetes.Interface, ns, name, app string) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err == nil {
+		return
+	}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("put configmap %s/%s: %v", ns, name, err)
+	}
+}
+
+func ensureNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
+	t.Helper()
+	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+}
+
+// TestTwoClusters reads one config from two control planes (two
+// apiservers, two etcds): the answers are the union of both, each value
+// once; the second cluster, reached through a proxy, is cut off while
+// the first goes on changing: the first's changes keep arriving, the
+// second's part stays in the answers, marked stale in its cluster's
+// state only once --stale-after has passed; back, the changes made
+// meanwhile arrive and nothing of what was deleted stays.
+func TestTwoClusters(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	const ns = "two-clusters"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+
+	proxy, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	westCfg := throughProxy(west, proxy)
+	westCfg.Timeout = 5 * time.Second
+
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/unused/in/code"}},
+		Resources: []mschema.Resource{{
+			Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+			Indexes: []mschema.Index{
+				{Name: "app-to-addr", Key: "data.app", Value: "data.addr"},
+				{Name: "app-to-name", Key: "data.app"},
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putConfigMap(t, env.Kube, ns, "e1", "shop")
+	putConfigMap(t, west.Kube, ns, "w1", "shop")
+	putConfigMap(t, env.Kube, ns, "same", "both")
+	putConfigMap(t, west.Kube, ns, "same", "both")
+
+	e := runEngineWith(t, plan, env.Config, msync.Options{StaleAfter: 2 * time.Second,
+		ClusterConfigs: map[string]*rest.Config{"west": westCfg}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The union, each value once.
+	expect(t, e, "app-to-addr", "shop", "e1:80", "w1:80")
+	expect(t, e, "app-to-addr", "both", "same:80")
+	expect(t, e, "app-to-name", "both", ns+"/same")
+	if got := e.Status(); len(got) != 2 || got[0].Cluster != "east" || got[1].Cluster != "west" || got[0].Objects != 2 || got[1].Objects != 2 {
+		t.Fatalf("status per cluster: %+v", got)
+	}
+	a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	if !a.Synced || a.Stale || !a.Clusters["east"].Synced || !a.Clusters["west"].Synced || a.Clusters["west"].Stale {
+		t.Fatalf("answer's clusters: %+v", a)
+	}
+	// One object deleted in one cluster: the value the other still gives
+	// stays.
+	if err := west.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "same", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	putConfigMap(t, west.Kube, ns, "w-gone", "both") // seen, then changed to another app
+	expect(t, e, "app-to-addr", "both", "same:80", "w-gone:80")
+	putConfigMap(t, west.Kube, ns, "w-gone", "moved")
+	expect(t, e, "app-to-addr", "both", "same:80")
+
+	// West cut off: east's changes keep arriving; west's part stays,
+	// marked stale once StaleAfter has passed.
+	proxy.BlackHole(true)
+	proxy.Reset()
+	putConfigMap(t, env.Kube, ns, "e2", "shop")
+	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80")
+	testenv.Eventually(t, "west stale in the answer, east not", func() string {
+		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		if !a.Stale || !a.Clusters["west"].Stale || a.Clusters["east"].Stale {
+			return fmt.Sprintf("%+v", a)
+		}
+		if !slices.Equal(a.Values, []string{"e1:80", "e2:80", "w1:80"}) {
+			return fmt.Sprintf("values %q", a.Values)
+		}
+		return ""
+	})
+	var cs []msync.ClusterStatus
+	testenv.Eventually(t, "west not connected in Clusters", func() string {
+		cs = e.Clusters()
+		if len(cs) != 2 || !cs[0].Connected || cs[1].Connected || !cs[1].Stale || cs[0].Stale || !cs[0].Home || cs[1].Home {
+			return fmt.Sprintf("%+v", cs)
+		}
+		return ""
+	})
+	if e.Ready() {
+		t.Errorf("ready while a required cluster is cut off: %+v", e.Status())
+	}
+	// Meanwhile in west: a delete and an add, which must arrive.
+	if err := west.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "w1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	putConfigMap(t, west.Kube, ns, "w3", "shop")
+	time.Sleep(time.Second)
+	putConfigMap(t, env.Kube, ns, "e3", "shop")
+	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "e3:80", "w1:80")
+
+	// West back: caught up, nothing of w1 left, fresh again.
+	proxy.BlackHole(false)
+	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "e3:80", "w3:80")
+	testenv.Eventually(t, "fresh and ready again", func() string {
+		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		if a.Stale || a.Clusters["west"].Stale || !e.Ready() {
+			return fmt.Sprintf("%+v ready=%v", a, e.Ready())
+		}
+		return ""
+	})
+	t.Logf("clusters while west was cut off: %+v", cs)
+}
+
+// TestOptionalClusterDoesNotHoldBackSync starts with a cluster that is
+// not required and cannot be reached: the engine syncs and is ready on
+// the required one, and the unreachable one is named in its status.
+func TestOptionalClusterDoesNotHoldBackSync(t *testing.T) {
+	testenv.Need(t, env)
+	const ns = "optional-cluster"
+	ensureNamespace(t, env.Kube, ns)
+	putConfigMap(t, env.Kube, ns, "a", "shop")
+	no := false
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "home"}, {Name: "away", Kubeconfig: "/unused", Required: &no}},
+		Resources: []mschema.Resource{{
+			Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+			Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := rest.CopyConfig(env.Config)
+	away.Host = "https://" + testenv.FreeAddr(t) // nothing listens there
+	away.Timeout = 2 * time.Second
+	e := runEngineWith(t, plan, env.Config, msync.Options{StaleAfter: time.Second,
+		ClusterConfigs: map[string]*rest.Config{"away": away}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "shop", "a:80")
+	a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	if !a.Synced || a.Clusters["away"].Synced {
+		t.Fatalf("answer: %+v", a)
+	}
+	testenv.Eventually(t, "ready without the optional cluster", func() string {
+		if !e.Ready() {
+			return fmt.Sprintf("%+v", e.Status())
+		}
+		return ""
+	})
+	st := e.Status()
+	if len(st) != 2 || !st[1].Optional || st[1].Synced || st[1].Error == "" {
+		t.Fatalf("status of the unreachable optional cluster: %+v", st)
+	}
+}
