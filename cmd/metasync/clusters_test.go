@@ -1,0 +1,117 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/iidp/metasync/internal/testenv"
+)
+
+// TestServeTwoClusters runs the daemon on a config of two clusters, two
+// real control planes: east is the daemon's own connection, west comes
+// from its kubeconfig file. The answers are the union with each
+// cluster's state, GET /v1/clusters lists both, the metrics carry the
+// cluster; west stopped, its part stays in the answers marked stale,
+// /readyz names it and east's changes keep arriving.
+func TestServeTwoClusters(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	westUp := true
+	defer func() {
+		if westUp {
+			west.Stop()
+		}
+	}()
+	const ns = "serve-two-clusters"
+	env.Namespace(t, ns)
+	west.Namespace(t, ns)
+	put := func(e *testenv.Env, name, app string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
+		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(env, "e1", "shop")
+	put(west, "w1", "shop")
+
+	addr := testenv.FreeAddr(t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	body := fmt.Sprintf(`server:
+  listen: %s
+clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: configmaps
+    version: v1
+    resource: configmaps
+    namespace: %s
+    indexes:
+      - name: app-to-addr
+        key: data.app
+        value: data.addr
+`, addr, west.WriteKubeconfig(t, ""), ns)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""), "--stale-after", "2s")
+	waitHTTP(t, d, addr)
+	base := "http://" + addr
+	testenv.Eventually(t, "the union of both clusters", func() string {
+		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
+		if want := `{"index":"app-to-addr","key":"shop","values":["e1:80","w1:80"],"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":false}}}`; strings.TrimSpace(a.raw) != want {
+			return a.raw
+		}
+		return ""
+	})
+	cl := call(t, "GET", base+"/v1/clusters")
+	if !strings.Contains(cl.raw, `{"name":"east","home":true,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) ||
+		!strings.Contains(cl.raw, `{"name":"west","home":false,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) {
+		t.Fatalf("/v1/clusters: %s", cl.raw)
+	}
+	m := samples(t, base)
+	for _, s := range []string{`metasync_resource_objects{cluster="west",resource="configmaps"}`, `metasync_resource_objects{cluster="east",resource="configmaps"}`, `metasync_cluster_connected{cluster="west"}`} {
+		if m[s] != 1 {
+			t.Errorf("%s = %v, want 1", s, m[s])
+		}
+	}
+	if a := call(t, "GET", base+"/readyz"); a.code != 200 {
+		t.Fatalf("/readyz: %d %s", a.code, a.raw)
+	}
+
+	// West goes away altogether.
+	if err := west.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	westUp = false
+	put(env, "e2", "shop")
+	testenv.Eventually(t, "west's part kept, stale; east's change in", func() string {
+		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
+		if want := `{"index":"app-to-addr","key":"shop","values":["e1:80","e2:80","w1:80"],"stale":true,"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":true}}}`; strings.TrimSpace(a.raw) != want {
+			return a.raw
+		}
+		return ""
+	})
+	r := call(t, "GET", base+"/readyz")
+	if r.code != 503 || !strings.Contains(r.raw, "configmaps in cluster west") {
+		t.Fatalf("/readyz with west gone: %d %s", r.code, r.raw)
+	}
+	testenv.Eventually(t, "west not connected", func() string {
+		if m := samples(t, base); m[`metasync_cluster_connected{cluster="west"}`] != 0 || m[`metasync_cluster_stale{cluster="west"}`] != 1 || m[`metasync_cluster_connected{cluster="east"}`] != 1 {
+			return fmt.Sprint(m[`metasync_cluster_connected{cluster="west"}`], m[`metasync_cluster_stale{cluster="west"}`])
+		}
+		return ""
+	})
+}
