@@ -394,6 +394,20 @@ func resourceFields(v *view, snap *indexer.Snapshot, resource string, objectKeys
 		for _, k := range objectKeys {
 			if p, found := snap.Payload(w.src, k); found {
 				out = append(out, ObjectFields{Key: k, JSON: p.(string)})
+				continue
+			}
+			// Of a plan that reads several clusters, a key without its
+			// cluster ("namespace/name") names the object in each.
+			if strings.Contains(k, ":") {
+				continue
+			}
+			for _, part := range w.parts {
+				if part.keyPrefix == "" {
+					continue
+				}
+				if p, found := snap.Payload(w.src, part.keyPrefix+k); found {
+					out = append(out, ObjectFields{Key: part.keyPrefix + k, JSON: p.(string)})
+				}
 			}
 		}
 	}
