@@ -126,6 +126,14 @@ type ClusterStatus struct {
 	LastContact time.Time `json:"lastContact,omitzero"`
 	Objects     int       `json:"objects"`
 	Error       string    `json:"error,omitempty"`
+	// KubeconfigRotations counts the cluster's kubeconfig files taken
+	// after the first (see Options.KubeconfigInterval);
+	// KubeconfigErrors those refused (unreadable, invalid, or refused by
+	// their apiserver), which keep the last good connection, and
+	// KubeconfigError the latest refusal since the last file taken.
+	KubeconfigRotations int64  `json:"kubeconfigRotations,omitempty"`
+	KubeconfigErrors    int64  `json:"kubeconfigErrors,omitempty"`
+	KubeconfigError     string `json:"kubeconfigError,omitempty"`
 }
 
 // Clusters returns the state of each cluster, in config order; nil for a
@@ -139,6 +147,7 @@ func (e *Engine) Clusters() []ClusterStatus {
 	at := map[string]int{}
 	for i, c := range v.plan.Clusters {
 		out[i] = ClusterStatus{Name: c.Name, Home: c.Home, Required: c.Required, Connected: true, Synced: true}
+		out[i].KubeconfigRotations, out[i].KubeconfigErrors, out[i].KubeconfigError = e.conns.kubeconfigState(c.Name)
 		at[c.Name] = i
 	}
 	for _, w := range v.watchers {

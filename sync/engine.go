@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -65,6 +66,10 @@ type Options struct {
 	// (schema.Cluster) by name, in place of their kubeconfig files; the
 	// config given to New is the one of the cluster without a kubeconfig.
 	ClusterConfigs map[string]*rest.Config
+	// KubeconfigInterval is how often the kubeconfig file of each cluster
+	// is read again, to take a rotated credential or a new address
+	// without a restart. Default DefaultKubeconfigInterval.
+	KubeconfigInterval time.Duration
 }
 
 // streams reports whether the engine lists resource r by a streaming list
@@ -101,6 +106,9 @@ type Engine struct {
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
 	clientFor func(w *watcher) error
+	// conns are the engine's connections, one per cluster; nil for an
+	// engine without a cluster.
+	conns *connections
 
 	// mu serializes Reload, and Reload with Start's launching and its
 	// stop; under it, runCtx is the context of Start (nil before) and
@@ -236,7 +244,10 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 			return nil, err
 		}
 	}
-	clients := map[string]func(w *watcher) error{}
+	conns := &connections{byName: map[string]*connection{}, every: opts.KubeconfigInterval}
+	if conns.every <= 0 {
+		conns.every = DefaultKubeconfigInterval
+	}
 	var home func(context.Context) (string, error)
 	for name, cfg := range configs {
 		forWatcher, core, err := clientsOf(cfg)
@@ -246,13 +257,24 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 			}
 			return nil, err
 		}
-		clients[name] = forWatcher
+		c := &connection{name: name, forWatcher: forWatcher}
+		for _, pc := range cp.Clusters {
+			if pc.Name == name && pc.Kubeconfig != "" && opts.ClusterConfigs[name] == nil {
+				c.file, c.context = pc.Kubeconfig, pc.Context
+				c.read, _ = os.ReadFile(c.file)
+			}
+		}
+		conns.byName[name] = c
 		if name == "" || home == nil && cfg == configs[homeOf(cp)] {
 			home = fetchClusterID(core)
 		}
 	}
-	clientFor := func(w *watcher) error { return clients[w.clusterName](w) }
-	return newEngine(cp, opts, clientFor, home)
+	e, err := newEngine(cp, opts, conns.clientFor, home)
+	if err != nil {
+		return nil, err
+	}
+	e.conns = conns
+	return e, nil
 }
 
 // homeOf names the home cluster of p; "" for none.
@@ -268,7 +290,7 @@ func homeOf(p *compiled.Plan) string {
 // clientsOf builds, for one cluster's config, the function that gives a
 // watcher its REST client and a client of the core API group; the
 // clients of one cluster share one HTTP client.
-func clientsOf(cfg *rest.Config) (func(w *watcher) error, rest.Interface, error) {
+func clientsOf(cfg *rest.Config) (func(w *watcher) (rest.Interface, error), rest.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.AcceptContentTypes = "application/json"
 	cfg.ContentType = "application/json"
@@ -279,7 +301,7 @@ func clientsOf(cfg *rest.Config) (func(w *watcher) error, rest.Interface, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build HTTP client: %w", err)
 	}
-	clientFor := func(w *watcher) error {
+	clientFor := func(w *watcher) (rest.Interface, error) {
 		r := w.plan
 		rc := rest.CopyConfig(cfg)
 		gv := schema.GroupVersion{Group: r.GVR.Group, Version: r.GVR.Version}
@@ -291,10 +313,9 @@ func clientsOf(cfg *rest.Config) (func(w *watcher) error, rest.Interface, error)
 		rc.NegotiatedSerializer = &codec{project: w.project}
 		client, err := rest.RESTClientForConfigAndClient(rc, httpClient)
 		if err != nil {
-			return fmt.Errorf("resource %s: %w", r.Name, err)
+			return nil, fmt.Errorf("resource %s: %w", r.Name, err)
 		}
-		w.client = client
-		return nil
+		return client, nil
 	}
 	core := rest.CopyConfig(cfg)
 	core.GroupVersion, core.APIPath = &schema.GroupVersion{Version: "v1"}, "/api"
@@ -364,6 +385,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	var writer gosync.WaitGroup
 	if e.warm.dir != "" {
 		writer.Go(func() { e.writeWarmFiles(ctx) })
+	}
+	if e.conns != nil && e.conns.files() {
+		writer.Go(func() { e.followKubeconfigs(ctx) })
 	}
 	<-ctx.Done()
 	e.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +22,7 @@ import (
 func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
 	opts.LabelSelector = w.plan.LabelSelector
 	opts.FieldSelector = w.plan.FieldSelector
-	req := w.client.Get().Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
+	req := w.rest().Get().Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
 	if w.plan.Namespace != "" {
 		req = req.Namespace(w.plan.Namespace)
 	}
@@ -255,6 +256,9 @@ type trackedWatch struct {
 	out   chan watch.Event
 	stop  chan struct{}
 	once  gosync.Once
+	// rotated: ended to go on through a new connection (see rotate),
+	// which is no failure.
+	rotated atomic.Bool
 }
 
 func (t *trackedWatch) ResultChan() <-chan watch.Event { return t.out }
@@ -282,6 +286,8 @@ func (t *trackedWatch) stopped() bool {
 // or a resync.
 func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
 	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	w.watching.Store(t)
+	w.rotating.Store(false)
 	go w.follow(ctx, t)
 	return t
 }
@@ -296,7 +302,7 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 	timer := time.NewTimer(establishedAfter)
 	defer timer.Stop()
 	established, failed := false, false
-	stopping := func() bool { return ctx.Err() != nil || t.stopped() }
+	stopping := func() bool { return ctx.Err() != nil || t.stopped() || t.rotated.Load() }
 	in := t.inner.ResultChan()
 	for {
 		select {

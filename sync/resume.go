@@ -186,7 +186,7 @@ func (w *watcher) currentVersion(parent context.Context) (string, error) {
 	timeout := int64(30)
 	opts := metav1.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 		AllowWatchBookmarks: true, FieldSelector: "metadata.name=" + probeName, TimeoutSeconds: &timeout}
-	req := w.client.Get().Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
+	req := w.rest().Get().Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
 	if w.plan.Namespace != "" {
 		req = req.Namespace(w.plan.Namespace)
 	}

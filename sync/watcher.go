@@ -23,10 +23,19 @@ import (
 // indexer. It is the reflector's store: the reflector hands it projected
 // objects, never raw ones.
 type watcher struct {
-	plan   *compiled.Resource
-	log    *slog.Logger
-	client rest.Interface
-	src    *indexer.Source // set when the engine publishes the watcher
+	plan *compiled.Resource
+	log  *slog.Logger
+	// client is the REST client of the resource in its cluster; a new
+	// kubeconfig replaces it while the watcher runs (see rotate).
+	client atomic.Pointer[restClient]
+	// watching is the watch open now, if any: rotate ends it so that the
+	// next one goes through the new client.
+	watching atomic.Pointer[trackedWatch]
+	// rotating: rotate ended the watch, and no watch started since: a
+	// reflector that returns then (a watch under a second old ends so)
+	// lists again at once, without a failure.
+	rotating atomic.Bool
+	src      *indexer.Source // set when the engine publishes the watcher
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
@@ -250,6 +259,27 @@ func (w *watcher) inherit(old *watcher) {
 	w.failing.keep(&old.failing, func(index string) bool { return w.kept[index] })
 }
 
+// restClient boxes a rest.Interface for an atomic pointer.
+type restClient struct{ rest.Interface }
+
+// rest returns the watcher's REST client.
+func (w *watcher) rest() rest.Interface { return w.client.Load().Interface }
+
+// setClient makes c the watcher's REST client.
+func (w *watcher) setClient(c rest.Interface) { w.client.Store(&restClient{c}) }
+
+// rotate makes c the watcher's client and ends the watch open now, if
+// any: the reflector watches again, from the resourceVersion it has,
+// through c. Nothing is listed and nothing leaves the answers.
+func (w *watcher) rotate(c rest.Interface) {
+	w.setClient(c)
+	if t := w.watching.Load(); t != nil {
+		w.rotating.Store(true) // until the next watch starts (see track)
+		t.rotated.Store(true)
+		t.inner.Stop()
+	}
+}
+
 // objects returns the number of the watcher's objects in snap.
 func (w *watcher) objects(snap *indexer.Snapshot) int {
 	if w.clusterName == "" {
@@ -311,8 +341,8 @@ func (w *watcher) run(ctx context.Context) {
 		if at := w.established.Load(); at != 0 && time.Since(time.Unix(0, at)) >= backoffResetAfter {
 			delay, streak = newBackoff(), 0
 		}
-		if resynced.Load() {
-			continue // a resync: list again
+		if resynced.Load() || w.rotating.Swap(false) {
+			continue // a resync, or a new connection taken: list again
 		}
 		// List and watch errors are recorded where they happen, without the
 		// reflector's wrapping; record the others.

@@ -94,6 +94,11 @@ type Cluster struct {
 	LastContact *time.Time `json:"lastContact,omitempty"`
 	Objects     int        `json:"objects"`
 	Error       string     `json:"error,omitempty"`
+	// The cluster's kubeconfig files taken after the first, and refused
+	// (the last good connection stays), with the latest refusal.
+	KubeconfigRotations int64  `json:"kubeconfigRotations,omitempty"`
+	KubeconfigErrors    int64  `json:"kubeconfigErrors,omitempty"`
+	KubeconfigError     string `json:"kubeconfigError,omitempty"`
 }
 
 // Step is one index of an explained answer ("Explain" in the design).

@@ -3,6 +3,8 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -205,4 +207,124 @@ func TestOptionalClusterDoesNotHoldBackSync(t *testing.T) {
 	if len(st) != 2 || !st[1].Optional || st[1].Synced || st[1].Error == "" {
 		t.Fatalf("status of the unreachable optional cluster: %+v", st)
 	}
+}
+
+// TestKubeconfigRotation rewrites a cluster's kubeconfig file while the
+// engine runs: first to a new address (the old one then closes), then
+// to garbage, as a write caught half-way would be. The new file is taken
+// without a restart and no answer is ever empty; the garbage is refused,
+// counted, and the last good connection goes on.
+func TestKubeconfigRotation(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	const ns = "kubeconfig-rotation"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	putConfigMap(t, west.Kube, ns, "w1", "west-only")
+
+	first, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	file := filepath.Join(t.TempDir(), "west.kubeconfig")
+	rewrite := func(body []byte) {
+		t.Helper()
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(p *testenv.Proxy) []byte {
+		b, err := os.ReadFile(west.WriteKubeconfig(t, p.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	rewrite(at(first))
+
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: file}},
+		Resources: []mschema.Resource{{
+			Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+			Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := runEngineWith(t, plan, env.Config, msync.Options{KubeconfigInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "west-only", "w1:80")
+
+	// A reader that looks all along: the answer must never empty.
+	stop := make(chan struct{})
+	looked := make(chan [2]int)
+	go func() {
+		looks, empty := 0, 0
+		for {
+			select {
+			case <-stop:
+				looked <- [2]int{looks, empty}
+				return
+			default:
+			}
+			if len(e.Lookup("app-to-addr", "west-only")) == 0 {
+				empty++
+			}
+			looks++
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	west1 := func() msync.ClusterStatus { return e.Clusters()[1] }
+
+	rewrite(at(second))
+	testenv.Eventually(t, "the new kubeconfig taken", func() string {
+		if st := west1(); st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	first.Close() // the old address is gone
+	putConfigMap(t, west.Kube, ns, "w2", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80")
+
+	rewrite([]byte("apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: https://"))
+	testenv.Eventually(t, "the garbage refused", func() string {
+		if st := west1(); st.KubeconfigErrors != 1 || st.KubeconfigError == "" || st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	putConfigMap(t, west.Kube, ns, "w3", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80", "w3:80")
+	close(stop)
+	n := <-looked
+	if n[1] != 0 {
+		t.Fatalf("%d of %d looks answered nothing", n[1], n[0])
+	}
+	testenv.Eventually(t, "west connected through the new address", func() string {
+		if st := west1(); !st.Connected || st.Stale || st.Error != "" {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	t.Logf("%d looks, none empty; west: %+v", n[0], west1())
 }

@@ -16,7 +16,7 @@ type engineCollector struct {
 	subsOpen, subsCoalesced, subsResets                           *prometheus.Desc
 	snapAge, snapDuration, snapBytes, snapWrites, snapLoads       *prometheus.Desc
 	clusterConnected, clusterSynced, clusterStale, clusterContact *prometheus.Desc
-	clusterObjects                                                *prometheus.Desc
+	clusterObjects, clusterRotations, clusterKubeconfigErrors     *prometheus.Desc
 	// Of each resource: plain, and with a cluster label for a config
 	// that reads several clusters (one status per resource and cluster).
 	plain, clustered resourceDescs
@@ -77,19 +77,21 @@ func newEngineCollector(e Engine) *engineCollector {
 		keys:        prometheus.NewDesc("metasync_index_keys", "Keys per index.", []string{"index", "resource"}, nil),
 		conflicting: prometheus.NewDesc("metasync_index_conflicting_keys", "Keys of a unique index claimed with different values by several objects (each answers the oldest claimant's values).", []string{"index", "resource"}, nil),
 
-		clusterConnected: prometheus.NewDesc("metasync_cluster_connected", "1 while every resource's watch of the cluster works (a config that reads several clusters).", cl, nil),
-		clusterSynced:    prometheus.NewDesc("metasync_cluster_synced", "1 once every resource of the cluster has completed a list.", cl, nil),
-		clusterStale:     prometheus.NewDesc("metasync_cluster_stale", "1 while some resource of the cluster is cut off from it, answering what it last knew.", cl, nil),
-		clusterContact:   prometheus.NewDesc("metasync_cluster_last_contact_timestamp_seconds", "When the cluster's apiserver was last heard from (a list, an event, a bookmark, an established watch).", cl, nil),
-		clusterObjects:   prometheus.NewDesc("metasync_cluster_objects", "Objects held from the cluster.", cl, nil),
-		snapAge:          prometheus.NewDesc("metasync_snapshot_age_seconds", "Age of the newest snapshot written (or, before the first write, loaded).", nil, nil),
-		snapDuration:     prometheus.NewDesc("metasync_snapshot_write_duration_seconds", "How long the last snapshot write took.", nil, nil),
-		snapBytes:        prometheus.NewDesc("metasync_snapshot_size_bytes", "Size of the last snapshot written.", nil, nil),
-		snapWrites:       prometheus.NewDesc("metasync_snapshot_writes_total", "Snapshot writes, by result (ok, error).", []string{"result"}, nil),
-		snapLoads:        prometheus.NewDesc("metasync_snapshot_loads_total", "Snapshot loads at start, by outcome (warm, cold) and the reason of a cold one.", []string{"outcome", "reason"}, nil),
-		subsOpen:         prometheus.NewDesc("metasync_subscriptions_open", "Subscriptions open (each HTTP stream holds one).", nil, nil),
-		subsCoalesced:    prometheus.NewDesc("metasync_subscription_coalesced_total", "Changes folded into a newer one before a subscriber took them.", nil, nil),
-		subsResets:       prometheus.NewDesc("metasync_subscription_resets_total", "Resumes that could not resume and started over with a reset.", nil, nil),
+		clusterConnected:        prometheus.NewDesc("metasync_cluster_connected", "1 while every resource's watch of the cluster works (a config that reads several clusters).", cl, nil),
+		clusterSynced:           prometheus.NewDesc("metasync_cluster_synced", "1 once every resource of the cluster has completed a list.", cl, nil),
+		clusterStale:            prometheus.NewDesc("metasync_cluster_stale", "1 while some resource of the cluster is cut off from it, answering what it last knew.", cl, nil),
+		clusterContact:          prometheus.NewDesc("metasync_cluster_last_contact_timestamp_seconds", "When the cluster's apiserver was last heard from (a list, an event, a bookmark, an established watch).", cl, nil),
+		clusterObjects:          prometheus.NewDesc("metasync_cluster_objects", "Objects held from the cluster.", cl, nil),
+		clusterRotations:        prometheus.NewDesc("metasync_cluster_kubeconfig_rotations_total", "Kubeconfig files of the cluster taken after the first (a rotated credential, a new address).", cl, nil),
+		clusterKubeconfigErrors: prometheus.NewDesc("metasync_cluster_kubeconfig_errors_total", "Kubeconfig files of the cluster refused (unreadable, invalid, or refused by their apiserver): the last good connection stays.", cl, nil),
+		snapAge:                 prometheus.NewDesc("metasync_snapshot_age_seconds", "Age of the newest snapshot written (or, before the first write, loaded).", nil, nil),
+		snapDuration:            prometheus.NewDesc("metasync_snapshot_write_duration_seconds", "How long the last snapshot write took.", nil, nil),
+		snapBytes:               prometheus.NewDesc("metasync_snapshot_size_bytes", "Size of the last snapshot written.", nil, nil),
+		snapWrites:              prometheus.NewDesc("metasync_snapshot_writes_total", "Snapshot writes, by result (ok, error).", []string{"result"}, nil),
+		snapLoads:               prometheus.NewDesc("metasync_snapshot_loads_total", "Snapshot loads at start, by outcome (warm, cold) and the reason of a cold one.", []string{"outcome", "reason"}, nil),
+		subsOpen:                prometheus.NewDesc("metasync_subscriptions_open", "Subscriptions open (each HTTP stream holds one).", nil, nil),
+		subsCoalesced:           prometheus.NewDesc("metasync_subscription_coalesced_total", "Changes folded into a newer one before a subscriber took them.", nil, nil),
+		subsResets:              prometheus.NewDesc("metasync_subscription_resets_total", "Resumes that could not resume and started over with a reset.", nil, nil),
 	}
 }
 
@@ -97,7 +99,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	// A config's clusters never change while it runs (a reload keeps
 	// them): its resources' metrics have a cluster label or none.
 	for _, d := range append(c.resource().all(), c.keys, c.subsOpen, c.subsCoalesced, c.subsResets, c.snapAge, c.snapDuration, c.snapBytes, c.snapWrites, c.snapLoads, c.conflicting,
-		c.clusterConnected, c.clusterSynced, c.clusterStale, c.clusterContact, c.clusterObjects) {
+		c.clusterConnected, c.clusterSynced, c.clusterStale, c.clusterContact, c.clusterObjects, c.clusterRotations, c.clusterKubeconfigErrors) {
 		ch <- d
 	}
 }
@@ -145,6 +147,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.clusterSynced, b(cs.Synced), cs.Name)
 		gauge(c.clusterStale, b(cs.Stale), cs.Name)
 		gauge(c.clusterObjects, float64(cs.Objects), cs.Name)
+		counter(c.clusterRotations, cs.KubeconfigRotations, cs.Name)
+		counter(c.clusterKubeconfigErrors, cs.KubeconfigErrors, cs.Name)
 		if !cs.LastContact.IsZero() {
 			gauge(c.clusterContact, float64(cs.LastContact.UnixNano())/1e9, cs.Name)
 		}

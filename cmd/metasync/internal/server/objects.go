@@ -111,7 +111,8 @@ func (s *Server) clusters(w http.ResponseWriter, _ *http.Request) {
 	ans := wire.Clusters{Clusters: []wire.Cluster{}}
 	for _, c := range s.engine.Clusters() {
 		wc := wire.Cluster{Name: c.Name, Home: c.Home, Required: c.Required, Connected: c.Connected,
-			Synced: c.Synced, Stale: c.Stale, Objects: c.Objects, Error: c.Error}
+			Synced: c.Synced, Stale: c.Stale, Objects: c.Objects, Error: c.Error,
+			KubeconfigRotations: c.KubeconfigRotations, KubeconfigErrors: c.KubeconfigErrors, KubeconfigError: c.KubeconfigError}
 		if !c.LastContact.IsZero() {
 			t := c.LastContact.UTC()
 			wc.LastContact = &t

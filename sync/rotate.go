@@ -1,0 +1,193 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	gosync "sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultKubeconfigInterval is the default of Options.KubeconfigInterval.
+const DefaultKubeconfigInterval = 5 * time.Second
+
+// connections are an engine's connections to its clusters, by cluster
+// name ("" for the one cluster of a plan without clusters).
+type connections struct {
+	every time.Duration
+
+	mu     gosync.Mutex
+	byName map[string]*connection
+}
+
+// connection is one cluster's: how its watchers get their clients, and,
+// for a cluster of a kubeconfig file, the file's content last read.
+type connection struct {
+	name       string
+	forWatcher func(w *watcher) (rest.Interface, error)
+
+	file, context string
+	read          []byte // the content last read (taken or refused)
+	// rotations counts the kubeconfigs taken after the first; errors
+	// those refused (unreadable, invalid, or their apiserver refused
+	// them), lastErr the latest refusal.
+	rotations, errors int64
+	lastErr           string
+}
+
+// clientFor gives w the client of its cluster's current connection.
+func (cs *connections) clientFor(w *watcher) error {
+	cs.mu.Lock()
+	c := cs.byName[w.clusterName]
+	cs.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("resource %s: no connection to cluster %q", w.plan.Name, w.clusterName)
+	}
+	client, err := c.forWatcher(w)
+	if err != nil {
+		return err
+	}
+	w.setClient(client)
+	return nil
+}
+
+// files reports whether some cluster comes from a kubeconfig file.
+func (cs *connections) files() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.byName {
+		if c.file != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// followKubeconfigs reads the clusters' kubeconfig files again every
+// conns.every until ctx ends, and takes each that changed (see
+// takeKubeconfig).
+func (e *Engine) followKubeconfigs(ctx context.Context) {
+	t := time.NewTicker(e.conns.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.conns.mu.Lock()
+		var files []*connection
+		for _, c := range e.conns.byName {
+			if c.file != "" {
+				files = append(files, c)
+			}
+		}
+		e.conns.mu.Unlock()
+		for _, c := range files {
+			e.takeKubeconfig(ctx, c)
+		}
+	}
+}
+
+// takeKubeconfig reads c's kubeconfig file and, when it changed, takes
+// it: the new connection must answer first (GET /version with its
+// credentials), then each watcher of the cluster switches to it and
+// watches again from where it is (no list, nothing leaves the answers).
+// A file that cannot be read, parsed or used keeps the last good
+// connection, logged and counted; it is tried again when it changes.
+func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
+	body, err := os.ReadFile(c.file)
+	e.conns.mu.Lock()
+	same := err == nil && bytes.Equal(body, c.read)
+	if err == nil {
+		c.read = body
+	}
+	e.conns.mu.Unlock()
+	if same {
+		return
+	}
+	log := e.log.With("cluster", c.name, "kubeconfig", c.file)
+	refuse := func(err error) {
+		e.conns.mu.Lock()
+		c.errors++
+		c.lastErr = err.Error()
+		e.conns.mu.Unlock()
+		log.Warn("kubeconfig not taken: the last good connection stays", "error", err.Error())
+	}
+	if err != nil {
+		// Unreadable: try again at the next look, whatever it reads.
+		e.conns.mu.Lock()
+		c.read = nil
+		e.conns.mu.Unlock()
+		refuse(err)
+		return
+	}
+	cfg, err := kubeconfigOf(body, c.context)
+	if err != nil {
+		refuse(err)
+		return
+	}
+	forWatcher, core, err := clientsOf(cfg)
+	if err != nil {
+		refuse(err)
+		return
+	}
+	vctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if _, err := core.Get().AbsPath("/version").DoRaw(vctx); err != nil {
+		refuse(fmt.Errorf("the new connection does not answer: %w", err))
+		return
+	}
+	e.mu.Lock() // no reload builds watchers meanwhile
+	defer e.mu.Unlock()
+	v, _ := e.view()
+	var clients []func()
+	for _, w := range v.watchers {
+		if w.clusterName != c.name {
+			continue
+		}
+		client, err := forWatcher(w)
+		if err != nil {
+			refuse(err)
+			return
+		}
+		clients = append(clients, func() { w.rotate(client) })
+	}
+	e.conns.mu.Lock()
+	c.forWatcher = forWatcher
+	c.rotations++
+	c.lastErr = ""
+	e.conns.mu.Unlock()
+	for _, rotate := range clients {
+		rotate()
+	}
+	log.Info("kubeconfig taken: the cluster's watches go on through the new connection", "server", cfg.Host, "resources", len(clients))
+}
+
+// kubeconfigOf reads a kubeconfig's content, at context ("" for its
+// current one).
+func kubeconfigOf(body []byte, context string) (*rest.Config, error) {
+	raw, err := clientcmd.Load(body)
+	if err != nil {
+		return nil, err
+	}
+	return clientcmd.NewNonInteractiveClientConfig(*raw, context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+}
+
+// kubeconfigState returns the rotations and refusals of the cluster's
+// kubeconfig file, with the latest refusal since the last one taken.
+func (cs *connections) kubeconfigState(cluster string) (rotations, errors int64, lastErr string) {
+	if cs == nil {
+		return 0, 0, ""
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c := cs.byName[cluster]; c != nil {
+		return c.rotations, c.errors, c.lastErr
+	}
+	return 0, 0, ""
+}
