@@ -164,6 +164,12 @@ func resolveCRDPaths(c *Config, path string) {
 		}
 		c.CRDs[i] = filepath.Join(dir, f)
 	}
+	// A cluster's kubeconfig likewise.
+	for i, cl := range c.Clusters {
+		if f := cl.Kubeconfig; strings.TrimSpace(f) != "" && !filepath.IsAbs(f) {
+			c.Clusters[i].Kubeconfig = filepath.Join(dir, f)
+		}
+	}
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

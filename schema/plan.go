@@ -150,8 +150,6 @@ func (c *Config) compileClusters(p *problems, cp *plan.Plan) map[string]string {
 		}
 		if cl.DropAfter < 0 {
 			p.add(at+".dropAfter", "%v is negative; omit it for never", cl.DropAfter)
-		} else if cl.DropAfter > 0 {
-			p.add(at+".dropAfter", "not supported yet: a cluster's part stays (marked stale) for as long as it is unreachable; omit it")
 		}
 		cp.Clusters = append(cp.Clusters, plan.Cluster{Name: cl.Name, Kubeconfig: cl.Kubeconfig, Context: cl.Context,
 			Required: cl.Required == nil || *cl.Required, Home: cl.Home || cl.Kubeconfig == "", DropAfter: cl.DropAfter})

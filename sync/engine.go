@@ -476,8 +476,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	// changes nothing. One per cluster of the resource (one without
 	// clusters).
 	required := map[string]bool{}
+	dropAfter := map[string]time.Duration{}
 	for _, c := range plan.Clusters {
-		required[c.Name] = c.Required
+		required[c.Name], dropAfter[c.Name] = c.Required, c.DropAfter
 	}
 	fresh := map[string][]*watcher{}
 	for _, r := range plan.Resources {
@@ -490,7 +491,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		}
 		for _, cluster := range clusters {
 			w := newWatcher(r, cluster, e.log)
-			w.required = cluster == "" || required[cluster]
+			w.required, w.dropAfter = cluster == "" || required[cluster], dropAfter[cluster]
 			w.streaming.Store(e.streams(r))
 			w.reloaded, w.cluster = reload, e.checkCluster
 			w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter

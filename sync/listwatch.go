@@ -22,7 +22,10 @@ import (
 func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
 	opts.LabelSelector = w.plan.LabelSelector
 	opts.FieldSelector = w.plan.FieldSelector
-	req := w.rest().Get().Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
+	// No retry inside client-go: a request that fails is a failure the
+	// watcher counts and backs off from at once, not after its retries
+	// (each as long as the timeout) have hidden an outage from staleness.
+	req := w.rest().Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
 	if w.plan.Namespace != "" {
 		req = req.Namespace(w.plan.Namespace)
 	}
@@ -359,6 +362,10 @@ func (w *watcher) fail(err error) {
 			since := w.failingSince
 			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
 		}
+		if w.dropAfter > 0 && !w.over {
+			since := w.failingSince
+			w.dropTimer = time.AfterFunc(w.dropAfter, func() { w.dropPart(since) })
+		}
 	}
 	w.lastErr = err
 }
@@ -388,6 +395,33 @@ func (w *watcher) cutOff(since time.Time) {
 	w.noteFresh()
 }
 
+// dropPart removes the cluster's part of the resource from the answers
+// when its watch has failed for dropAfter since since, and has not been
+// established in between: callers fail over to the other clusters. The
+// run lists again at once, and the list that works brings the part back
+// (a watch resumed without a list would not).
+func (w *watcher) dropPart(since time.Time) {
+	w.mu.Lock()
+	still := w.failingSince.Equal(since) && w.lastErr != nil && !w.over
+	reason := ""
+	if still {
+		reason = w.lastErr.Error()
+	}
+	w.mu.Unlock()
+	if !still || w.partDropped.Swap(true) {
+		return
+	}
+	w.src.ReplaceWithin(w.keyPrefix, nil)
+	w.count.Store(0)
+	w.failing.replace(nil)
+	w.log.Warn("the cluster's part left the answers: its watch has failed for dropAfter; it comes back with the next list that works",
+		"dropAfter", w.dropAfter.String(), "error", reason)
+	if f := w.relistNow.Load(); f != nil {
+		(*f)()
+	}
+	w.noteFresh()
+}
+
 // watchEstablished records a watch that works: the resource is fresh.
 func (w *watcher) watchEstablished() {
 	now := time.Now()
@@ -402,6 +436,10 @@ func (w *watcher) watchEstablished() {
 	if w.cutTimer != nil {
 		w.cutTimer.Stop()
 		w.cutTimer = nil
+	}
+	if w.dropTimer != nil {
+		w.dropTimer.Stop()
+		w.dropTimer = nil
 	}
 	if w.cut.Swap(false) {
 		w.log.Info("answers are current again: the watch is established, after a list")

@@ -115,6 +115,9 @@ func (w *watcher) replace(list []any, rv string) error {
 	start := time.Now()
 	w.src.ReplaceWithin(w.keyPrefix, objs)
 	w.count.Store(int64(len(objs)))
+	if w.partDropped.Swap(false) {
+		w.log.Info("the cluster's part is back in the answers", "objects", len(objs))
+	}
 	w.touch()
 	w.failing.replace(failed)
 	w.rv.Store(&rv)

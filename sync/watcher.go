@@ -111,6 +111,15 @@ type watcher struct {
 	// list that brings its data up to date). cutTimer sets it.
 	cut      atomic.Bool
 	cutTimer *time.Timer
+	// dropAfter, for a cluster's watcher, is how long its watch may fail
+	// before its part leaves the answers (the cluster's dropAfter; 0:
+	// never); dropTimer does it, and partDropped says it is done: the
+	// part comes back with the next list.
+	dropAfter   time.Duration
+	dropTimer   *time.Timer
+	partDropped atomic.Bool
+	// relistNow ends the current run to list again at once (as a resync).
+	relistNow atomic.Pointer[func()]
 	// over: run has returned; no timer marks the resource stale after.
 	over       bool
 	staleAfter time.Duration
@@ -321,6 +330,8 @@ func (w *watcher) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		runCtx, cancel := context.WithCancel(ctx)
 		var resynced atomic.Bool
+		relist := func() { resynced.Store(true); cancel() }
+		w.relistNow.Store(&relist)
 		var timer gosync.WaitGroup
 		if w.plan.Resync > 0 {
 			timer.Go(func() {
@@ -372,6 +383,9 @@ func (w *watcher) ended() {
 	w.over = true
 	if w.cutTimer != nil {
 		w.cutTimer.Stop()
+	}
+	if w.dropTimer != nil {
+		w.dropTimer.Stop()
 	}
 }
 

@@ -115,3 +115,41 @@ resources:
 		return ""
 	})
 }
+
+// TestValidateClusters: validate reads each cluster's kubeconfig (a
+// missing one is a problem naming the field), and --cluster checks the
+// config against every cluster.
+func TestValidateClusters(t *testing.T) {
+	testenv.Need(t, env)
+	const ns = "validate-clusters"
+	env.Namespace(t, ns)
+	dir := t.TempDir()
+	write := func(kubeconfig string) string {
+		config := filepath.Join(dir, "config.yaml")
+		body := fmt.Sprintf(`clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: configmaps
+    version: v1
+    resource: configmaps
+    namespace: %s
+    indexes:
+      - name: app-to-addr
+        key: data.app
+`, kubeconfig, ns)
+		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return config
+	}
+	_, errOut, code := metasync(t, "validate", write("missing.kubeconfig"))
+	if code != 1 || !strings.Contains(errOut, "clusters[1].kubeconfig: "+filepath.Join(dir, "missing.kubeconfig")) {
+		t.Fatalf("a missing kubeconfig: exit %d\n%s", code, errOut)
+	}
+	out, errOut, code := metasync(t, "validate", "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""), write(env.WriteKubeconfig(t, "")))
+	if code != 0 || !strings.Contains(out, "valid: 1 resource, 1 index, 0 chains (checked against the cluster)") {
+		t.Fatalf("validate --cluster of two clusters: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	compiled "github.com/iidp/metasync/internal/plan"
 
 	"github.com/iidp/metasync/schema"
@@ -65,17 +68,60 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
-	if *checkCluster {
-		cfg, _, err := kube.restConfig()
+	// Each cluster's kubeconfig file must be there and name a cluster.
+	clusterConfigs := map[string]*rest.Config{}
+	for i, c := range compiled.Of(plan).Clusters {
+		if c.Kubeconfig == "" {
+			continue
+		}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+		if err != nil {
+			problems = append(problems, fmt.Errorf("clusters[%d].kubeconfig: %s: %v", i, c.Kubeconfig, err))
+			continue
+		}
+		clusterConfigs[c.Name] = cfg
+	}
+	if *checkCluster && len(problems) == 0 {
+		own, _, err := kube.restConfig()
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
 			return exitError{1}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		n, err := cluster.CheckCluster(ctx, plan, cfg, crds)
-		notes = append(notes, n...)
-		problems = append(problems, schema.Problems(err)...)
+		checks := []struct {
+			name string
+			cfg  *rest.Config
+		}{{"", own}}
+		if cs := compiled.Of(plan).Clusters; len(cs) > 0 {
+			checks = nil
+			for _, c := range cs {
+				cfg := own
+				if c.Kubeconfig != "" {
+					cfg = clusterConfigs[c.Name]
+				}
+				checks = append(checks, struct {
+					name string
+					cfg  *rest.Config
+				}{c.Name, cfg})
+			}
+		}
+		for _, c := range checks {
+			n, err := cluster.CheckCluster(ctx, plan, c.cfg, crds)
+			if c.name != "" {
+				for i := range n {
+					n[i] = "cluster " + c.name + ": " + n[i]
+				}
+				for _, p := range schema.Problems(err) {
+					problems = append(problems, fmt.Errorf("cluster %s: %w", c.name, p))
+				}
+			} else {
+				problems = append(problems, schema.Problems(err)...)
+			}
+			notes = append(notes, n...)
+		}
 	}
 	unchecked := 0
 	if !*checkCluster {

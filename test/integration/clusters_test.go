@@ -328,3 +328,74 @@ func TestKubeconfigRotation(t *testing.T) {
 	})
 	t.Logf("%d looks, none empty; west: %+v", n[0], west1())
 }
+
+// TestDropAfter cuts off a cluster with dropAfter: its part stays,
+// stale, until dropAfter has passed, then leaves the answers (callers
+// fail over to the other cluster) and comes back, with what changed
+// meanwhile, once the cluster is reachable again.
+func TestDropAfter(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	const ns = "drop-after"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	putConfigMap(t, env.Kube, ns, "e1", "shop")
+	putConfigMap(t, west.Kube, ns, "w1", "shop")
+	proxy, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	westCfg := throughProxy(west, proxy)
+	westCfg.Timeout = 2 * time.Second
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/unused", DropAfter: 3 * time.Second}},
+		Resources: []mschema.Resource{{
+			Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+			Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := runEngineWith(t, plan, env.Config, msync.Options{StaleAfter: time.Second,
+		ClusterConfigs: map[string]*rest.Config{"west": westCfg}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "shop", "e1:80", "w1:80")
+	time.Sleep(1500 * time.Millisecond) // the watch established
+
+	proxy.BlackHole(true)
+	proxy.Reset()
+	cut := time.Now()
+	testenv.Eventually(t, "west stale, still answered", func() string {
+		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		if !a.Clusters["west"].Stale || !slices.Equal(a.Values, []string{"e1:80", "w1:80"}) {
+			return fmt.Sprintf("%+v", a)
+		}
+		return ""
+	})
+	expect(t, e, "app-to-addr", "shop", "e1:80")
+	if gone := time.Since(cut); gone < 3*time.Second {
+		t.Errorf("west's part left after %v, before dropAfter", gone)
+	}
+	putConfigMap(t, west.Kube, ns, "w2", "shop")
+	putConfigMap(t, env.Kube, ns, "e2", "shop")
+	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80")
+
+	proxy.BlackHole(false)
+	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80", "w2:80")
+	testenv.Eventually(t, "west fresh again", func() string {
+		if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); a.Stale || !e.Ready() {
+			return fmt.Sprintf("%+v", a)
+		}
+		return ""
+	})
+}
