@@ -244,7 +244,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 			return nil, err
 		}
 	}
-	conns := &connections{byName: map[string]*connection{}, every: opts.KubeconfigInterval}
+	conns := &connections{byName: map[string]*connection{}, every: opts.KubeconfigInterval, own: cfg, given: opts.ClusterConfigs}
 	if conns.every <= 0 {
 		conns.every = DefaultKubeconfigInterval
 	}
@@ -386,7 +386,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.warm.dir != "" {
 		writer.Go(func() { e.writeWarmFiles(ctx) })
 	}
-	if e.conns != nil && e.conns.files() {
+	if e.conns != nil {
 		writer.Go(func() { e.followKubeconfigs(ctx) })
 	}
 	<-ctx.Done()
@@ -469,8 +469,18 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
 		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged, Unique: d.Unique}
 
-	if reload && !slices.Equal(oldPlan.Clusters, plan.Clusters) && len(oldPlan.Resources) > 0 {
-		return changes, errors.New("clusters changed: adding, removing or changing a cluster takes a restart (a reload keeps the clusters it started with)")
+	// Clusters that a reload adds, removes or changes: only their
+	// watches start or stop (see connections.reconnect).
+	var unchanged map[string]bool // cluster name -> same settings as before
+	var installConns func()
+	if reload && len(oldPlan.Resources) > 0 && !slices.Equal(oldPlan.Clusters, plan.Clusters) {
+		if (len(oldPlan.Clusters) == 0) != (len(plan.Clusters) == 0) || e.conns == nil {
+			return changes, errors.New("clusters: going from one cluster to several, or back, takes a restart (object keys change)")
+		}
+		var err error
+		if unchanged, installConns, err = e.conns.reconnect(oldPlan, plan); err != nil {
+			return changes, err
+		}
 	}
 	// Build the new watchers and their clients first: a failure here
 	// changes nothing. One per cluster of the resource (one without
@@ -480,27 +490,64 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	for _, c := range plan.Clusters {
 		required[c.Name], dropAfter[c.Name] = c.Required, c.DropAfter
 	}
+	var built []*watcher
+	build := func(r *compiled.Resource, cluster string) *watcher {
+		w := newWatcher(r, cluster, e.log)
+		w.required, w.dropAfter = cluster == "" || required[cluster], dropAfter[cluster]
+		w.streaming.Store(e.streams(r))
+		w.reloaded, w.cluster = reload, e.checkCluster
+		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
+		built = append(built, w)
+		return w
+	}
+	// fresh: the parts of each resource that start or restart, every
+	// part of it; regrouped: a kept resource whose clusters changed,
+	// with its parts (some kept, some fresh).
 	fresh := map[string][]*watcher{}
+	regrouped := map[string][]*watcher{}
+	var halting []*watcher // parts of kept resources that stop
 	for _, r := range plan.Resources {
-		if slices.Contains(d.Keep, r.Name) {
-			continue
-		}
 		clusters := plan.ClustersOf(r)
 		if len(clusters) == 0 {
 			clusters = []string{""}
 		}
-		for _, cluster := range clusters {
-			w := newWatcher(r, cluster, e.log)
-			w.required, w.dropAfter = cluster == "" || required[cluster], dropAfter[cluster]
-			w.streaming.Store(e.streams(r))
-			w.reloaded, w.cluster = reload, e.checkCluster
-			w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
-			if e.clientFor != nil {
-				if err := e.clientFor(w); err != nil {
-					return changes, err
-				}
+		if !slices.Contains(d.Keep, r.Name) {
+			for _, cluster := range clusters {
+				fresh[r.Name] = append(fresh[r.Name], build(r, cluster))
 			}
-			fresh[r.Name] = append(fresh[r.Name], w)
+			continue
+		}
+		if unchanged == nil {
+			continue
+		}
+		was := old.byName[r.Name]
+		var parts []*watcher
+		changed := false
+		for _, cluster := range clusters {
+			i := slices.IndexFunc(was.parts, func(w *watcher) bool { return w.clusterName == cluster })
+			if i >= 0 && unchanged[cluster] {
+				parts = append(parts, was.parts[i])
+				continue
+			}
+			parts, changed = append(parts, build(r, cluster)), true
+		}
+		for _, w := range was.parts {
+			if !slices.Contains(parts, w) {
+				halting, changed = append(halting, w), true
+			}
+		}
+		if changed {
+			regrouped[r.Name] = parts
+		}
+	}
+	if installConns != nil {
+		installConns()
+	}
+	if e.clientFor != nil {
+		for _, w := range built {
+			if err := e.clientFor(w); err != nil {
+				return changes, err
+			}
 		}
 	}
 	// Stop what stops or restarts: once halted, a watcher writes nothing.
@@ -508,20 +555,27 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	// the same cluster; a cluster the resource no longer reads leaves
 	// its objects behind, removed below.
 	var dropped []*watcher
-	for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
-		for _, w := range old.byName[name].parts {
-			w.halt()
-			taken := false
-			for _, next := range fresh[name] {
-				if next.clusterName == w.clusterName {
-					next.inherit(w)
-					taken = true
-				}
-			}
-			if !taken && fresh[name] != nil {
-				dropped = append(dropped, w)
+	takeOver := func(w *watcher, next []*watcher) {
+		w.halt()
+		for _, n := range next {
+			if n.clusterName == w.clusterName && slices.Contains(built, n) {
+				n.inherit(w)
+				return
 			}
 		}
+		dropped = append(dropped, w)
+	}
+	for _, name := range append(slices.Clone(d.Stop), d.Restart...) {
+		for _, w := range old.byName[name].parts {
+			if fresh[name] == nil {
+				w.halt() // the resource stops: its source goes
+				continue
+			}
+			takeOver(w, fresh[name])
+		}
+	}
+	for _, w := range halting {
+		takeOver(w, regrouped[w.plan.Name])
 	}
 	var specs []indexer.SourceSpec
 	for _, r := range plan.Resources {
@@ -551,7 +605,11 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		next := &view{plan: plan, byName: map[string]*resource{}, byIndex: map[string]*resource{}, chains: map[string]chain{}}
 		for _, r := range plan.Resources {
 			res := old.byName[r.Name] // kept: its source and watchers are the same
-			if ws := fresh[r.Name]; ws != nil {
+			ws := fresh[r.Name]
+			if ws == nil {
+				ws = regrouped[r.Name]
+			}
+			if ws != nil {
 				res = &resource{plan: r, src: sources[r.Name], parts: ws}
 				for _, w := range ws {
 					w.src = res.src
@@ -582,6 +640,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 				e.launch(w)
 			}
 		}
+		for _, w := range halting {
+			e.launch(w)
+		}
 		return changes, err
 	}
 	if testHookPublished != nil {
@@ -597,10 +658,8 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			}
 		}
 	}
-	for _, r := range plan.Resources {
-		for _, w := range fresh[r.Name] {
-			e.launch(w)
-		}
+	for _, w := range built {
+		e.launch(w)
 	}
 	if reload && !changes.None() {
 		attrs := []any{"keep", len(d.Keep)}

@@ -5,11 +5,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	gosync "sync"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	compiled "github.com/iidp/metasync/internal/plan"
 )
 
 // DefaultKubeconfigInterval is the default of Options.KubeconfigInterval.
@@ -19,6 +22,11 @@ const DefaultKubeconfigInterval = 5 * time.Second
 // name ("" for the one cluster of a plan without clusters).
 type connections struct {
 	every time.Duration
+	// own is the engine's own connection (the cluster without a
+	// kubeconfig), given the configs of Options.ClusterConfigs: what a
+	// reload that adds a cluster builds its connection from.
+	own   *rest.Config
+	given map[string]*rest.Config
 
 	mu     gosync.Mutex
 	byName map[string]*connection
@@ -53,18 +61,6 @@ func (cs *connections) clientFor(w *watcher) error {
 	}
 	w.setClient(client)
 	return nil
-}
-
-// files reports whether some cluster comes from a kubeconfig file.
-func (cs *connections) files() bool {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for _, c := range cs.byName {
-		if c.file != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // followKubeconfigs reads the clusters' kubeconfig files again every
@@ -166,6 +162,61 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		rotate()
 	}
 	log.Info("kubeconfig taken: the cluster's watches go on through the new connection", "server", cfg.Host, "resources", len(clients))
+}
+
+// reconnect prepares the connections of a reload from old's clusters to
+// next's: it builds those of the clusters that next adds or changes
+// (kubeconfig, context), and returns which clusters are unchanged and
+// the function that installs the new connections. A cluster that cannot
+// be connected to fails the reload, before anything changed.
+func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string]bool, install func(), err error) {
+	was := map[string]compiled.Cluster{}
+	for _, c := range old.Clusters {
+		was[c.Name] = c
+	}
+	unchanged = map[string]bool{}
+	built := map[string]*connection{}
+	for _, c := range next.Clusters {
+		if w, ok := was[c.Name]; ok && w == c {
+			unchanged[c.Name] = true
+			continue
+		}
+		cfg := cs.given[c.Name]
+		var read []byte
+		switch {
+		case cfg != nil:
+		case c.Kubeconfig == "":
+			cfg = cs.own
+		default:
+			if read, err = os.ReadFile(c.Kubeconfig); err == nil {
+				cfg, err = kubeconfigOf(read, c.Context)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
+			}
+		}
+		forWatcher, _, err := clientsOf(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		conn := &connection{name: c.Name, forWatcher: forWatcher, read: read}
+		if cs.given[c.Name] == nil && c.Kubeconfig != "" {
+			conn.file, conn.context = c.Kubeconfig, c.Context
+		}
+		built[c.Name] = conn
+	}
+	return unchanged, func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		for name, c := range built {
+			cs.byName[name] = c
+		}
+		for name := range cs.byName {
+			if !slices.ContainsFunc(next.Clusters, func(c compiled.Cluster) bool { return c.Name == name }) {
+				delete(cs.byName, name)
+			}
+		}
+	}, nil
 }
 
 // kubeconfigOf reads a kubeconfig's content, at context ("" for its

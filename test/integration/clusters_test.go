@@ -399,3 +399,68 @@ func TestDropAfter(t *testing.T) {
 		return ""
 	})
 }
+
+// TestReloadAddsAndRemovesACluster: a reload that adds a cluster starts
+// its watches only (the other cluster's keep theirs: no list, no new
+// watch), and its part joins the answers; a reload that removes it again
+// takes its part out.
+func TestReloadAddsAndRemovesACluster(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	const ns = "reload-clusters"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	putConfigMap(t, env.Kube, ns, "e1", "shop")
+	putConfigMap(t, west.Kube, ns, "w1", "shop")
+	kubeconfig := west.WriteKubeconfig(t, "")
+	compile := func(clusters ...mschema.Cluster) *mschema.Plan {
+		t.Helper()
+		plan, err := mschema.Compile(&mschema.Config{
+			Clusters: clusters,
+			Resources: []mschema.Resource{{
+				Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+				Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}},
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	e := runEngineWith(t, compile(mschema.Cluster{Name: "east"}), env.Config, msync.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "shop", "e1:80")
+	time.Sleep(1100 * time.Millisecond) // east's watch established
+	before := e.Status()[0]
+
+	if _, err := e.Reload(compile(mschema.Cluster{Name: "east"}, mschema.Cluster{Name: "west", Kubeconfig: kubeconfig})); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "shop", "e1:80", "w1:80")
+	st := e.Status()
+	if len(st) != 2 || st[0].Cluster != "east" || st[1].Cluster != "west" {
+		t.Fatalf("status after adding west: %+v", st)
+	}
+	if st[0].Watches != before.Watches || st[0].Relists != before.Relists {
+		t.Errorf("east restarted by adding west: watches %d → %d, lists %d → %d", before.Watches, st[0].Watches, before.Relists, st[0].Relists)
+	}
+
+	if _, err := e.Reload(compile(mschema.Cluster{Name: "east"})); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "shop", "e1:80")
+	if st := e.Status(); len(st) != 1 || st[0].Watches != before.Watches || st[0].Relists != before.Relists {
+		t.Errorf("status after removing west: %+v", st)
+	}
+	if cs := e.Clusters(); len(cs) != 1 || cs[0].Name != "east" {
+		t.Errorf("clusters after removing west: %+v", cs)
+	}
+}
