@@ -191,6 +191,24 @@ func (e *Engine) ClusterNames() []string {
 	return out
 }
 
+// ClusterStates returns the state of each cluster's part of what t reads
+// (the index of a key or an index, the indexes of a chain); nil for a
+// plan without clusters, or an unknown target.
+func (e *Engine) ClusterStates(t Target) map[string]ClusterState {
+	v, _ := e.view()
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		return nil
+	}
+	if t.Chain != "" {
+		ch, ok := v.chains[t.Chain]
+		if !ok {
+			return nil
+		}
+		return v.clusterStates(ch.indexes...)
+	}
+	return v.clusterStates(t.Index)
+}
+
 // clusterStates returns the state of each cluster's part of the
 // resources behind the named indexes: synced and stale per cluster; nil
 // for a plan without clusters.

@@ -18,7 +18,7 @@ import (
 // real control planes: east is the daemon's own connection, west comes
 // from its kubeconfig file. The answers are the union with each
 // cluster's state, GET /v1/clusters lists both, the metrics carry the
-// cluster; west stopped, its part stays in the answers marked stale,
+// cluster; west cut off, its part stays in the answers marked stale,
 // /readyz names it and east's changes keep arriving.
 func TestServeTwoClusters(t *testing.T) {
 	testenv.Need(t, env)
@@ -26,12 +26,13 @@ func TestServeTwoClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	westUp := true
-	defer func() {
-		if westUp {
-			west.Stop()
-		}
-	}()
+	defer west.Stop()
+	// West through a proxy, which cuts it off.
+	proxy, err := testenv.NewProxy("127.0.0.1:0", strings.TrimSuffix(strings.TrimPrefix(west.Config.Host, "https://"), "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
 	const ns = "serve-two-clusters"
 	env.Namespace(t, ns)
 	west.Namespace(t, ns)
@@ -62,7 +63,7 @@ resources:
       - name: app-to-addr
         key: data.app
         value: data.addr
-`, addr, west.WriteKubeconfig(t, ""), ns)
+`, addr, west.WriteKubeconfig(t, proxy.Addr()), ns)
 	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +91,22 @@ resources:
 	if a := call(t, "GET", base+"/readyz"); a.code != 200 {
 		t.Fatalf("/readyz: %d %s", a.code, a.raw)
 	}
+	st := follow(t, base+"/v1/indexes/app-to-addr/keys/shop?watch=true")
+	testenv.Eventually(t, "a stream's snapshot frame with the clusters", func() string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if len(st.frames) == 0 {
+			return "no frame"
+		}
+		if cs, _ := st.frames[0]["clusters"].(map[string]any); len(cs) != 2 {
+			return fmt.Sprint(st.frames[0])
+		}
+		return ""
+	})
 
-	// West goes away altogether.
-	if err := west.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	westUp = false
+	// West unreachable.
+	proxy.BlackHole(true)
+	proxy.Reset()
 	put(env, "e2", "shop")
 	testenv.Eventually(t, "west's part kept, stale; east's change in", func() string {
 		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")

@@ -46,6 +46,9 @@ type Frame struct {
 	// Stale: some resource answers from a snapshot and has not caught up
 	// with the apiserver yet (a warm start).
 	Stale bool `json:"stale,omitempty"`
+	// Clusters, with a config that reads several clusters: each
+	// cluster's part of the target, synced and stale.
+	Clusters map[string]ClusterState `json:"clusters,omitempty"`
 }
 
 // Lookup is the answer of GET /v1/indexes/{index}/keys/{key}, and, with

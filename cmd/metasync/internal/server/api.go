@@ -56,6 +56,7 @@ type Engine interface {
 	Subscriptions() msync.SubscriptionStats
 	Conflicts() []msync.Conflict
 	Clusters() []msync.ClusterStatus
+	ClusterStates(t msync.Target) map[string]msync.ClusterState
 }
 
 var _ Engine = (*msync.Engine)(nil)

@@ -171,6 +171,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 			return // the client went, or the server drains
 		}
 		f.Stale = s.engine.Stale()
+		if f.Type != wire.FrameGone {
+			f.Clusters = wireClusters(s.engine.ClusterStates(t))
+		}
 		stale = f.Stale
 		buf.Reset()
 		_ = enc.Encode(f) // a frame always encodes; Encode ends the line
