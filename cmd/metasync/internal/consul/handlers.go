@@ -67,6 +67,7 @@ func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 			rec.Header().Set("Connection", "close")
+			s.spent(r)
 			writeText(rec, http.StatusBadRequest, "a read carries no body")
 			return
 		}
@@ -105,13 +106,19 @@ func withToken(r *http.Request) *http.Request {
 	return r2
 }
 
-// refuse answers an Authorizer's refusal.
-func refuse(w http.ResponseWriter, code int, msg string) {
-	if code == http.StatusServiceUnavailable {
+// refuse answers an Authorizer's refusal. A 401 or 403 closes the
+// connection, the first to be closed to make room until it is: a caller
+// without a token that may read cannot keep connections alive.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	switch code {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
-	}
-	if code == http.StatusForbidden {
+	case http.StatusForbidden:
 		msg = "Permission denied: " + msg
+		fallthrough
+	case http.StatusUnauthorized:
+		w.Header().Set("Connection", "close")
+		s.spent(r)
 	}
 	writeText(w, code, msg)
 }
@@ -150,7 +157,7 @@ func (s *Server) readable(r *http.Request) (may []bool, user string, code int, m
 func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 	if s.authorize != nil {
 		if _, code, msg := s.authorize(withToken(r), ""); code != 0 {
-			refuse(w, code, msg)
+			s.refuse(w, r, code, msg)
 			return
 		}
 	}
@@ -211,7 +218,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 	}
 	may, user, code, msg := s.readable(r)
 	if code != 0 {
-		refuse(w, code, msg)
+		s.refuse(w, r, code, msg)
 		return
 	}
 	if p.index == 0 || p.index > s.now() || s.closing.Err() != nil {
