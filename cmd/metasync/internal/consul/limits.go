@@ -52,6 +52,9 @@ func (s *Server) SetLimits(l Limits) { s.limits = l }
 const (
 	refusedBlocking  = "blocking"
 	refusedPerCaller = "blocking_per_caller"
+	// refusedServices: a caller left more idle watches than
+	// maxIdlePerCaller; its idle longest stopped.
+	refusedServices = "services_per_caller"
 )
 
 // gate counts the open blocking queries, in all and per caller.

@@ -29,7 +29,7 @@ func newMetrics() *metrics {
 		}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metasync_consul_blocking_answers_total",
-			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went).",
+			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went), stale (the answer became stale or caught up).",
 		}, []string{"result"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metasync_consul_refused_total",
@@ -41,10 +41,10 @@ func newMetrics() *metrics {
 		}),
 		refusedLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
 	}
-	for _, r := range []string{"changed", "timeout", "drain", "gone"} {
+	for _, r := range []string{"changed", "timeout", "drain", "gone", "stale"} {
 		m.answers.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller} {
+	for _, r := range []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller, refusedServices} {
 		m.refused.WithLabelValues(r)
 	}
 	return m
