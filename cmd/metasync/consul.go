@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
 	"github.com/iidp/metasync/cmd/metasync/internal/consul"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
@@ -18,23 +16,14 @@ import (
 	msync "github.com/iidp/metasync/sync"
 )
 
-// consulRoom is how many connections the Consul facade keeps beside
-// those of its blocking queries: room for reads that answer at once.
-const consulRoom = 64
-
 // consulFlags checks serve's Consul flags: --consul-listen and
 // --consul-services go together, each source is a chain or index of the
-// config, the limits are not negative. It returns the sources.
-func consulFlags(listen, services string, blocking, perCaller int, e *msync.Engine, stderr io.Writer) ([]consul.Source, error) {
+// config (the limits are checked with the others, see consulLimits). It
+// returns the sources.
+func consulFlags(listen, services string, e *msync.Engine, stderr io.Writer) ([]consul.Source, error) {
 	if listen == "" || services == "" {
 		fmt.Fprintln(stderr, "metasync serve: --consul-listen and --consul-services go together: the address, and the chains or indexes whose keys are services (chains/NAME[,indexes/NAME...])")
 		return nil, exitError{2}
-	}
-	for name, v := range map[string]int{"consul-max-blocking": blocking, "consul-max-blocking-per-caller": perCaller} {
-		if v < 0 {
-			fmt.Fprintf(stderr, "metasync serve: --%s %d: want a positive number, or 0 for no limit\n", name, v)
-			return nil, exitError{2}
-		}
 	}
 	sources, err := consul.ParseSources(services)
 	if err != nil {
@@ -59,7 +48,7 @@ func consulFlags(listen, services string, blocking, perCaller int, e *msync.Engi
 }
 
 // startConsul serves the Consul facade of sources on ln, with the limits
-// l (and at most l.Blocking and consulRoom connections), until its
+// l (its connections limited by its Listener), until its
 // server shuts down: its metrics in the HTTP API's registry, and with a
 // guard each caller's token and access checked as for the HTTP lookups
 // of the chains and indexes behind a service.
@@ -74,9 +63,7 @@ func startConsul(ln net.Listener, engine *msync.Engine, sources []consul.Source,
 		tlsConfig = cert.ServerConfig()
 	}
 	srv := c.HTTPServer(tlsConfig, log)
-	if l.Blocking > 0 {
-		ln = netutil.LimitListener(ln, l.Blocking+consulRoom)
-	}
+	ln = c.Listener(ln)
 	go func() {
 		var err error
 		if cert != nil {

@@ -104,6 +104,20 @@ subjects:
 	if _, err := clientOf("").Agent().Self(); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("agent/self without a token: %v, want 401", err)
 	}
+	// A refused token closes its connection: a caller without a token
+	// that may read holds none kept alive.
+	for token, code := range map[string]int{"": 401, indexToken: 403} {
+		req, _ := http.NewRequest("GET", "http://"+consulAddr+"/v1/health/service/xds-model", nil)
+		req.Header.Set("X-Consul-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != code || !resp.Close {
+			t.Errorf("refused %d (Connection: %q), want %d and the connection closed", resp.StatusCode, resp.Header.Get("Connection"), code)
+		}
+	}
 	req, _ := http.NewRequest("GET", "http://"+consulAddr+"/v1/health/service/xds-model", nil)
 	req.Header.Set("Authorization", "Bearer "+chainToken)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {

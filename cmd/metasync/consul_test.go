@@ -1,8 +1,10 @@
 package main_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -257,6 +259,68 @@ func TestConsulAttacks(t *testing.T) {
 	}
 	if _, body, err := get(context.Background(), "GET", "/v1/health/service/xds-model"); err != nil || strings.Contains(body, "6.6.6.6") {
 		t.Errorf("a refused write changed the answer: %s %v", body, err)
+	}
+}
+
+// TestConsulConnectionHog: callers that open connections to the Consul
+// facade and keep them alive (a read each, then nothing) cannot keep
+// another caller out. With --consul-max-blocking 4 the facade keeps 68
+// connections, 34 of them at most from one address: two addresses
+// opening 100 each, the facade closes their idle ones to make room, and
+// a third caller's reads answer at once.
+func TestConsulConnectionHog(t *testing.T) {
+	addr, consulAddr, _, _ := consulDaemon(t, "consul-hog", 1, "--consul-max-blocking", "4")
+	testenv.Eventually(t, "the facade answers", func() string {
+		resp, err := http.Get("http://" + consulAddr + "/v1/health/service/xds-model")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return resp.Status
+		}
+		return ""
+	})
+	var hogs []net.Conn
+	for _, ip := range []string{"127.0.0.2", "127.0.0.4"} {
+		for range 100 {
+			c := dialFrom(t, ip, consulAddr)
+			fmt.Fprintf(c, "GET /v1/agent/self HTTP/1.1\r\nHost: x\r\n\r\n")
+			hogs = append(hogs, c)
+		}
+	}
+	kept, deadline := 0, time.Now().Add(3*time.Second)
+	for _, c := range hogs {
+		_ = c.SetDeadline(deadline)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			continue // closed to make room, or never accepted
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		kept++
+	}
+	t.Logf("%d of 200 hogging reads answered", kept)
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, DisableKeepAlives: true}}
+	for i := range 5 {
+		start := time.Now()
+		resp, err := client.Get("http://" + consulAddr + "/v1/health/service/xds-model")
+		if err != nil {
+			t.Fatalf("read %d of another caller beside the hogs: %v", i, err)
+		}
+		body := readAll(resp)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(body, "xds-model") || time.Since(start) > time.Second {
+			t.Fatalf("read %d of another caller beside the hogs: %d %s after %v", i, resp.StatusCode, body, time.Since(start))
+		}
+	}
+	m := samples(t, base(addr))
+	if n := m["metasync_consul_connections_open"]; n > 68 {
+		t.Errorf("%v connections open, limit 68", n)
+	}
+	if n := m["metasync_consul_connections_evicted_total"]; n < 100 {
+		t.Errorf("%v idle connections closed to make room, want at least 100", n)
 	}
 }
 

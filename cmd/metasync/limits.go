@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/consul"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 )
@@ -38,6 +39,16 @@ type limitFlags struct {
 	connections, streams, perCaller *int
 	// The xDS server's (with --xds-listen).
 	xdsConnections, xdsConnsPerCaller, xdsStreamsPerCaller, xdsNamesPerCaller, xdsAssignments *int
+	// The Consul facade's (with --consul-listen).
+	consulBlocking, consulPerCaller, consulConnections, consulConnsPerCaller *int
+}
+
+// faceLimits are the limits of the HTTP API, the xDS server and the
+// Consul facade, out of one descriptor budget.
+type faceLimits struct {
+	http   server.Limits
+	xds    xds.Limits
+	consul consul.Limits
 }
 
 func addLimitFlags(fs *flag.FlagSet) limitFlags {
@@ -54,7 +65,66 @@ func addLimitFlags(fs *flag.FlagSet) limitFlags {
 			"with --xds-listen: most resource names (of all types) that one caller's ADS streams may follow at once; beyond, the stream ends RESOURCE_EXHAUSTED (0: no limit)"),
 		xdsAssignments: fs.Int("xds-max-assignments", xds.DefaultAssignments,
 			"with --xds-listen: most assignments (by target and zone) that all clients follow together, a quarter of them started by one caller (about 25 KiB each); a name beyond is not answered until some are let go (0: no limit)"),
+		consulBlocking: fs.Int("consul-max-blocking", consul.DefaultBlocking,
+			"with --consul-listen: most Consul blocking queries open at once, of all callers; beyond, 503 (0: no limit but --consul-max-connections); lowered to leave an eighth of --consul-max-connections, at least 16, to reads that answer at once"),
+		consulPerCaller: fs.Int("consul-max-blocking-per-caller", consul.DefaultBlockingPerCaller,
+			"with --consul-listen: most Consul blocking queries that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: no limit)"),
+		consulConnections: fs.Int("consul-max-connections", 0, fmt.Sprintf("with --consul-listen: most Consul facade connections open at once; beyond, the idle one (kept alive, or with no request yet) of the address holding the most is closed, else the new one gets 503; taken from the same file descriptor budget as --max-connections (0: --consul-max-blocking + %d, at most half of what xDS leaves of the budget)", consul.Room)),
+		consulConnsPerCaller: fs.Int("consul-max-connections-per-caller", consul.DefaultConnectionsPerCaller,
+			"with --consul-listen: most Consul facade connections open at once from one remote address; beyond, that address's idle one is closed, else the new one gets 503 (0: no limit; at most half of --consul-max-connections)"),
 	}
+}
+
+// consulLimits derives the Consul facade's limits from the flags, given
+// the connections that the descriptor budget leaves (connCap, after
+// xDS's share), and returns them with what remains of the budget for
+// HTTP connections. Without --consul-listen (on false), the facade takes
+// nothing.
+func (f limitFlags) consulLimits(on bool, connCap int, log *slog.Logger) (consul.Limits, int, error) {
+	for name, v := range map[string]int{"consul-max-blocking": *f.consulBlocking, "consul-max-blocking-per-caller": *f.consulPerCaller,
+		"consul-max-connections": *f.consulConnections, "consul-max-connections-per-caller": *f.consulConnsPerCaller} {
+		if v < 0 {
+			return consul.Limits{}, 0, fmt.Errorf("--%s %d: want a positive number, or 0 for the default or no limit", name, v)
+		}
+	}
+	if !on {
+		return consul.Limits{}, connCap, nil
+	}
+	l := consul.Limits{Blocking: *f.consulBlocking, BlockingPerCaller: *f.consulPerCaller, ConnectionsPerCaller: *f.consulConnsPerCaller}
+	const minHTTPConnections = 32
+	room := connCap - minHTTPConnections
+	if room < 16 {
+		return consul.Limits{}, 0, fmt.Errorf("the file descriptor limit leaves no room for Consul facade connections beside HTTP's: raise it (ulimit -n)")
+	}
+	switch n := *f.consulConnections; {
+	case n == 0:
+		n = consul.DefaultConnections
+		if l.Blocking > 0 {
+			n = l.Blocking + consul.Room
+		}
+		l.Connections = min(n, connCap/2)
+	case n > room:
+		log.Warn("--consul-max-connections lowered: the file descriptor limit leaves no more beside HTTP's", "asked", n, "connections", room)
+		l.Connections = room
+	default:
+		l.Connections = n
+	}
+	if l.Connections < 32 {
+		return consul.Limits{}, 0, fmt.Errorf("--consul-max-connections %d: want at least 32 (blocking queries, and room for reads)", l.Connections)
+	}
+	if blockingCap := l.Connections - lookupRoom(l.Connections); l.Blocking > blockingCap {
+		if l.Blocking != consul.DefaultBlocking {
+			log.Warn("--consul-max-blocking lowered: blocking queries would take the room of reads", "asked", l.Blocking, "blocking", blockingCap, "connections", l.Connections)
+		}
+		l.Blocking = blockingCap
+	}
+	if l.Blocking > 0 && l.BlockingPerCaller > l.Blocking {
+		l.BlockingPerCaller = l.Blocking
+	}
+	if half := l.Connections / 2; l.ConnectionsPerCaller > half {
+		l.ConnectionsPerCaller = half
+	}
+	return l, connCap - l.Connections, nil
 }
 
 // xdsLimits derives the xDS server's limits from the flags, given the
@@ -104,24 +174,29 @@ func (f limitFlags) xdsLimits(on bool, connCap int, log *slog.Logger) (xds.Limit
 // take the room of lookups and probes.
 //
 // With xDS on, the xDS connections come out of the same budget (see
-// xdsLimits): HTTP connections, xDS connections and the reserve never
-// pass the descriptor limit.
-func (f limitFlags) limits(fds int, xdsOn bool, log *slog.Logger) (server.Limits, xds.Limits, error) {
+// xdsLimits), then with the Consul facade on, the facade's (see
+// consulLimits): HTTP connections, xDS and Consul connections and the
+// reserve never pass the descriptor limit.
+func (f limitFlags) limits(fds int, xdsOn, consulOn bool, log *slog.Logger) (faceLimits, error) {
 	for name, v := range map[string]int{"max-connections": *f.connections, "max-streams": *f.streams, "max-streams-per-caller": *f.perCaller} {
 		if v < 0 {
-			return server.Limits{}, xds.Limits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
+			return faceLimits{}, fmt.Errorf("--%s %d: want a positive number, or 0 for the default", name, v)
 		}
 	}
 	connCap := maxAutoConnections
 	if fds > 0 {
 		connCap = fds - fdReserve(fds)
 		if connCap < 32 {
-			return server.Limits{}, xds.Limits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
+			return faceLimits{}, fmt.Errorf("the file descriptor limit (%d) leaves no room for connections: raise it (ulimit -n)", fds)
 		}
 	}
 	xl, left, err := f.xdsLimits(xdsOn, connCap, log)
 	if err != nil {
-		return server.Limits{}, xds.Limits{}, err
+		return faceLimits{}, err
+	}
+	cl, left, err := f.consulLimits(consulOn, left, log)
+	if err != nil {
+		return faceLimits{}, err
 	}
 	if fds > 0 {
 		connCap = left
@@ -136,7 +211,7 @@ func (f limitFlags) limits(fds int, xdsOn bool, log *slog.Logger) (server.Limits
 	}
 	streamCap := conns - lookupRoom(conns)
 	if streamCap < 1 {
-		return server.Limits{}, xds.Limits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
+		return faceLimits{}, fmt.Errorf("--max-connections %d leaves no room for streams beside the %d kept for lookups and probes", conns, lookupRoom(conns))
 	}
 	streams := *f.streams
 	switch {
@@ -159,8 +234,12 @@ func (f limitFlags) limits(fds int, xdsOn bool, log *slog.Logger) (server.Limits
 		attrs = append(attrs, "xdsConnections", xl.Connections, "xdsConnectionsPerCaller", xl.ConnectionsPerCaller,
 			"xdsStreamsPerCaller", xl.StreamsPerCaller, "xdsNamesPerCaller", xl.NamesPerCaller, "xdsAssignments", xl.Assignments)
 	}
+	if consulOn {
+		attrs = append(attrs, "consulConnections", cl.Connections, "consulConnectionsPerCaller", cl.ConnectionsPerCaller,
+			"consulBlocking", cl.Blocking, "consulBlockingPerCaller", cl.BlockingPerCaller)
+	}
 	log.Info("limits", attrs...)
-	return l, xl, nil
+	return faceLimits{http: l, xds: xl, consul: cl}, nil
 }
 
 // streamBurstDrop is the drop in open streams, from their peak since the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/consul"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 )
 
@@ -37,7 +38,8 @@ func TestLimitsFromFlags(t *testing.T) {
 		if err := fs.Parse(strings.Fields(c.args)); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := lf.limits(c.fds, false, quiet)
+		all, err := lf.limits(c.fds, false, false, quiet)
+		got := all.http
 		switch {
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("fds %d, %q: %+v, %v; want an error with %q", c.fds, c.args, got, err, c.err)
@@ -70,7 +72,8 @@ func TestLimitsWithXDS(t *testing.T) {
 		if err := fs.Parse(strings.Fields(c.args)); err != nil {
 			t.Fatal(err)
 		}
-		h, x, err := lf.limits(c.fds, true, quiet)
+		all, err := lf.limits(c.fds, true, false, quiet)
+		h, x := all.http, all.xds
 		switch {
 		case c.errs != "":
 			if err == nil || !strings.Contains(err.Error(), c.errs) {
@@ -82,6 +85,53 @@ func TestLimitsWithXDS(t *testing.T) {
 			t.Errorf("fds %d: %d + %d + %d descriptors", c.fds, h.Connections, x.Connections, fdReserve(c.fds))
 		case x.ConnectionsPerCaller != 64 || x.StreamsPerCaller != 256 || x.NamesPerCaller != 10000 || x.FirstRequest != 15*time.Second:
 			t.Errorf("per-caller defaults: %+v", x)
+		}
+	}
+}
+
+// TestLimitsWithConsul: with --consul-listen, the Consul facade's
+// connections come out of the same descriptor budget as HTTP's and
+// xDS's: the three and the reserve never pass the limit, and the
+// facade's blocking queries and one caller's connections fit in its
+// share.
+func TestLimitsWithConsul(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		fds            int
+		xds            bool
+		args           string
+		http, xdsConns int
+		consul         consul.Limits
+		errs           string
+	}{
+		{fds: 4096, http: 1792, consul: consul.Limits{Connections: 1792, ConnectionsPerCaller: 320, Blocking: 1568, BlockingPerCaller: 256}},
+		{fds: 4096, xds: true, http: 896, xdsConns: 1792, consul: consul.Limits{Connections: 896, ConnectionsPerCaller: 320, Blocking: 784, BlockingPerCaller: 256}},
+		{fds: 1 << 20, xds: true, http: 16384, xdsConns: 4096, consul: consul.Limits{Connections: 4160, ConnectionsPerCaller: 320, Blocking: 3640, BlockingPerCaller: 256}},
+		{fds: 0, http: 16384, consul: consul.Limits{Connections: 4160, ConnectionsPerCaller: 320, Blocking: 3640, BlockingPerCaller: 256}},
+		{fds: 256, http: 96, consul: consul.Limits{Connections: 96, ConnectionsPerCaller: 48, Blocking: 80, BlockingPerCaller: 80}},
+		{fds: 4096, args: "--consul-max-blocking 100", http: 3420, consul: consul.Limits{Connections: 164, ConnectionsPerCaller: 82, Blocking: 100, BlockingPerCaller: 100}},
+		{fds: 4096, args: "--consul-max-connections 10000", http: 32, consul: consul.Limits{Connections: 3552, ConnectionsPerCaller: 320, Blocking: 3108, BlockingPerCaller: 256}},
+		{fds: 4096, args: "--consul-max-connections 64 --consul-max-connections-per-caller 8", http: 3520, consul: consul.Limits{Connections: 64, ConnectionsPerCaller: 8, Blocking: 48, BlockingPerCaller: 48}},
+		{fds: 4096, args: "--consul-max-connections 16", errs: "want at least 32"},
+		{fds: 4096, args: "--consul-max-connections-per-caller -1", errs: "want a positive number"},
+		{fds: 100, xds: true, errs: "no room for"},
+	} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		lf := addLimitFlags(fs)
+		if err := fs.Parse(strings.Fields(c.args)); err != nil {
+			t.Fatal(err)
+		}
+		all, err := lf.limits(c.fds, c.xds, true, quiet)
+		switch {
+		case c.errs != "":
+			if err == nil || !strings.Contains(err.Error(), c.errs) {
+				t.Errorf("fds %d, %q: %v; want an error with %q", c.fds, c.args, err, c.errs)
+			}
+		case err != nil || all.http.Connections != c.http || all.xds.Connections != c.xdsConns || all.consul != c.consul:
+			t.Errorf("fds %d, xDS %v, %q: HTTP %d, xDS %d, Consul %+v, %v; want %d, %d, %+v", c.fds, c.xds, c.args,
+				all.http.Connections, all.xds.Connections, all.consul, err, c.http, c.xdsConns, c.consul)
+		case c.fds > 0 && all.http.Connections+all.xds.Connections+all.consul.Connections+fdReserve(c.fds) > c.fds:
+			t.Errorf("fds %d: %d + %d + %d + %d descriptors", c.fds, all.http.Connections, all.xds.Connections, all.consul.Connections, fdReserve(c.fds))
 		}
 	}
 }

@@ -38,7 +38,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, limits, xdsLimits, cert, err := f.setup(stderr)
+	log, limits, cert, err := f.setup(stderr)
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := f.open(d, cert, log, stderr); err != nil {
 		return err
 	}
-	return f.run(d, limits, xdsLimits, cert, clientMetrics, log)
+	return f.run(d, limits, cert, clientMetrics, log)
 }
 
 // daemon is what serve prepared: the config, the cluster, the engine,
@@ -160,7 +160,7 @@ func (f *serveFlags) open(d *daemon, cert *tlsfiles.Certificate, log *slog.Logge
 		return err
 	}
 	if *f.consulListen != "" || *f.consulServices != "" {
-		if d.consulSources, err = consulFlags(*f.consulListen, *f.consulServices, *f.consulBlocking, *f.consulPerCaller, d.engine, stderr); err != nil {
+		if d.consulSources, err = consulFlags(*f.consulListen, *f.consulServices, d.engine, stderr); err != nil {
 			return err
 		}
 		if d.consulLn, err = listenFace("consul-listen", "Consul", "", *f.consulListen, *f.auth, f.authOpts, log, stderr); err != nil {
@@ -178,7 +178,7 @@ func (f *serveFlags) open(d *daemon, cert *tlsfiles.Certificate, log *slog.Logge
 // run serves until SIGTERM or SIGINT, then drains: /readyz fails,
 // --shutdown-delay, HTTP shut down, xDS streams ended, Consul's blocking
 // queries answered, watches stopped. A second signal exits at once.
-func (f *serveFlags) run(d *daemon, limits server.Limits, xdsLimits xds.Limits, cert *tlsfiles.Certificate, clientMetrics []prometheus.Collector, log *slog.Logger) error {
+func (f *serveFlags) run(d *daemon, limits faceLimits, cert *tlsfiles.Certificate, clientMetrics []prometheus.Collector, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -186,7 +186,7 @@ func (f *serveFlags) run(d *daemon, limits server.Limits, xdsLimits xds.Limits, 
 	engine := d.engine
 	handler := server.New(engine, log)
 	handler.SetHeartbeat(*f.heartbeat)
-	handler.SetLimits(limits)
+	handler.SetLimits(limits.http)
 	reload := newReloader(*f.config, d.loaded, d.loadOpts, d.plan, engine, d.restCfg, log)
 	handler.MustRegister(reload.collectors()...)
 	handler.MustRegister(clientMetrics...)
@@ -203,7 +203,7 @@ func (f *serveFlags) run(d *daemon, limits server.Limits, xdsLimits xds.Limits, 
 		defer close(engineDone)
 		_ = engine.Start(engineCtx)
 	}()
-	ln := handler.Listener(d.ln) // at most limits.Connections
+	ln := handler.Listener(d.ln) // at most limits.http.Connections
 	serveErr := make(chan error, 1)
 	if cert != nil {
 		srv.TLSConfig = cert.ServerConfig()
@@ -222,12 +222,11 @@ func (f *serveFlags) run(d *daemon, limits server.Limits, xdsLimits xds.Limits, 
 	go reload.run(engineCtx, hup)
 	var xdsSrv *xds.Transport
 	if d.xdsLn != nil {
-		xdsSrv = startXDS(d.xdsLn, engine, handler, d.guard, cert, xdsLimits, log)
+		xdsSrv = startXDS(d.xdsLn, engine, handler, d.guard, cert, limits.xds, log)
 	}
 	var consulSrv *http.Server
 	if d.consulLn != nil {
-		consulSrv = startConsul(d.consulLn, engine, d.consulSources, handler, d.guard, cert,
-			consul.Limits{Blocking: *f.consulBlocking, BlockingPerCaller: *f.consulPerCaller}, log)
+		consulSrv = startConsul(d.consulLn, engine, d.consulSources, handler, d.guard, cert, limits.consul, log)
 	}
 	log.Info("serving", "address", ln.Addr().String(), "tls", cert != nil, "config", *f.config, "cluster", d.restCfg.Host, "kubeconfig", d.source,
 		"resources", len(compiled.Of(d.plan).Resources), "version", version)

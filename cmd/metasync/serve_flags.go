@@ -8,9 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/iidp/metasync/cmd/metasync/internal/consul"
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
-	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 	"github.com/iidp/metasync/internal/tlsfiles"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -19,7 +17,6 @@ import (
 type serveFlags struct {
 	config, listen, xdsListen, consulListen, consulServices *string
 	kube                                                    kubeFlags
-	consulBlocking, consulPerCaller                         *int
 	logLevel                                                *string
 	staleAfter, heartbeat, shutdownDelay                    *time.Duration
 	snapshotDir                                             *string
@@ -43,8 +40,6 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	f.xdsListen = fs.String("xds-listen", "", "also serve xDS v3 (ADS, state of the world) on this address, for gRPC clients with xDS support: targets xds:///indexes/INDEX/KEY and xds:///chains/CHAIN/KEY (default: off); with --auth and TLS as the HTTP API: over TLS with --tls-cert-file, clients send bearer tokens with --auth=tokenreview, loopback only without --auth")
 	f.consulListen = fs.String("consul-listen", "", "also serve the read side of the Consul HTTP API on this address (agent/self, catalog/services, catalog/service, health/service, with blocking queries), for Consul's discovery clients: a service is a key of a chain or index of --consul-services, its instances the key's host:port values (default: off); with --auth and TLS as the HTTP API: the token in X-Consul-Token or Authorization: Bearer with --auth=tokenreview, loopback only without --auth")
 	f.consulServices = fs.String("consul-services", "", "with --consul-listen: the chains and indexes whose keys are Consul services, as chains/NAME[,indexes/NAME...]")
-	f.consulBlocking = fs.Int("consul-max-blocking", consul.DefaultBlocking, "with --consul-listen: most Consul blocking queries open at once, of all callers; beyond, 503 (0: no limit)")
-	f.consulPerCaller = fs.Int("consul-max-blocking-per-caller", consul.DefaultBlockingPerCaller, "with --consul-listen: most Consul blocking queries that one caller (the identity with --auth=tokenreview, else the remote address) may hold open; beyond, 429 (0: no limit)")
 	f.logLevel = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	f.staleAfter = fs.Duration("stale-after", msync.DefaultStaleAfter, "a synced resource whose watch keeps failing this long is not ready")
 	f.heartbeat = fs.Duration("stream-heartbeat", server.DefaultHeartbeat, "a change stream (?watch=true) that sent nothing this long gets a heartbeat frame")
@@ -91,35 +86,35 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 // limits (the fd budget shared by the listeners), the Go runtime's
 // memory limit and the TLS certificate: what serve needs before it
 // reads the config.
-func (f *serveFlags) setup(stderr io.Writer) (log *slog.Logger, limits server.Limits, xdsLimits xds.Limits, cert *tlsfiles.Certificate, err error) {
+func (f *serveFlags) setup(stderr io.Writer) (log *slog.Logger, limits faceLimits, cert *tlsfiles.Certificate, err error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
 		fmt.Fprintf(stderr, "metasync serve: --log-level %q: %v\n", *f.logLevel, err)
-		return nil, server.Limits{}, xds.Limits{}, nil, exitError{2}
+		return nil, faceLimits{}, nil, exitError{2}
 	}
 	log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(log.With("source", "client-go"))
-	limits, xdsLimits, err = f.limitsOf.limits(fdLimit(), *f.xdsListen != "", log)
+	limits, err = f.limitsOf.limits(fdLimit(), *f.xdsListen != "", *f.consulListen != "", log)
 	if err != nil {
 		fmt.Fprintln(stderr, "metasync serve:", err)
-		return nil, server.Limits{}, xds.Limits{}, nil, exitError{2}
+		return nil, faceLimits{}, nil, exitError{2}
 	}
 	if err := setMemoryLimit(*f.memoryLimit, "/sys/fs/cgroup", log); err != nil {
 		fmt.Fprintln(stderr, "metasync serve:", err)
-		return nil, server.Limits{}, xds.Limits{}, nil, exitError{2}
+		return nil, faceLimits{}, nil, exitError{2}
 	}
 	if (*f.tlsCert == "") != (*f.tlsKey == "") {
 		fmt.Fprintln(stderr, "metasync serve: --tls-cert-file and --tls-private-key-file go together")
-		return nil, server.Limits{}, xds.Limits{}, nil, exitError{2}
+		return nil, faceLimits{}, nil, exitError{2}
 	}
 	if *f.tlsCert != "" {
 		c, err := tlsfiles.NewCertificate(*f.tlsCert, *f.tlsKey, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync serve:", err)
-			return nil, server.Limits{}, xds.Limits{}, nil, exitError{2}
+			return nil, faceLimits{}, nil, exitError{2}
 		}
 		cert = c
 	}
 	f.authOpts.tls = cert != nil
-	return log, limits, xdsLimits, cert, nil
+	return log, limits, cert, nil
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -131,6 +132,7 @@ type Server struct {
 	authorize Authorizer // nil: every caller reads every service
 	limits    Limits
 	gate      gate
+	conns     *conns // nil: no connection limit
 	watches   *watches
 	metrics   *metrics
 	mux       *http.ServeMux
@@ -193,7 +195,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // HTTPServer returns an http.Server for the facade, with timeouts fit
 // for blocking queries (a write may wait MaxWait and its jitter) and for
 // untrusted callers; it serves over TLS when tlsConfig is not nil. Its
-// Shutdown answers the blocking queries at once (Close).
+// Shutdown answers the blocking queries at once (Close). Serve it on
+// Listener: it tells the limiter which connections are idle. An idle
+// connection is closed after 30 s: a Consul client sends its next
+// blocking query as soon as it has an answer, so a connection idle that
+// long serves no loop.
 func (s *Server) HTTPServer(tlsConfig *tls.Config, errorLog *slog.Logger) *http.Server {
 	srv := &http.Server{
 		Handler:           s,
@@ -201,15 +207,26 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config, errorLog *slog.Logger) *http.
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      MaxWait + MaxWait/16 + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(errorLog.Handler(), slog.LevelDebug),
 
 		DisableGeneralOptionsHandler: true,
+
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if s.conns != nil {
+				s.conns.connState(c, st)
+			}
+		},
+		ConnContext: connContext,
 	}
 	srv.RegisterOnShutdown(s.Close)
 	return srv
 }
+
+// IdleTimeout is how long a connection kept alive between requests
+// stays open.
+const IdleTimeout = 30 * time.Second
 
 // writeText answers code with a text body, as Consul answers its errors.
 func writeText(w http.ResponseWriter, code int, msg string) {

@@ -67,6 +67,7 @@ func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 			rec.Header().Set("Connection", "close")
+			s.spent(r)
 			writeText(rec, http.StatusBadRequest, "a read carries no body")
 			return
 		}
@@ -105,13 +106,19 @@ func withToken(r *http.Request) *http.Request {
 	return r2
 }
 
-// refuse answers an Authorizer's refusal.
-func refuse(w http.ResponseWriter, code int, msg string) {
-	if code == http.StatusServiceUnavailable {
+// refuse answers an Authorizer's refusal. A 401 or 403 closes the
+// connection, the first to be closed to make room until it is: a caller
+// without a token that may read cannot keep connections alive.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	switch code {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
-	}
-	if code == http.StatusForbidden {
+	case http.StatusForbidden:
 		msg = "Permission denied: " + msg
+		fallthrough
+	case http.StatusUnauthorized:
+		w.Header().Set("Connection", "close")
+		s.spent(r)
 	}
 	writeText(w, code, msg)
 }
@@ -150,7 +157,7 @@ func (s *Server) readable(r *http.Request) (may []bool, user string, code int, m
 func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 	if s.authorize != nil {
 		if _, code, msg := s.authorize(withToken(r), ""); code != 0 {
-			refuse(w, code, msg)
+			s.refuse(w, r, code, msg)
 			return
 		}
 	}
@@ -200,28 +207,48 @@ func parseQuery(r *http.Request) (queryParams, string) {
 	return p, ""
 }
 
-// blocking answers a read of k (endpoint), at once without ?index or
-// with an index that the answer has passed, else when the answer's index
-// passes it or the wait is over (the same answer, its index unchanged).
+// MaxServiceName is the longest service name read, in bytes: a longer
+// one is 400 (a key of an index is seldom a tenth of it).
+const MaxServiceName = 512
+
+// blocking answers a read of k (endpoint), at once without ?index, with
+// an index that the answer has passed, with one this daemon never gave
+// or with ?wait=0; else when the answer's index passes the index, or the
+// wait is over (the same answer, with the index the client sent: never
+// lower than one it holds). A service that is no key of the sources is
+// waited for on the catalog, not followed of its own: names that are no
+// service cost no subscription.
 func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey) {
 	p, bad := parseQuery(r)
 	if bad != "" {
 		writeText(w, http.StatusBadRequest, bad)
 		return
 	}
+	if len(k.service) > MaxServiceName {
+		writeText(w, http.StatusBadRequest, fmt.Sprintf("Invalid service name: %d bytes, at most %d", len(k.service), MaxServiceName))
+		return
+	}
 	may, user, code, msg := s.readable(r)
 	if code != 0 {
-		refuse(w, code, msg)
+		s.refuse(w, r, code, msg)
 		return
 	}
-	if p.index == 0 || p.index > s.now() || s.closing.Err() != nil {
-		// No index; or one this daemon never gave (a daemon's before a
-		// restart, or made up): waiting would keep what the client
-		// holds, of another state, for the whole wait.
-		s.answer(w, r, endpoint, k, s.read(k, nil), may)
+	now := s.now()
+	if p.index == 0 || p.index > now || p.wait == 0 || s.closing.Err() != nil {
+		// No index, or no wait; or an index this daemon never gave (a
+		// daemon's before a restart, or another replica's, or made up):
+		// waiting would keep what the client holds, of another state,
+		// for the whole wait. The client, seeing a lower index, starts
+		// again from this one.
+		st, idx := s.fresh(k)
+		if p.index <= now {
+			idx = max(idx, p.index)
+		}
+		s.answer(w, r, endpoint, k, st, idx, may)
 		return
 	}
-	release, reason, why := s.gate.admit(callerOf(r, user))
+	caller := callerOf(r, user)
+	release, reason, why := s.gate.admit(caller)
 	if reason != "" {
 		s.refused(reason, why)
 		w.Header().Set("Retry-After", "5")
@@ -233,47 +260,109 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		return
 	}
 	defer release()
-	wt := s.watches.acquire(k)
-	defer s.watches.release(wt)
 	s.metrics.open.Inc()
 	defer s.metrics.open.Dec()
 	wait := p.wait + rand.N(p.wait/16+1)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	q := &query{s: s, r: r, timer: timer.C, wasStale: s.engine.Stale(), staleCh: s.engine.StaleChanged()}
+	if !k.catalog {
+		// A name that is no key of any source: wait for the catalog to
+		// list it.
+		cat := s.watches.acquire(watchKey{catalog: true})
+		for {
+			st := cat.current()
+			if !st.synced || st.has(k.service) {
+				break
+			}
+			if result := q.wait(st.changed); result != "" {
+				s.watches.release(cat, caller)
+				q.done(result)
+				if result == "gone" {
+					return
+				}
+				st, idx := s.fresh(k)
+				s.answer(w, r, endpoint, k, st, max(idx, p.index), may)
+				return
+			}
+		}
+		s.watches.release(cat, caller)
+	}
+	wt := s.watches.acquire(k)
+	defer s.watches.release(wt, caller)
 	result := "changed"
 	for {
 		st := wt.current()
 		if st.index > p.index || !st.synced {
 			break
 		}
-		select {
-		case <-st.changed:
-			continue
-		case <-timer.C:
-			result = "timeout"
-		case <-s.closing.Done():
-			result = "drain"
-		case <-r.Context().Done():
-			s.metrics.answers.WithLabelValues("gone").Inc()
-			return
+		if result = q.wait(st.changed); result != "" {
+			break
 		}
-		break
+		result = "changed"
 	}
-	s.metrics.answers.WithLabelValues(result).Inc()
-	s.answer(w, r, endpoint, k, wt.current(), may)
+	q.done(result)
+	if result == "gone" {
+		return
+	}
+	st, idx := wt.answered(p.index)
+	s.answer(w, r, endpoint, k, st, idx, may)
+}
+
+// query is a blocking query's wait.
+type query struct {
+	s        *Server
+	r        *http.Request
+	timer    <-chan time.Time
+	wasStale bool
+	staleCh  <-chan struct{}
+}
+
+// wait waits for changed, and answers "" when it is closed; else why the
+// wait is over: timeout, drain, gone (the client went) or stale (the
+// answer became stale, or caught up: X-Consul-KnownLeader changed).
+func (q *query) wait(changed <-chan struct{}) string {
+	for {
+		select {
+		case <-changed:
+			return ""
+		case <-q.timer:
+			return "timeout"
+		case <-q.s.closing.Done():
+			return "drain"
+		case <-q.r.Context().Done():
+			return "gone"
+		case <-q.staleCh:
+			q.staleCh = q.s.engine.StaleChanged()
+			if q.s.engine.Stale() != q.wasStale {
+				return "stale"
+			}
+		}
+	}
+}
+
+// done counts the query's end.
+func (q *query) done(result string) { q.s.metrics.answers.WithLabelValues(result).Inc() }
+
+// fresh reads k from the engine's state now, and the index to answer
+// it with: never below one that k's watch gave.
+func (s *Server) fresh(k watchKey) (*state, uint64) {
+	st := s.read(k, nil)
+	return st, max(st.index, s.watches.highest(k))
 }
 
 // answer writes st, the state of k, as endpoint answers it, with what
-// the caller may read (may, by source) and Consul's headers. Before the
-// sources behind it have synced it answers 503: no answer is known yet.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, may []bool) {
+// the caller may read (may, by source) and Consul's headers, index its
+// X-Consul-Index (at least st's). Before the sources behind it have
+// synced it answers 503: no answer is known yet.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, index uint64, may []bool) {
 	if !st.synced {
 		w.Header().Set("Retry-After", "1")
 		writeText(w, http.StatusServiceUnavailable, "metasync has not completed its first list of the chains or indexes behind this answer yet: nothing is known yet")
 		return
 	}
 	h := w.Header()
-	h.Set("X-Consul-Index", strconv.FormatUint(st.index, 10))
+	h.Set("X-Consul-Index", strconv.FormatUint(index, 10))
 	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!s.engine.Stale()))
 	h.Set("X-Consul-LastContact", "0")
 	h.Set("X-Consul-Effective-Consistency", "leader")

@@ -7,10 +7,10 @@ import (
 	gosync "sync"
 )
 
-// Limits bound the blocking queries that callers may hold open at once.
-// A blocking query holds a connection and a goroutine for up to its
-// wait; the engine subscriptions behind them are shared per service. A
-// zero field sets no bound.
+// Limits bound the blocking queries that callers may hold open at once,
+// and the connections. A blocking query holds a connection and a
+// goroutine for up to its wait; the engine subscriptions behind them are
+// shared per service. A zero field sets no bound.
 type Limits struct {
 	// Blocking is the most blocking queries open at once, of all
 	// callers; beyond, 503 with Retry-After.
@@ -19,17 +19,30 @@ type Limits struct {
 	// an Authorizer, one user; without, one remote address. Beyond, 429
 	// with Retry-After.
 	BlockingPerCaller int
+	// Connections is the most connections open at once (see Listener):
+	// each holds a file descriptor, so the daemon takes them from its one
+	// budget of descriptors.
+	Connections int
+	// ConnectionsPerCaller is the most connections open at once from one
+	// remote address.
+	ConnectionsPerCaller int
 }
 
-// The default limits: as the HTTP API's change streams.
+// The default limits: as the HTTP API's change streams; a caller's
+// connections are its blocking queries' and Room more, for reads that
+// answer at once.
 const (
-	DefaultBlocking          = 4096
-	DefaultBlockingPerCaller = 256
+	DefaultBlocking             = 4096
+	DefaultBlockingPerCaller    = 256
+	Room                        = 64
+	DefaultConnections          = DefaultBlocking + Room
+	DefaultConnectionsPerCaller = DefaultBlockingPerCaller + Room
 )
 
 // DefaultLimits are the limits of a new Server.
 func DefaultLimits() Limits {
-	return Limits{Blocking: DefaultBlocking, BlockingPerCaller: DefaultBlockingPerCaller}
+	return Limits{Blocking: DefaultBlocking, BlockingPerCaller: DefaultBlockingPerCaller,
+		Connections: DefaultConnections, ConnectionsPerCaller: DefaultConnectionsPerCaller}
 }
 
 // SetLimits sets the limits; call it before the server serves.
@@ -39,6 +52,9 @@ func (s *Server) SetLimits(l Limits) { s.limits = l }
 const (
 	refusedBlocking  = "blocking"
 	refusedPerCaller = "blocking_per_caller"
+	// refusedServices: a caller left more idle watches than
+	// maxIdlePerCaller; its idle longest stopped.
+	refusedServices = "services_per_caller"
 )
 
 // gate counts the open blocking queries, in all and per caller.
@@ -96,6 +112,6 @@ func (g *gate) admit(caller string) (release func(), reason, msg string) {
 func (s *Server) refused(reason, msg string) {
 	s.metrics.refused.WithLabelValues(reason).Inc()
 	s.metrics.refusedLog.Do(func() {
-		s.log.Warn("Consul facade: blocking query refused at a limit", "reason", reason, "error", msg)
+		s.log.Warn("Consul facade: refused at a limit", "reason", reason, "error", msg)
 	})
 }

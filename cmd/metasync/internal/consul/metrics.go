@@ -13,6 +13,7 @@ type metrics struct {
 	open       prometheus.Gauge
 	answers    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	evicted    prometheus.Counter
 	refusedLog rate.Sometimes
 }
 
@@ -28,18 +29,22 @@ func newMetrics() *metrics {
 		}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metasync_consul_blocking_answers_total",
-			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went).",
+			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went), stale (the answer became stale or caught up).",
 		}, []string{"result"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metasync_consul_refused_total",
-			Help: "Blocking queries of the Consul facade refused at a limit, by reason: blocking (503), blocking_per_caller (429).",
+			Help: "Requests and connections of the Consul facade refused at a limit, by reason: blocking (503), blocking_per_caller (429), connections and connections_per_caller (503, answered by the listener), services_per_caller (an idle watch let go).",
 		}, []string{"reason"}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metasync_consul_connections_evicted_total",
+			Help: "Idle connections of the Consul facade (kept alive between requests, or with no request read yet) closed to make room for a new one at a connection limit.",
+		}),
 		refusedLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
 	}
-	for _, r := range []string{"changed", "timeout", "drain", "gone"} {
+	for _, r := range []string{"changed", "timeout", "drain", "gone", "stale"} {
 		m.answers.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedBlocking, refusedPerCaller} {
+	for _, r := range []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller, refusedServices} {
 		m.refused.WithLabelValues(r)
 	}
 	return m
@@ -56,5 +61,9 @@ func (m *metrics) collectors(s *Server) []prometheus.Collector {
 		Name: "metasync_consul_blocking_limit",
 		Help: "The most blocking queries of the Consul facade open at once (all callers); 0 for no limit.",
 	}, func() float64 { return float64(s.limits.Blocking) })
-	return []prometheus.Collector{m.requests, m.open, m.answers, m.refused, watches, limit}
+	conns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "metasync_consul_connections_open",
+		Help: "Connections open on the Consul facade's listener (when it is limited).",
+	}, func() float64 { return float64(s.openConnections()) })
+	return []prometheus.Collector{m.requests, m.open, m.answers, m.refused, m.evicted, watches, limit, conns}
 }

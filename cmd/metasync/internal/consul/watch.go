@@ -15,15 +15,17 @@ import (
 // service (or the catalog's list of services) that some query waits on,
 // shared by every query of it, with one engine subscription per source.
 // A watch whose last query has answered stays a while (idleTTL, at most
-// maxIdle of them), so that a client's next query, sent as soon as it
-// has its answer, finds it and waits rather than answering at once.
+// maxIdle of them, maxIdlePerCaller left by one caller), so that a
+// client's next query, sent as soon as it has its answer, finds it and
+// waits rather than answering at once.
 type watches struct {
 	s *Server
 
-	mu    gosync.Mutex
-	all   map[watchKey]*watch
-	idle  *list.List // of *watch with no query, the longest idle first
-	count atomic.Int64
+	mu     gosync.Mutex
+	all    map[watchKey]*watch
+	idle   *list.List     // of *watch with no query, the longest idle first
+	idleBy map[string]int // idle watches by the caller of their last query
+	count  atomic.Int64
 }
 
 // watchKey names what a watch follows: one service, or the list of
@@ -40,10 +42,15 @@ type watch struct {
 	waiters int           // under watches.mu
 	idle    *list.Element // under watches.mu: in watches.idle while no query waits
 	since   time.Time     // under watches.mu: idle since
+	owner   string        // under watches.mu: the caller of its last query, while idle
 	cancel  context.CancelFunc
 
 	refresh gosync.Mutex // one read at a time
 	st      atomic.Pointer[state]
+	// floor is the highest index answered from the watch (written under
+	// refresh): a query that waited in vain answers the index it sent
+	// when that is above the state's, and every later state passes it.
+	floor atomic.Uint64
 }
 
 // state is one answer of a watch (or of a read without one); it never
@@ -59,17 +66,36 @@ type state struct {
 	names [][]string
 	// changed is closed when a newer state replaces this one.
 	changed chan struct{}
+
+	setOnce gosync.Once
+	set     map[string]bool // the names of every source (the catalog), made at the first has
+}
+
+// has reports whether name is a service of the catalog's state st.
+func (st *state) has(name string) bool {
+	st.setOnce.Do(func() {
+		st.set = map[string]bool{}
+		for _, names := range st.names {
+			for _, n := range names {
+				st.set[n] = true
+			}
+		}
+	})
+	return st.set[name]
 }
 
 // idleTTL is how long a watch with no query stays; maxIdle bounds such
-// watches: beyond, the one idle longest stops.
+// watches: beyond, the one idle longest stops; maxIdlePerCaller bounds
+// those that one caller's queries left: beyond, that caller's idle
+// longest stops.
 const (
-	idleTTL = time.Minute
-	maxIdle = 1024
+	idleTTL          = time.Minute
+	maxIdle          = 1024
+	maxIdlePerCaller = 256
 )
 
 func newWatches(s *Server) *watches {
-	return &watches{s: s, all: map[watchKey]*watch{}, idle: list.New()}
+	return &watches{s: s, all: map[watchKey]*watch{}, idle: list.New(), idleBy: map[string]int{}}
 }
 
 // acquire returns the watch of k with one more query on it, starting it
@@ -91,26 +117,56 @@ func (ws *watches) acquire(k watchKey) *watch {
 		}
 	}
 	if w.idle != nil {
-		ws.idle.Remove(w.idle)
-		w.idle = nil
+		ws.unidle(w)
 	}
 	w.waiters++
 	return w
 }
 
-// release takes a query off w: the last one leaves it idle.
-func (ws *watches) release(w *watch) {
+// release takes caller's query off w: the last one leaves it idle, the
+// caller's.
+func (ws *watches) release(w *watch, caller string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w.waiters--
 	if w.waiters > 0 || ws.all[w.key] != w {
 		return
 	}
-	w.since = time.Now()
+	w.since, w.owner = time.Now(), caller
 	w.idle = ws.idle.PushBack(w)
+	if ws.idleBy[caller]++; ws.idleBy[caller] > maxIdlePerCaller {
+		for e := ws.idle.Front(); e != nil; e = e.Next() {
+			if v := e.Value.(*watch); v.owner == caller {
+				ws.stop(v)
+				ws.s.metrics.refused.WithLabelValues(refusedServices).Inc()
+				break
+			}
+		}
+	}
 	for ws.idle.Len() > maxIdle {
 		ws.stop(ws.idle.Front().Value.(*watch))
 	}
+}
+
+// unidle takes w off the idle list (under mu).
+func (ws *watches) unidle(w *watch) {
+	ws.idle.Remove(w.idle)
+	w.idle = nil
+	if ws.idleBy[w.owner]--; ws.idleBy[w.owner] <= 0 {
+		delete(ws.idleBy, w.owner)
+	}
+	w.owner = ""
+}
+
+// highest is the highest index that k's watch has given, 0 without one.
+func (ws *watches) highest(k watchKey) uint64 {
+	ws.mu.Lock()
+	w := ws.all[k]
+	ws.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return max(w.current().index, w.floor.Load())
 }
 
 // sweep stops the watches idle for idleTTL (under mu).
@@ -126,8 +182,7 @@ func (ws *watches) sweep(now time.Time) {
 
 // stop ends an idle watch (under mu).
 func (ws *watches) stop(w *watch) {
-	ws.idle.Remove(w.idle)
-	w.idle = nil
+	ws.unidle(w)
 	delete(ws.all, w.key)
 	ws.count.Add(-1)
 	w.cancel()
@@ -139,8 +194,7 @@ func (ws *watches) stopAll() {
 	defer ws.mu.Unlock()
 	for k, w := range ws.all {
 		if w.idle != nil {
-			ws.idle.Remove(w.idle)
-			w.idle = nil
+			ws.unidle(w)
 		}
 		delete(ws.all, k)
 		ws.count.Add(-1)
@@ -167,6 +221,21 @@ func (ws *watches) runSweeper(ctx context.Context) {
 
 // current is what the watch answers now.
 func (w *watch) current() *state { return w.st.Load() }
+
+// answered is what a query that sent index answers, when its wait is
+// over: the current state, and the higher of its index and the query's
+// (an index this daemon could have given), so that no client sees its
+// index go backwards; every later state of w passes it.
+func (w *watch) answered(index uint64) (*state, uint64) {
+	w.refresh.Lock()
+	defer w.refresh.Unlock()
+	st := w.st.Load()
+	idx := max(st.index, index)
+	if idx > w.floor.Load() {
+		w.floor.Store(idx)
+	}
+	return st, idx
+}
 
 // follow subscribes to what src gives w and reads w again at each event,
 // until ctx ends. A source that is unknown or that a reload removes is
@@ -203,6 +272,10 @@ func (w *watch) update() {
 	defer w.refresh.Unlock()
 	old := w.st.Load()
 	if next := w.ws.s.read(w.key, old); next != old {
+		if f := w.floor.Load(); next.index <= f {
+			next.index = f + 1
+			w.ws.s.seen(next.index)
+		}
 		w.st.Store(next)
 		close(old.changed)
 	}

@@ -64,6 +64,7 @@ var _ Engine = (*msync.Engine)(nil)
 // Server serves the HTTP API of one engine.
 type Server struct {
 	engine   Engine
+	sdCache  sdCache
 	log      *slog.Logger
 	mux      *http.ServeMux
 	registry *prometheus.Registry

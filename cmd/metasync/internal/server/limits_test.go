@@ -166,7 +166,7 @@ func TestStreamLimitsPerIdentity(t *testing.T) {
 
 // limitedServer serves examples/appmodel's config over an engine without a
 // cluster, as serve does with limits: HTTPServer on the limited Listener.
-func limitedServer(t *testing.T, l Limits) (base string, f feed.Feeder, s *Server) {
+func limitedServer(t testing.TB, l Limits) (base string, f feed.Feeder, s *Server) {
 	t.Helper()
 	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	gosync "sync"
 
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
@@ -34,13 +37,18 @@ func (s *Server) sdChain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
 		return
 	}
-	keys := s.engine.Answer(msync.IndexOf(first)).Values
-	ts := make([]msync.Target, 0, len(keys)+1)
+	route := "chains/" + chain
+	gen := s.engine.StaleChanged()
+	if s.sdCache.hit(w, s, route, chain) {
+		return
+	}
+	ka := s.engine.Answer(msync.IndexOf(first))
+	ts := make([]msync.Target, 0, len(ka.Values)+1)
 	ts = append(ts, msync.ChainOf(chain, "")) // synced and stale, with no keys
-	for _, k := range keys {
+	for _, k := range ka.Values {
 		ts = append(ts, msync.ChainOf(chain, k))
 	}
-	s.writeSD(w, labelChain, chain, ts, s.engine.Answers(ts...))
+	s.writeSD(w, route, labelChain, chain, ts, s.engine.Answers(ts...), ka.Seq, gen)
 }
 
 // sdIndex answers GET /v1/sd/indexes/{index}: Prometheus' http_sd
@@ -52,21 +60,86 @@ func (s *Server) sdIndex(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "sd", index)
 		return
 	}
-	keys := s.engine.Answer(msync.IndexOf(index)).Values
-	ts := make([]msync.Target, 0, len(keys)+1)
+	route := "indexes/" + index
+	gen := s.engine.StaleChanged()
+	if s.sdCache.hit(w, s, route, index) {
+		return
+	}
+	ka := s.engine.Answer(msync.IndexOf(index))
+	ts := make([]msync.Target, 0, len(ka.Values)+1)
 	ts = append(ts, msync.IndexOf(index))
-	for _, k := range keys {
+	for _, k := range ka.Values {
 		ts = append(ts, msync.KeyOf(index, k))
 	}
-	s.writeSD(w, labelIndex, index, ts, s.engine.Answers(ts...))
+	s.writeSD(w, route, labelIndex, index, ts, s.engine.Answers(ts...), ka.Seq, gen)
+}
+
+// sdCache keeps the last encoded answer of each /v1/sd route, with the
+// engine's state it was read from: Prometheus asks the same list every
+// refresh_interval, from every replica of it, and while nothing changed
+// an answer costs a map look-up instead of a read and an encoding of
+// every key. Its routes are those of the config's chains and indexes.
+type sdCache struct {
+	mu gosync.Mutex
+	m  map[string]*sdEntry
+}
+
+// sdEntry is one route's answer: the state it was read from (seq, and
+// gen, open until the answers may be stale or not as before, or a
+// reload), its body and what the lookup counts.
+type sdEntry struct {
+	seq    uint64
+	gen    <-chan struct{}
+	body   []byte
+	result string
+}
+
+// hit answers route from the cache when its answer was read from the
+// engine's current state, and reports whether it did.
+func (c *sdCache) hit(w http.ResponseWriter, s *Server, route, name string) bool {
+	c.mu.Lock()
+	e := c.m[route]
+	c.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	select {
+	case <-e.gen:
+		return false
+	default:
+	}
+	if s.engine.Answers(msync.Target{})[0].Seq != e.seq {
+		return false
+	}
+	s.lookups.WithLabelValues("sd", name, e.result).Inc()
+	writeBody(w, e.body)
+	return true
+}
+
+func (c *sdCache) put(route string, e *sdEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*sdEntry{}
+	}
+	c.m[route] = e
+}
+
+// writeBody answers 200 with body, JSON encoded already.
+func writeBody(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 // writeSD answers the target groups of as (the answers of ts, read
 // together; the first one gives synced and stale only): 503 before the
 // chain or index has synced (Prometheus keeps its last list on an
 // error), else 200 and a JSON array, [] when no key has a host:port
-// value.
-func (s *Server) writeSD(w http.ResponseWriter, label, name string, ts []msync.Target, as []msync.Answer) {
+// value. The answer is kept for route when its keys (read at keysSeq)
+// are of the same state as as, and no staleness change (gen) came.
+func (s *Server) writeSD(w http.ResponseWriter, route, label, name string, ts []msync.Target, as []msync.Answer, keysSeq uint64, gen <-chan struct{}) {
 	if !as[0].Synced {
 		s.lookups.WithLabelValues("sd", name, "unsynced").Inc()
 		w.Header().Set("Retry-After", "1")
@@ -90,7 +163,14 @@ func (s *Server) writeSD(w http.ResponseWriter, label, name string, ts []msync.T
 		result = "miss"
 	}
 	s.lookups.WithLabelValues("sd", name, result).Inc()
-	writeJSON(w, http.StatusOK, groups)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(groups)
+	if as[0].Seq == keysSeq {
+		s.sdCache.put(route, &sdEntry{seq: keysSeq, gen: gen, body: buf.Bytes(), result: result})
+	}
+	writeBody(w, buf.Bytes())
 }
 
 // HostPorts returns the values that are host:port (a host, and a port

@@ -1,0 +1,264 @@
+package consul
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// facade serves the Consul facade of index service-to-endpoints of
+// examples/appmodel's config over an engine without a cluster, on its
+// limited listener, as serve does; engine wraps the engine (nil: as is).
+func facade(t *testing.T, wrap func(*msync.Engine) Engine) (base string, f feed.Feeder, s *Server) {
+	t.Helper()
+	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	e, f, err := feed.New(plan, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var engine Engine = e.(*msync.Engine)
+	if wrap != nil {
+		engine = wrap(e.(*msync.Engine))
+	}
+	s = New(engine, []Source{{"indexes", "service-to-endpoints"}}, quiet, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s.HTTPServer(nil, quiet)
+	go func() { _ = srv.Serve(s.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Close(); s.Close() })
+	return "http://" + ln.Addr().String(), f, s
+}
+
+// slice is an EndpointSlice of service with one ready endpoint at ip,
+// port http 8080.
+func slice(name, service, ip string) []byte {
+	return fmt.Appendf(nil, `{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+"metadata":{"name":%q,"namespace":"meta-test","labels":{"kubernetes.io/service-name":%q}},
+"ports":[{"name":"http","port":8080}],
+"endpoints":[{"addresses":[%q],"conditions":{"ready":true}}]}`, name, service, ip)
+}
+
+// get reads path, and answers its status, X-Consul-Index and body.
+func get(t *testing.T, url string) (code int, index uint64, body string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	index, _ = strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
+	return resp.StatusCode, index, string(b)
+}
+
+// TestIndexNeverGoesBackwards: a blocking query whose wait runs out
+// answers at least the index it sent. Before, it answered its watch's
+// index: after a change elsewhere, a read without a wait gives a higher
+// index than the watch's state, and the client that blocked on it saw
+// its index go backwards (and consul/api's watches start again from 0).
+func TestIndexNeverGoesBackwards(t *testing.T) {
+	base, f, _ := facade(t, nil)
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	_, i0, _ := get(t, base+"/v1/health/service/model1")
+	// A blocking query starts model1's watch, at i0's state.
+	if _, i, _ := get(t, base+"/v1/health/service/model1?wait=50ms&index="+fmt.Sprint(i0)); i != i0 {
+		t.Fatalf("a wait run out: index %d, want %d", i, i0)
+	}
+	// A change of another service: model1's answer is the same, the
+	// engine's state is newer.
+	if err := f.Apply("endpointslices", slice("b", "model2", "10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	_, i1, _ := get(t, base+"/v1/health/service/model1")
+	if i1 <= i0 {
+		t.Fatalf("a read after a change elsewhere: index %d, want above %d", i1, i0)
+	}
+	seen := i1
+	for _, wait := range []string{"50ms", "0s"} {
+		_, i, body := get(t, base+"/v1/health/service/model1?wait="+wait+"&index="+fmt.Sprint(seen))
+		if i < seen {
+			t.Errorf("wait %s, index %d: answered index %d: backwards", wait, seen, i)
+		}
+		if !strings.Contains(body, "10.0.0.1") {
+			t.Errorf("wait %s: %s", wait, body)
+		}
+		seen = max(seen, i)
+	}
+	// A change of model1 after that passes the index the client holds.
+	done := make(chan uint64)
+	go func() {
+		_, i, _ := get(t, base+"/v1/health/service/model1?wait=10s&index="+fmt.Sprint(seen))
+		done <- i
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.3")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case i := <-done:
+		if i <= seen {
+			t.Errorf("after model1 changed: index %d, want above %d", i, seen)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the change did not answer the blocking query")
+	}
+}
+
+// TestNamesThatAreNoService: a service name longer than MaxServiceName
+// is 400; ?wait=0 answers at once; a name that is no service waits on
+// the catalog (it does not answer at once, which would make a client
+// loop) and costs no watch of its own, however many such names are
+// asked; it answers as soon as the name becomes a service.
+func TestNamesThatAreNoService(t *testing.T) {
+	base, f, s := facade(t, nil)
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := get(t, base+"/v1/health/service/"+strings.Repeat("x", MaxServiceName+1)); code != 400 {
+		t.Errorf("a long name: %d %s, want 400", code, body)
+	}
+	if code, _, _ := get(t, base+"/v1/health/service/"+strings.Repeat("x", MaxServiceName)); code != 200 {
+		t.Errorf("a name of %d bytes: %d, want 200", MaxServiceName, code)
+	}
+	_, index, _ := get(t, base+"/v1/health/service/model1")
+	start := time.Now()
+	if code, i, _ := get(t, base+"/v1/health/service/model1?wait=0s&index="+fmt.Sprint(index)); code != 200 || i != index || time.Since(start) > time.Second {
+		t.Errorf("wait=0: %d, index %d after %v, want 200 at once with %d", code, i, time.Since(start), index)
+	}
+	if n := s.watches.count.Load(); n != 0 {
+		t.Errorf("%d watches after reads without a wait, want 0", n)
+	}
+	for i := range 200 {
+		start := time.Now()
+		code, got, body := get(t, base+fmt.Sprintf("/v1/catalog/service/no-such-%d?wait=20ms&index=%d", i, index))
+		if code != 200 || strings.TrimSpace(body) != "[]" || got < index {
+			t.Fatalf("an unknown service: %d %d %s", code, got, body)
+		}
+		if took := time.Since(start); took < 20*time.Millisecond {
+			t.Fatalf("an unknown service answered after %v: a client would loop", took)
+		}
+	}
+	if n := s.watches.count.Load(); n != 1 {
+		t.Errorf("%d watches after 200 names that are no service, want 1 (the catalog)", n)
+	}
+	done := make(chan string)
+	go func() {
+		_, _, body := get(t, base+fmt.Sprintf("/v1/health/service/model9?wait=10s&index=%d", index))
+		done <- body
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := f.Apply("endpointslices", slice("c", "model9", "10.0.0.9")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case body := <-done:
+		if !strings.Contains(body, "10.0.0.9") {
+			t.Errorf("the new service: %s", body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a service that appeared did not answer the query waiting on it")
+	}
+}
+
+// TestIdleWatchesPerCaller: the watches that one caller's queries leave
+// idle are at most maxIdlePerCaller; beyond, that caller's idle longest
+// stops.
+func TestIdleWatchesPerCaller(t *testing.T) {
+	base, f, s := facade(t, nil)
+	const n = maxIdlePerCaller + 20
+	var objs [][]byte
+	for i := range n {
+		objs = append(objs, slice(fmt.Sprint("s", i), fmt.Sprint("model", i), "10.0.0.1"))
+	}
+	if err := f.Apply("endpointslices", objs...); err != nil {
+		t.Fatal(err)
+	}
+	_, index, _ := get(t, base+"/v1/catalog/services")
+	for i := range n {
+		get(t, base+fmt.Sprintf("/v1/health/service/model%d?wait=1ms&index=%d", i, index))
+	}
+	if got := s.watches.count.Load(); got > maxIdlePerCaller+1 {
+		t.Errorf("%d watches left by one caller, want at most %d (and the catalog's)", got, maxIdlePerCaller)
+	}
+}
+
+// staleEngine is an engine whose Stale a test sets.
+type staleEngine struct {
+	*msync.Engine
+	stale atomic.Bool
+	ch    atomic.Pointer[chan struct{}]
+}
+
+func (e *staleEngine) Stale() bool { return e.stale.Load() }
+
+func (e *staleEngine) StaleChanged() <-chan struct{} { return *e.ch.Load() }
+
+func (e *staleEngine) set(stale bool) {
+	e.stale.Store(stale)
+	ch := make(chan struct{})
+	close(*e.ch.Swap(&ch))
+}
+
+// TestStaleWakesBlockingQueries: a blocking query answers when its
+// answer becomes stale or catches up, so that X-Consul-KnownLeader
+// tells it, with the index it sent: the answer is the same.
+func TestStaleWakesBlockingQueries(t *testing.T) {
+	var se *staleEngine
+	base, f, _ := facade(t, func(e *msync.Engine) Engine {
+		se = &staleEngine{Engine: e}
+		ch := make(chan struct{})
+		se.ch.Store(&ch)
+		se.stale.Store(true)
+		return se
+	})
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	_, index, _ := get(t, base+"/v1/health/service/model1")
+	type result struct {
+		index  uint64
+		leader string
+	}
+	done := make(chan result)
+	go func() {
+		resp, err := http.Get(base + fmt.Sprintf("/v1/health/service/model1?wait=10s&index=%d", index))
+		if err != nil {
+			done <- result{}
+			return
+		}
+		resp.Body.Close()
+		i, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
+		done <- result{i, resp.Header.Get("X-Consul-KnownLeader")}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	se.set(true) // no change: the query waits on
+	time.Sleep(50 * time.Millisecond)
+	se.set(false)
+	select {
+	case r := <-done:
+		if r.index != index || r.leader != "true" {
+			t.Errorf("after the answer caught up: index %d, X-Consul-KnownLeader %q; want %d and true", r.index, r.leader, index)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the answer caught up: the blocking query went on waiting")
+	}
+}
