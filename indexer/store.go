@@ -195,6 +195,10 @@ type indexSnap struct {
 	// a lookup costs what it costs in any index. Never modified once
 	// published.
 	chosen map[string]choice
+	// preferred, of an index with hints, holds the answers of its keys
+	// for each zone or node that their hints prefer (see prefer.go); nil
+	// when no key has any.
+	preferred *preferred
 }
 
 // choice is what a key in conflict answers, the values of one claimant,
@@ -386,6 +390,7 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 			next.indexes[id] = &c
 		}
 	}
+	s.publishPreferred(prev, next)
 	s.publishObjects(next)
 	s.current.Store(next)
 	for id, is := range next.indexes {
