@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -392,5 +393,50 @@ func BenchmarkMovingClaimant(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkWriteWhileExplained is one write to a source, timed until a
+// lookup answers it, while another goroutine explains keys of another
+// source of the same store in a loop (an explain flood): the time a
+// writer loses to explanations.
+func BenchmarkWriteWhileExplained(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			s, err := New(SourceSpec{Name: "a", Indexes: []string{"a"}}, SourceSpec{Name: "b", Indexes: []string{"b"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Source("a").Replace(appModelObjects(n, "metasync-bench/", true))
+			ixA, _ := s.Index("a")
+			ixB, _ := s.Index("b")
+			keys := s.Snapshot().Keys(ixA)
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					s.Explain(func(x *Explainer) { x.Claims(ixA, keys[i%len(keys):i%len(keys)+1]) })
+				}
+			}()
+			src := s.Source("b")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				v := strconv.Itoa(i)
+				tx := src.Begin()
+				tx.Put(Object{Key: "ns/b", Entries: [][]Entry{{{Key: "k", Value: v}}}})
+				tx.Commit()
+				for got := ixB.Lookup("k"); len(got) != 1 || got[0] != v; got = ixB.Lookup("k") {
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			<-done
+		})
 	}
 }

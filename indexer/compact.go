@@ -22,9 +22,10 @@ import "slices"
 // count): memory follows the state again at the next pause, and a quiet
 // store is never copied twice. It reports whether it compacted.
 //
-// The copy, of the tables' pages, not of the keys and values they hold, is
-// made without the writer lock: a write that comes meanwhile wins, and
-// Compact gives up (false). Readers never wait.
+// The writer's sets of objects (a slot for each, see objectSet) are
+// moved likewise, under the writer lock. The copy of the tables' pages,
+// not of the keys and values they hold, is made without it: a write that
+// comes meanwhile wins, and Compact gives up (false). Readers never wait.
 func (s *Store) Compact() bool { return s.compact(false) }
 
 // compact is Compact; force compacts whatever was written since the last.
@@ -50,6 +51,11 @@ func (s *Store) compact(force bool) bool {
 	defer s.mu.Unlock()
 	if s.current.Load() != old {
 		return false
+	}
+	for _, src := range s.sources {
+		if !src.removed {
+			src.objects.compact()
+		}
 	}
 	next := old.derive()
 	next.indexes = indexes

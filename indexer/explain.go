@@ -23,25 +23,27 @@ type Claim struct {
 }
 
 // Explainer tells which objects give the keys of an index their values,
-// in the state of one snapshot. It is valid only in the function that
-// Store.Explain calls.
+// in the state of one snapshot.
 type Explainer struct {
-	s    *Store
 	snap *Snapshot
 }
 
-// Explain calls f with an Explainer of the current state, under the
-// writer lock: writers wait until f returns, so f must be quick (each
-// Claims call reads every object of the index's source).
+// Explain calls f with an Explainer of the current snapshot. It takes no
+// lock: the snapshot holds each source's objects as its commit left them
+// (the writer copies a page of its set of objects before it changes one
+// that a snapshot holds), so writers never wait for an explanation, and
+// an explanation never sees a later write.
 //
 // Provenance is not on a lookup's path: each object's encoding keeps its
 // Meta beside its entries, and Claims finds the objects of a key by
 // reading them all, which costs no memory per key.
 func (s *Store) Explain(f func(x *Explainer)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f(&Explainer{s: s, snap: s.current.Load()})
+	f(&Explainer{snap: s.current.Load()})
 }
+
+// claimsHook, when set (by tests), is called by Claims in the middle of
+// its read of the objects.
+var claimsHook func()
 
 // Snapshot returns the state that the Explainer explains.
 func (x *Explainer) Snapshot() *Snapshot { return x.snap }
@@ -53,10 +55,11 @@ func (x *Explainer) Snapshot() *Snapshot { return x.snap }
 // what Claims tells.
 func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 	out := map[string][]Claim{}
-	src, pos := x.s.sourceOf(ix.id)
+	src, pos := x.snap.objectsOf(ix.id)
 	if src == nil || len(keys) == 0 {
 		return out
 	}
+	seed := x.snap.s.seed
 	is := x.snap.index(ix)
 	fb, _ := x.snap.conf.companions(ix.id)
 	fbPos := -1
@@ -70,10 +73,10 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 	shadowed := map[string]bool{}
 	for _, k := range keys {
 		switch {
-		case len(is.values.lookup(x.s.seed, k)) > 0:
+		case len(is.values.lookup(seed, k)) > 0:
 			from[k] = pos
-			shadowed[k] = fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(x.s.seed, k)) > 0
-		case fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(x.s.seed, k)) > 0:
+			shadowed[k] = fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(seed, k)) > 0
+		case fbPos >= 0 && len(x.snap.indexAt(fb).values.lookup(seed, k)) > 0:
 			from[k] = fbPos
 		}
 	}
@@ -82,7 +85,11 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 	}
 	buf := make([][]Entry, len(src.indexes))
 	var room []byte // the keys decodeIn rebuilds, for the whole scan
-	for object, enc := range src.objects.All() {
+	read := 0
+	for object, enc := range src.set.All() {
+		if read++; read == 1+src.set.n/2 && claimsHook != nil {
+			claimsHook()
+		}
 		es := decodeIn(buf, enc, object, &room)
 		var meta *Meta
 		for _, p := range []int{pos, fbPos} {
@@ -120,15 +127,15 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 	return out
 }
 
-// sourceOf returns the live source that feeds index id, and the index's
-// position among its indexes; under s.mu.
-func (s *Store) sourceOf(id int) (*Source, int) {
-	for _, src := range s.sources {
-		if src.removed {
+// objectsOf returns the objects of the live source that feeds index id
+// in snap, and the index's position among its indexes.
+func (snap *Snapshot) objectsOf(id int) (*sourceObjects, int) {
+	for _, so := range snap.objects {
+		if so == nil {
 			continue
 		}
-		if p := slices.Index(src.indexes, id); p >= 0 {
-			return src, p
+		if p := slices.Index(so.indexes, id); p >= 0 {
+			return so, p
 		}
 	}
 	return nil, -1

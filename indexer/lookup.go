@@ -8,7 +8,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"sort"
-	"strings"
 )
 
 // Lookup returns the values of key in the named index: distinct, sorted,
@@ -85,75 +84,26 @@ func (snap *Snapshot) lookupTier(ix Index, key string) (values []string, fromFal
 // carries some tag of its KIND and at least one carries this very tag.
 // When none applies, or the index has no hints, or prefer is empty, the
 // answer is Lookup's: hints that are missing, or that would leave nothing,
-// never narrow an answer. It allocates only when it narrows.
+// never narrow an answer. The narrowed answers are computed when a key's
+// values or hints change (see prefer.go): a lookup reads them, and
+// allocates nothing.
 //
 // Values that come from the fallback are never narrowed: kube-proxy
 // applies topology to ready endpoints only, and falls back to every
 // serving terminating one.
 func (snap *Snapshot) LookupPreferring(ix Index, key string, prefer ...string) []string {
-	values, fromFallback := snap.lookupTier(ix, key)
-	if len(prefer) == 0 || len(values) == 0 || fromFallback {
+	is := snap.index(ix)
+	values := is.values.lookup(snap.s.seed, key)
+	if len(values) == 0 {
+		if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
+			return snap.indexAt(fb).values.lookup(snap.s.seed, key)
+		}
 		return values
 	}
-	_, hints := snap.conf.companions(ix.id)
-	if hints < 0 {
+	if len(prefer) == 0 || is.preferred == nil {
 		return values
 	}
-	return narrow(values, snap.indexAt(hints).values.lookup(snap.s.seed, key), prefer)
-}
-
-// narrow applies prefer to values with the hints of their key: hints are
-// sorted "VALUE\tKIND=NAME" strings, so that the hints of the sorted
-// values mostly come in their order, and one walk of both finds them. A
-// value that holds a tab or a byte below it may sort its hints out of that
-// order: a value the walk finds no hint of is looked for in all of them.
-func narrow(values, hints []string, prefer []string) []string {
-	if len(hints) == 0 {
-		return values
-	}
-	for _, tag := range prefer {
-		kind, _, ok := strings.Cut(tag, "=")
-		if !ok {
-			continue
-		}
-		var picked []string
-		j, all := 0, true
-		for _, v := range values {
-			kindSeen, match := false, false
-			see := func(h string) (cmp int) {
-				cut := strings.LastIndexByte(h, '\t')
-				if cut < 0 {
-					return -1
-				}
-				if c := strings.Compare(h[:cut], v); c != 0 {
-					return c
-				}
-				if t := h[cut+1:]; len(t) > len(kind) && t[len(kind)] == '=' && t[:len(kind)] == kind {
-					kindSeen = true
-					match = match || t == tag
-				}
-				return 0
-			}
-			for ; j < len(hints) && see(hints[j]) <= 0; j++ {
-			}
-			if !kindSeen {
-				for _, h := range hints {
-					see(h)
-				}
-			}
-			if !kindSeen {
-				all = false
-				break
-			}
-			if match {
-				picked = append(picked, v)
-			}
-		}
-		if all && len(picked) > 0 {
-			return slices.Clip(picked)
-		}
-	}
-	return values
+	return pick(snap.s.seed, is.preferred.t.lookup(snap.s.seed, key), values, prefer)
 }
 
 // indexAt returns the state of index id in snap (see index).

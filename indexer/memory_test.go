@@ -252,12 +252,10 @@ func BenchmarkBytesPerObject(b *testing.B) {
 		objs = nil
 		total := liveHeap() - before
 
-		slotBytes := 8 * len(src.objects.slots)
+		slotBytes := 8*src.objects.size + 8*len(src.objects.pages)
 		var recBytes int
-		for _, p := range src.objects.slots {
-			if p != nil {
-				recBytes += sizeClass(len(recordAt(p)))
-			}
+		for p := range src.objects.Records() {
+			recBytes += sizeClass(len(recordAt(p)))
 		}
 		b.ReportMetric(float64(total)/n, "B/object")
 		b.ReportMetric(float64(slotBytes)/n, "set-slots-B/object")

@@ -70,8 +70,8 @@ func TestObjectSetMatchesMap(t *testing.T) {
 		if _, ok := m.Get("ns/absent"); ok {
 			t.Fatal("found an absent key")
 		}
-		if len(m.slots) > slotsFor(m.Len())*8 {
-			t.Fatalf("%d slots hold %d objects: the table did not shrink", len(m.slots), m.Len())
+		if m.size > slotsFor(m.Len())*8 {
+			t.Fatalf("%d slots hold %d objects: the table did not shrink", m.size, m.Len())
 		}
 	}
 }

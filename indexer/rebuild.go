@@ -170,10 +170,7 @@ func countEntries(objects *objectSet, n int) []int {
 func (src *Source) gather(i int, objects *objectSet, fs []flat) []flat {
 	var es []Entry
 	var keys []byte
-	for _, p := range objects.slots {
-		if p == nil {
-			continue
-		}
+	for p := range objects.Records() {
 		objKey, enc := splitRecord(recordAt(p))
 		_, enc = splitMeta(enc)
 		for range i {

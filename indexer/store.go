@@ -195,6 +195,10 @@ type indexSnap struct {
 	// a lookup costs what it costs in any index. Never modified once
 	// published.
 	chosen map[string]choice
+	// preferred, of an index with hints, holds the answers of its keys
+	// for each zone or node that their hints prefer (see prefer.go); nil
+	// when no key has any.
+	preferred *preferred
 }
 
 // choice is what a key in conflict answers, the values of one claimant,
@@ -229,6 +233,17 @@ type Snapshot struct {
 	indexes     []*indexSnap  // by index id; a retired index is empty
 	sources     []*sourceSnap // by source id
 	conf        *config       // the sources and indexes, as of the last Reconfigure
+	// objects holds each live source's objects as of this snapshot, by
+	// source id (nil: removed), which Explain reads without a lock.
+	objects []*sourceObjects
+}
+
+// sourceObjects is a source's objects in one snapshot: its writer's set
+// as the commit left it, never changed after, and its indexes' ids in the
+// order of its objects' entries.
+type sourceObjects struct {
+	indexes []int
+	set     objectView
 }
 
 // config is what a Reconfigure publishes and every commit carries over:
@@ -271,7 +286,7 @@ func (c *config) companions(id int) (fb, hints int) {
 // derive starts the snapshot that follows snap: the same state, to be
 // changed by a commit.
 func (snap *Snapshot) derive() *Snapshot {
-	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf, compactedAt: snap.compactedAt}
+	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf, compactedAt: snap.compactedAt, objects: snap.objects}
 }
 
 // Meta returns what the last Reconfigure published with the layout of
@@ -375,6 +390,8 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 			next.indexes[id] = &c
 		}
 	}
+	s.publishPreferred(prev, next)
+	s.publishObjects(next)
 	s.current.Store(next)
 	for id, is := range next.indexes {
 		if h := s.heads[id]; h.Load() != is {
@@ -383,6 +400,37 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 	}
 	if s.onCommit != nil && len(changes) > 0 {
 		s.onCommit(prev, next, fallbackChanges(next.conf, changes))
+	}
+}
+
+// publishObjects puts in next the objects of each source that changed
+// them since the last snapshot (their set, or their indexes), frozen:
+// the writer copies what it changes next.
+func (s *Store) publishObjects(next *Snapshot) {
+	cloned := false
+	for _, src := range s.sources {
+		var was *sourceObjects
+		if src.id < len(next.objects) {
+			was = next.objects[src.id]
+		}
+		var now *sourceObjects
+		switch {
+		case src.removed:
+		case was != nil && !src.objects.dirty && slices.Equal(was.indexes, src.indexes):
+			now = was
+		default:
+			now = &sourceObjects{indexes: src.indexes, set: src.objects.freeze()}
+		}
+		if now == was {
+			continue
+		}
+		if !cloned {
+			next.objects, cloned = slices.Clone(next.objects), true
+		}
+		for len(next.objects) <= src.id {
+			next.objects = append(next.objects, nil)
+		}
+		next.objects[src.id] = now
 	}
 }
 

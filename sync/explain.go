@@ -91,10 +91,10 @@ type ExplainedObject struct {
 // values, with their resourceVersions, from one state of the indexes.
 // Unknown index or chain: a step with ExplainUnknownIndex.
 //
-// Explain is for people: it is not on a lookup's path. It holds the
-// indexes' writer lock while it reads every object of each step's
-// resource, a few milliseconds per 10,000 objects, during which writes
-// wait.
+// Explain is for people: it is not on a lookup's path. It reads every
+// object of each step's resource, a few milliseconds per 10,000 objects,
+// from the snapshot it explains, and takes no lock: writes go on
+// meanwhile, and it tells the state it started from.
 func (e *Engine) Explain(t Target) Explanation {
 	var out Explanation
 	e.store.Explain(func(x *indexer.Explainer) {
