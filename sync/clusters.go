@@ -1,8 +1,11 @@
 package sync
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -262,4 +265,50 @@ func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.C
 		}
 	}
 	return out, nil
+}
+
+// AnswerIn is Answer narrowed to one cluster's part of a key or a chain
+// key: the values that the whole answer gives and that come from that
+// cluster's objects (at each step of a chain, from the keys the cluster's
+// part of the step before gave). Synced and Stale are that cluster's.
+// It reads as Explain does (every object of each step's resource), not
+// as a lookup: it is for people and for checks, not for a hot path.
+func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
+	names := e.ClusterNames()
+	if !slices.Contains(names, cluster) {
+		if len(names) == 0 {
+			return Answer{}, fmt.Errorf("unknown cluster %q: the config reads one cluster (no clusters:)", cluster)
+		}
+		return Answer{}, fmt.Errorf("unknown cluster %q (known: %s)", cluster, strings.Join(names, ", "))
+	}
+	if t.Key == "" && t.Chain == "" || t.Index != "" && t.Chain != "" {
+		return Answer{}, errors.New("a cluster narrows a key's or a chain key's answer")
+	}
+	// The flags before the values: never "synced" of values read before.
+	cs := e.ClusterStates(t)[cluster]
+	x := e.Explain(t)
+	prefix := cluster + ":"
+	keys := map[string]bool{t.Key: true}
+	for _, st := range x.Steps {
+		next := map[string]bool{}
+		for _, o := range st.Objects {
+			if !strings.HasPrefix(o.Key, prefix) || !keys[o.IndexKey] {
+				continue
+			}
+			for _, v := range o.Values {
+				if !slices.Contains(o.Unanswered, v) {
+					next[v] = true
+				}
+			}
+		}
+		keys = next
+	}
+	a := x.Answer
+	a.Values = nil
+	if len(keys) > 0 {
+		a.Values = slices.Sorted(maps.Keys(keys))
+	}
+	a.Synced, a.Stale = cs.Synced, cs.Stale
+	a.Clusters = map[string]ClusterState{cluster: cs}
+	return a, nil
 }

@@ -77,6 +77,12 @@ resources:
 		}
 		return ""
 	})
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west"); strings.TrimSpace(a.raw) != `{"index":"app-to-addr","key":"shop","values":["w1:80"],"clusters":{"west":{"synced":true,"stale":false}}}` {
+		t.Fatalf("narrowed to west: %d %s", a.code, a.raw)
+	}
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere"); a.code != 400 || !strings.Contains(a.raw, `unknown cluster \"nowhere\" (known: east, west)`) {
+		t.Fatalf("an unknown cluster: %d %s", a.code, a.raw)
+	}
 	cl := call(t, "GET", base+"/v1/clusters")
 	if !strings.Contains(cl.raw, `{"name":"east","home":true,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) ||
 		!strings.Contains(cl.raw, `{"name":"west","home":false,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) {

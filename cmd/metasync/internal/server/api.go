@@ -57,6 +57,8 @@ type Engine interface {
 	Conflicts() []msync.Conflict
 	Clusters() []msync.ClusterStatus
 	ClusterStates(t msync.Target) map[string]msync.ClusterState
+	ClusterNames() []string
+	AnswerIn(t msync.Target, cluster string) (msync.Answer, error)
 }
 
 var _ Engine = (*msync.Engine)(nil)
@@ -328,6 +330,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if s.inCluster(w, r, t, explain) {
+		return
+	}
 	if watching(r) {
 		if explain {
 			writeError(w, http.StatusBadRequest, "explain=true and watch=true: explain answers once; drop one of them")
@@ -398,6 +403,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	t.At = at
 	explain, ok := s.explaining(w, r)
 	if !ok {
+		return
+	}
+	if s.inCluster(w, r, t, explain) {
 		return
 	}
 	if watching(r) {

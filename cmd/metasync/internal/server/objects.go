@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/iidp/metasync/internal/wire"
@@ -132,4 +133,35 @@ func wireClusters(cs map[string]msync.ClusterState) map[string]wire.ClusterState
 		out[name] = wire.ClusterState{Synced: c.Synced, Stale: c.Stale}
 	}
 	return out
+}
+
+// inCluster answers a lookup or chain lookup narrowed by ?cluster=NAME
+// to one cluster's part, and reports whether the request had one. The
+// narrowing reads as explain does: it spends the explain budget.
+func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Target, explain bool) bool {
+	vs, given := r.URL.Query()["cluster"]
+	if !given {
+		return false
+	}
+	switch names := s.engine.ClusterNames(); {
+	case len(vs) != 1 || vs[0] == "":
+		writeError(w, http.StatusBadRequest, "cluster: give one cluster's name once")
+	case len(names) == 0:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("cluster=%s: the config reads one cluster (no clusters:)", vs[0]))
+	case !slices.Contains(names, vs[0]):
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown cluster %q (known: %s)", vs[0], strings.Join(names, ", ")))
+	case watching(r) || explain:
+		writeError(w, http.StatusBadRequest, "cluster= narrows one answer: with watch=true or explain=true it is not supported yet")
+	case !s.explainBudget(w, r):
+	default:
+		ans, err := s.engine.AnswerIn(t, vs[0])
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return true
+		}
+		values := nonNil(ans.Values)
+		writeJSON(w, http.StatusOK, wire.Lookup{Index: t.Index, Chain: t.Chain, Key: t.Key, Values: &values,
+			Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters)})
+	}
+	return true
 }
