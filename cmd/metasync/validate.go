@@ -83,7 +83,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		clusterConfigs[c.Name] = cfg
 	}
-	if *checkCluster && len(problems) == 0 {
+	if *checkCluster {
 		own, _, err := kube.restConfig()
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
@@ -100,7 +100,9 @@ func validate(args []string, stdout, stderr io.Writer) error {
 			for _, c := range cs {
 				cfg := own
 				if c.Kubeconfig != "" {
-					cfg = clusterConfigs[c.Name]
+					if cfg = clusterConfigs[c.Name]; cfg == nil {
+						continue // its kubeconfig is a problem already
+					}
 				}
 				checks = append(checks, struct {
 					name string
