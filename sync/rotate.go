@@ -92,7 +92,7 @@ func (e *Engine) followKubeconfigs(ctx context.Context) {
 // takeKubeconfig reads c's kubeconfig file and, when it changed, takes
 // it: the new connection must answer first (GET /version with its
 // credentials), then each watcher of the cluster switches to it and
-// watches again from where it is (no list, nothing leaves the answers).
+// lists again through it (nothing leaves the answers meanwhile).
 // A file that cannot be read, parsed or used keeps the last good
 // connection, logged and counted; it is tried again when it changes.
 func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
@@ -140,6 +140,12 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	}
 	e.mu.Lock() // no reload builds watchers meanwhile
 	defer e.mu.Unlock()
+	e.conns.mu.Lock()
+	current := e.conns.byName[c.name] == c
+	e.conns.mu.Unlock()
+	if !current {
+		return // a reload replaced the cluster's connection meanwhile
+	}
 	v, _ := e.view()
 	var clients []func()
 	for _, w := range v.watchers {
@@ -161,7 +167,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	for _, rotate := range clients {
 		rotate()
 	}
-	log.Info("kubeconfig taken: the cluster's watches go on through the new connection", "server", cfg.Host, "resources", len(clients))
+	log.Info("kubeconfig taken: the cluster's resources list again through the new connection", "server", cfg.Host, "resources", len(clients))
 }
 
 // reconnect prepares the connections of a reload from old's clusters to

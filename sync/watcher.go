@@ -277,15 +277,20 @@ func (w *watcher) rest() rest.Interface { return w.client.Load().Interface }
 // setClient makes c the watcher's REST client.
 func (w *watcher) setClient(c rest.Interface) { w.client.Store(&restClient{c}) }
 
-// rotate makes c the watcher's client and ends the watch open now, if
-// any: the reflector watches again, from the resourceVersion it has,
-// through c. Nothing is listed and nothing leaves the answers.
+// rotate makes c the watcher's client and lists again through it at
+// once; nothing leaves the answers meanwhile.
 func (w *watcher) rotate(c rest.Interface) {
 	w.setClient(c)
+	// The new connection may reach another cluster (a kubeconfig
+	// rewritten to point elsewhere), whose resourceVersions mean nothing
+	// here: list again through it, which replaces this cluster's part in
+	// place (no answer empties), rather than resume the watch.
+	w.rotating.Store(true)
 	if t := w.watching.Load(); t != nil {
-		w.rotating.Store(true) // until the next watch starts (see track)
 		t.rotated.Store(true)
-		t.inner.Stop()
+	}
+	if f := w.relistNow.Load(); f != nil {
+		(*f)()
 	}
 }
 
