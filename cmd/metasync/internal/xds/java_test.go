@@ -82,7 +82,7 @@ func TestJavaClient(t *testing.T) {
 	c.converge(t, "a removed backend gets no call", a)
 	mark := c.mark()
 	c.waitFor(t, "50 more calls", mark, func(_ map[string]int, lines []string) bool { return len(lines) >= 50 })
-	if got := c.since(mark); got[a] != 0 || got[b] != len(c.lines()[mark:]) {
+	if got, n := c.since(mark); got[a] != 0 || got[b] != n {
 		t.Errorf("after the answer lost %s: %v", a, got)
 	}
 	t.Logf("removal followed: %v", time.Since(start).Round(time.Millisecond))
@@ -116,7 +116,7 @@ func TestJavaClient(t *testing.T) {
 	}
 	mark = c.mark()
 	c.waitFor(t, "50 calls after the rollout", mark, func(_ map[string]int, lines []string) bool { return len(lines) >= 50 })
-	if got := c.since(mark); got[current[0]]+got[current[1]] != len(c.lines()[mark:]) {
+	if got, n := c.since(mark); got[current[0]]+got[current[1]] != n {
 		t.Errorf("after the rollout to %v: %v", current, got)
 	}
 	failed := 0
@@ -156,7 +156,7 @@ func TestJavaClient(t *testing.T) {
 	})
 	c.waitFor(t, "20 calls after the rejection", c.mark(), func(_ map[string]int, lines []string) bool { return len(lines) >= 20 })
 	route(t, "java-app", "java-model", current...)
-	if got := c.since(mark); got[current[0]]+got[current[1]] != len(c.lines()[mark:]) {
+	if got, n := c.since(mark); got[current[0]]+got[current[1]] != n {
 		t.Errorf("with a hostname rejected, calls went elsewhere than %v: %v", current, got)
 	}
 	t.Logf("a hostname rejected in %v: %s", time.Since(start).Round(time.Millisecond), why)
@@ -298,9 +298,11 @@ func (c *javaCalls) lines() []string {
 // mark is the number of calls so far: since(mark) counts those after.
 func (c *javaCalls) mark() int { return len(c.lines()) }
 
-// since counts who answered the calls after mark.
-func (c *javaCalls) since(mark int) map[string]int {
-	return answers(strings.Join(c.lines()[mark:], "\n"))
+// since counts who answered the calls after mark, and how many calls
+// that is, both from one snapshot (the client keeps calling).
+func (c *javaCalls) since(mark int) (map[string]int, int) {
+	lines := c.lines()[mark:]
+	return answers(strings.Join(lines, "\n")), len(lines)
 }
 
 // waitFor waits up to 20 s for ok to hold of the calls after mark.
