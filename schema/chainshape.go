@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/iidp/metasync/internal/plan"
@@ -11,7 +12,8 @@ import (
 // each, with its field path: a chain whose step gives values of one shape
 // (namespace/name) to an index keyed by another (metadata.name), which
 // answers [] for every key; an index that answers HOST:PORT values whose
-// host may be a name (see hostWarnings). crds are the CRD files' definitions (for the
+// host may be a name (see hostWarnings); a resource entry that only
+// optional clusters watch (see optionalOnlyWarnings). crds are the CRD files' definitions (for the
 // scope of a resource whose value is its object key); nil is allowed.
 func Warnings(p *Plan, crds []*CRD) []string {
 	if p == nil {
@@ -29,7 +31,7 @@ func Warnings(p *Plan, crds []*CRD) []string {
 			}
 		}
 	}
-	out := hostWarnings(p)
+	out := append(hostWarnings(p), optionalOnlyWarnings(p)...)
 	for i, ch := range p.c.Chains {
 		for j := 0; j+1 < len(ch.Indexes); j++ {
 			from, ok1 := byName[ch.Indexes[j]]
@@ -45,6 +47,26 @@ func Warnings(p *Plan, crds []*CRD) []string {
 			out = append(out, fmt.Sprintf("chains[%d].indexes[%d]: %s gives values like %s (%s), but %s is keyed by %s (%s): the chain would answer [] for every key; make the two agree",
 				i, j+1, from.ix.Name, shapeWord[gives], givesWhat, to.ix.Name, shapeWord[takes], takesWhat))
 		}
+	}
+	return out
+}
+
+// optionalOnlyWarnings warns of each resource entry that only clusters
+// with required: false watch: no required cluster holds its answers
+// back, so they count as synced once one of those clusters has listed
+// (an answer of none then means "none there", or "not listed yet" of the
+// others), and /readyz does not wait for it at all.
+func optionalOnlyWarnings(p *Plan) []string {
+	required := map[string]bool{}
+	for _, c := range p.c.Clusters {
+		required[c.Name] = c.Required
+	}
+	var out []string
+	for i, r := range p.c.Resources {
+		if len(p.c.Clusters) == 0 || slices.ContainsFunc(p.c.ClustersOf(r), func(c string) bool { return required[c] }) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("resources[%d].clusters: %s is watched only in clusters with required: false: its answers count as synced once one of them has listed, and /readyz does not wait for it", i, r.Name))
 	}
 	return out
 }

@@ -117,7 +117,8 @@ type ClusterStatus struct {
 	Home     bool   `json:"home"`
 	Required bool   `json:"required"`
 	// Connected: every resource's watch of the cluster is established
-	// (or its last list or watch succeeded), none failing.
+	// (or its last list or watch succeeded), none failing; true of a
+	// cluster that no resource entry reads.
 	Connected bool `json:"connected"`
 	// Synced: every resource of the cluster has completed a list.
 	Synced bool `json:"synced"`
@@ -153,11 +154,13 @@ func (e *Engine) Clusters() []ClusterStatus {
 		out[i].KubeconfigRotations, out[i].KubeconfigErrors, out[i].KubeconfigError = e.conns.kubeconfigState(c.Name)
 		at[c.Name] = i
 	}
+	watched := make([]bool, len(out))
 	for _, w := range v.watchers {
 		i, ok := at[w.clusterName]
 		if !ok {
 			continue
 		}
+		watched[i] = true
 		cs := &out[i]
 		st := w.status(snap, e.staleAfter)
 		cs.Objects += st.Objects
@@ -174,7 +177,9 @@ func (e *Engine) Clusters() []ClusterStatus {
 		}
 	}
 	for i := range out {
-		if out[i].LastContact.IsZero() {
+		// A cluster that no resource entry reads has nothing to be cut
+		// off from: connected, synced, with no contact to show.
+		if watched[i] && out[i].LastContact.IsZero() {
 			out[i].Connected = false
 		}
 	}

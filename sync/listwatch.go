@@ -36,6 +36,9 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 	if opts.Continue == "" {
 		w.listed.Store(0)
 	}
+	if opts.Continue == "" && w.listFresh.Swap(false) {
+		opts.ResourceVersion = "0" // the current state, as below
+	}
 	if opts.ResourceVersion == "0" {
 		// The reflector's first list asks for "any" version, which the
 		// apiserver's watch cache may serve stale. Ask for the current

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	gosync "sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -45,6 +48,10 @@ type connection struct {
 	// them), lastErr the latest refusal.
 	rotations, errors int64
 	lastErr           string
+	// retryAt is when a kubeconfig refused because its apiserver did not
+	// answer is tried again, unchanged; backoff the wait before it.
+	retryAt time.Time
+	backoff time.Duration
 }
 
 // clientFor gives w the client of its cluster's current connection.
@@ -90,28 +97,43 @@ func (e *Engine) followKubeconfigs(ctx context.Context) {
 }
 
 // takeKubeconfig reads c's kubeconfig file and, when it changed, takes
-// it: the new connection must answer first (GET /version with its
-// credentials), then each watcher of the cluster switches to it and
-// lists again through it (nothing leaves the answers meanwhile).
+// it: the new connection must answer first (a list of one object of each
+// of the cluster's resources, with its credentials, which proves the
+// reader's rights too), then each watcher of the cluster switches to it
+// and lists again through it (nothing leaves the answers meanwhile).
 // A file that cannot be read, parsed or used keeps the last good
-// connection, logged and counted; it is tried again when it changes.
+// connection, logged and counted. A file that cannot be parsed is tried
+// again when it changes; one whose apiserver did not answer (it may be
+// away for a while, or the file was read mid-write) is tried again,
+// changed or not, after a back-off (c.retry, doubling up to a minute).
 func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	body, err := os.ReadFile(c.file)
 	e.conns.mu.Lock()
 	same := err == nil && bytes.Equal(body, c.read)
+	retry := same && c.retryAt != (time.Time{}) && !time.Now().Before(c.retryAt)
 	if err == nil {
 		c.read = body
 	}
 	e.conns.mu.Unlock()
-	if same {
+	if same && !retry {
 		return
 	}
 	log := e.log.With("cluster", c.name, "kubeconfig", c.file)
-	refuse := func(err error) {
+	refuse := func(err error, again bool) {
 		e.conns.mu.Lock()
 		c.errors++
 		c.lastErr = err.Error()
+		if again {
+			c.backoff = min(max(2*c.backoff, e.conns.every), time.Minute)
+			c.retryAt = time.Now().Add(c.backoff)
+		} else {
+			c.backoff, c.retryAt = 0, time.Time{}
+		}
 		e.conns.mu.Unlock()
+		if again {
+			log.Warn("kubeconfig not taken: the last good connection stays; trying again", "error", err.Error(), "in", c.backoff.String())
+			return
+		}
 		log.Warn("kubeconfig not taken: the last good connection stays", "error", err.Error())
 	}
 	if err != nil {
@@ -119,24 +141,44 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		e.conns.mu.Lock()
 		c.read = nil
 		e.conns.mu.Unlock()
-		refuse(err)
+		refuse(err, false)
 		return
 	}
 	cfg, err := kubeconfigOf(body, c.context)
 	if err != nil {
-		refuse(err)
+		refuse(err, false)
 		return
 	}
-	forWatcher, core, err := clientsOf(cfg)
+	forWatcher, _, err := clientsOf(cfg)
 	if err != nil {
-		refuse(err)
+		refuse(err, false)
 		return
 	}
-	vctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// Each of the cluster's resources must list through the new
+	// connection before any switches; the probes run outside e.mu (a
+	// reload is not held up by an apiserver that is slow to answer), and
+	// a reload meanwhile makes the file be taken again at the next look.
+	v, _ := e.view()
+	var parts []*watcher
+	for _, w := range v.watchers {
+		if w.clusterName == c.name {
+			parts = append(parts, w)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if _, err := core.Get().AbsPath("/version").DoRaw(vctx); err != nil {
-		refuse(fmt.Errorf("the new connection does not answer: %w", err))
-		return
+	clients := make([]rest.Interface, len(parts))
+	for i, w := range parts {
+		client, err := forWatcher(w)
+		if err != nil {
+			refuse(err, false)
+			return
+		}
+		if err := w.probe(pctx, client); err != nil {
+			refuse(fmt.Errorf("the new connection cannot list %s: %w", w.plan.Name, err), true)
+			return
+		}
+		clients[i] = client
 	}
 	e.mu.Lock() // no reload builds watchers meanwhile
 	defer e.mu.Unlock()
@@ -146,28 +188,22 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	if !current {
 		return // a reload replaced the cluster's connection meanwhile
 	}
-	v, _ := e.view()
-	var clients []func()
-	for _, w := range v.watchers {
-		if w.clusterName != c.name {
-			continue
-		}
-		client, err := forWatcher(w)
-		if err != nil {
-			refuse(err)
-			return
-		}
-		clients = append(clients, func() { w.rotate(client) })
+	if now, _ := e.view(); !slices.Equal(parts, slices.DeleteFunc(slices.Clone(now.watchers), func(w *watcher) bool { return w.clusterName != c.name })) {
+		e.conns.mu.Lock()
+		c.read = nil // a reload changed the cluster's resources: look again
+		e.conns.mu.Unlock()
+		return
 	}
 	e.conns.mu.Lock()
 	c.forWatcher = forWatcher
 	c.rotations++
 	c.lastErr = ""
+	c.backoff, c.retryAt = 0, time.Time{}
 	e.conns.mu.Unlock()
-	for _, rotate := range clients {
-		rotate()
+	for i, w := range parts {
+		w.rotate(clients[i])
 	}
-	log.Info("kubeconfig taken: the cluster's resources list again through the new connection", "server", cfg.Host, "resources", len(clients))
+	log.Info("kubeconfig taken: the cluster's resources list again through the new connection", "server", cfg.Host, "resources", len(parts))
 }
 
 // reconnect prepares the connections of a reload from old's clusters to
@@ -247,4 +283,23 @@ func (cs *connections) kubeconfigState(cluster string) (rotations, errors int64,
 		return c.rotations, c.errors, c.lastErr
 	}
 	return 0, 0, ""
+}
+
+// probe lists one object of w's resource through client, as w's lists
+// do (its namespace, with its selectors), and reports why it could not.
+func (w *watcher) probe(ctx context.Context, client rest.Interface) error {
+	opts := metav1.ListOptions{Limit: 1, LabelSelector: w.plan.LabelSelector, FieldSelector: w.plan.FieldSelector}
+	req := client.Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
+	if w.plan.Namespace != "" {
+		req = req.Namespace(w.plan.Namespace)
+	}
+	_, err := req.DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil // answered: the resource is not served there, as may be
+	}
+	if st, ok := err.(apierrors.APIStatus); ok && st.Status().Code != 0 {
+		code := int(st.Status().Code)
+		return fmt.Errorf("HTTP %d %s: %w", code, http.StatusText(code), err)
+	}
+	return err
 }

@@ -35,7 +35,11 @@ type watcher struct {
 	// reflector that returns then (a watch under a second old ends so)
 	// lists again at once, without a failure.
 	rotating atomic.Bool
-	src      *indexer.Source // set when the engine publishes the watcher
+	// listFresh: the next list asks for the current state, whatever
+	// resourceVersion the reflector last saw (one of another cluster's,
+	// after a rotation, may be far ahead of this one's).
+	listFresh atomic.Bool
+	src       *indexer.Source // set when the engine publishes the watcher
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
@@ -286,6 +290,7 @@ func (w *watcher) rotate(c rest.Interface) {
 	// here: list again through it, which replaces this cluster's part in
 	// place (no answer empties), rather than resume the watch.
 	w.rotating.Store(true)
+	w.listFresh.Store(true)
 	if t := w.watching.Load(); t != nil {
 		t.rotated.Store(true)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -88,6 +89,7 @@ func (f *serveFlags) prepare(log *slog.Logger, stderr io.Writer) (*daemon, error
 		log.Error("invalid config: nothing started", "config", *f.config, "problems", n)
 		return nil, exitError{1}
 	}
+	connectionChecks(*f.staleAfter)
 	if d.restCfg, d.source, err = f.kube.restConfig(); err != nil {
 		log.Error("no cluster to talk to", "error", err.Error())
 		return nil, exitError{1}
@@ -384,4 +386,22 @@ func listenFace(flag, face, hint, addr, auth string, o authOptions, log *slog.Lo
 		return nil, exitError{1}
 	}
 	return ln, nil
+}
+
+// connectionChecks makes client-go's HTTP/2 connections to the apiservers
+// check themselves often enough for an apiserver that stops answering
+// without closing the connection (a black hole) to be noticed well within
+// staleAfter: by default a silent connection is pinged after 30 s and
+// dropped 15 s later, so that a part would look current for 45 s longer
+// than staleAfter promises. Here a connection silent for a quarter of
+// staleAfter (at least 5 s) is pinged, and dropped when the ping is not
+// answered in as long again. The environment's own
+// HTTP2_READ_IDLE_TIMEOUT_SECONDS and HTTP2_PING_TIMEOUT_SECONDS win.
+func connectionChecks(staleAfter time.Duration) {
+	every := max(staleAfter/4, 5*time.Second)
+	for _, name := range []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS", "HTTP2_PING_TIMEOUT_SECONDS"} {
+		if _, set := os.LookupEnv(name); !set {
+			os.Setenv(name, strconv.Itoa(int(every/time.Second)))
+		}
+	}
 }

@@ -50,6 +50,11 @@ func ensureNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
 // meanwhile arrive and nothing of what was deleted stays.
 func TestTwoClusters(t *testing.T) {
 	testenv.Need(t, env)
+	// West is cut off silently below (its connections stay open, nothing
+	// comes through): client-go's HTTP/2 checks notice, as often as
+	// metasync serve sets them from --stale-after.
+	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "1")
+	t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "1")
 	west, err := testenv.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +122,6 @@ func TestTwoClusters(t *testing.T) {
 	// West cut off: east's changes keep arriving; west's part stays,
 	// marked stale once StaleAfter has passed.
 	proxy.BlackHole(true)
-	proxy.Reset()
 	putConfigMap(t, env.Kube, ns, "e2", "shop")
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80")
 	testenv.Eventually(t, "west stale in the answer, east not", func() string {
@@ -247,8 +251,11 @@ func TestKubeconfigRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	at := func(p *testenv.Proxy) []byte {
-		b, err := os.ReadFile(west.WriteKubeconfig(t, p.Addr()))
+	at := func(p *testenv.Proxy, addr ...string) []byte {
+		if len(addr) == 0 {
+			addr = append(addr, p.Addr())
+		}
+		b, err := os.ReadFile(west.WriteKubeconfig(t, addr[0]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,6 +334,72 @@ func TestKubeconfigRotation(t *testing.T) {
 		return ""
 	})
 	t.Logf("%d looks, none empty; west: %+v", n[0], west1())
+
+	// A user whose apiserver answers but who may not list: refused
+	// (its /version would have passed), the last good connection stays.
+	noRights, _ := west.UserKubeconfig(t, "no-rights")
+	body, err := os.ReadFile(noRights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(body)
+	testenv.Eventually(t, "a kubeconfig that cannot list refused", func() string {
+		if st := west1(); st.KubeconfigErrors < 2 || !strings.Contains(st.KubeconfigError, "cannot list configmaps: HTTP 403 Forbidden") || st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	putConfigMap(t, west.Kube, ns, "w4", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80", "w3:80", "w4:80")
+
+	// An address where nothing answers yet: refused, and tried again
+	// unchanged until it answers, then taken.
+	later, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := later.Addr()
+	later.Close()
+	errorsBefore := west1().KubeconfigErrors
+	rewrite(at(&testenv.Proxy{}, addr))
+	testenv.Eventually(t, "a kubeconfig whose apiserver does not answer refused, twice", func() string {
+		if st := west1(); st.KubeconfigErrors < errorsBefore+2 || st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	later, err = testenv.NewProxy(addr, apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	testenv.Eventually(t, "the same kubeconfig taken once its apiserver answers", func() string {
+		if st := west1(); st.KubeconfigRotations != 2 || st.KubeconfigError != "" {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	second.Close()
+	putConfigMap(t, west.Kube, ns, "w5", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80", "w3:80", "w4:80", "w5:80")
+
+	// A kubeconfig rewritten to reach another cluster (east's apiserver):
+	// west's part is listed again through it, not resumed, so nothing
+	// of the old cluster stays.
+	putConfigMap(t, env.Kube, ns, "e1", "east-only")
+	body, err = os.ReadFile(env.WriteKubeconfig(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(body)
+	expect(t, e, "app-to-addr", "west-only")
+	expect(t, e, "app-to-addr", "east-only", "e1:80")
+	testenv.Eventually(t, "west's part is east's objects", func() string {
+		if st := west1(); st.KubeconfigRotations != 3 || st.Objects != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
 }
 
 // TestDropAfter cuts off a cluster with dropAfter: its part stays,
