@@ -23,6 +23,13 @@
 // applied, changed and deleted while the code under test reads: a Fake is
 // safe for concurrent use, and readers see each Apply, Delete or Replace
 // as a whole.
+//
+// A config that reads several clusters (clusters:) keeps each cluster's
+// part apart, as the engine does: Apply, Delete and Replace write the home
+// cluster's part (the entry's first cluster when the home does not read
+// it), and In(name) gives the same three for another cluster. Answers are
+// the union, with each cluster's state in Answer.Clusters, and Explain
+// names each object's cluster. No kubeconfig file is read.
 package metasynctest
 
 import (
@@ -170,6 +177,43 @@ func (f *Fake) Replace(resource, manifests string) error {
 		return fmt.Errorf("%s: %w", resource, err)
 	}
 	return ruleErrors(f.feed.Replace(resource, objs...))
+}
+
+// Cluster feeds one cluster's part of each resource of a Fake whose
+// config reads several clusters (see Fake.In).
+type Cluster struct {
+	name string
+	feed feed.Feeder
+}
+
+// In returns the named cluster's part of the Fake: its Apply, Delete and
+// Replace write only that cluster's objects (an object key there is the
+// cluster's own, namespace/name, without the cluster's name). An unknown
+// cluster, or a resource entry not read in it, is an error of each call.
+func (f *Fake) In(cluster string) *Cluster { return &Cluster{name: cluster, feed: f.feed.In(cluster)} }
+
+// Apply is Fake.Apply in the cluster.
+func (c *Cluster) Apply(resource, manifests string) error {
+	objs, err := documents(manifests)
+	if err != nil {
+		return fmt.Errorf("%s: %w", resource, err)
+	}
+	return ruleErrors(c.feed.Apply(resource, objs...))
+}
+
+// Delete is Fake.Delete in the cluster.
+func (c *Cluster) Delete(resource string, objectKeys ...string) error {
+	return c.feed.Delete(resource, objectKeys...)
+}
+
+// Replace is Fake.Replace in the cluster: what the cluster's part lacks is
+// removed; the other clusters' parts stay.
+func (c *Cluster) Replace(resource, manifests string) error {
+	objs, err := documents(manifests)
+	if err != nil {
+		return fmt.Errorf("%s: %w", resource, err)
+	}
+	return ruleErrors(c.feed.Replace(resource, objs...))
 }
 
 // documents splits YAML or JSON manifests into JSON objects.

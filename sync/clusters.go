@@ -186,6 +186,16 @@ func (e *Engine) Clusters() []ClusterStatus {
 	return out
 }
 
+// clusterOf returns the cluster of an object key of v ("west:ns/name"),
+// "" for a plan without clusters.
+func (v *view) clusterOf(key string) string {
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		return ""
+	}
+	cluster, _, _ := strings.Cut(key, ":")
+	return cluster
+}
+
 // ClusterNames returns the plan's clusters, in config order; nil without.
 func (e *Engine) ClusterNames() []string {
 	v, _ := e.view()

@@ -65,8 +65,11 @@ const (
 
 // ExplainedObject is one object behind a step's values.
 type ExplainedObject struct {
-	Resource        string // the resource entry
-	Key             string // object key: namespace/name, or name
+	Resource string // the resource entry
+	Key      string // object key: namespace/name, or name
+	// Cluster is the cluster the object is of, for a plan that reads
+	// several ("" otherwise); Key then begins with it, "west:ns/name".
+	Cluster         string
 	ResourceVersion string // of the object, as its values were read
 	// Created is the object's creationTimestamp (zero when unknown): on
 	// a unique index, the oldest claimant of a key is answered.
@@ -149,7 +152,7 @@ func (e *Engine) Explain(t Target) Explanation {
 					st.Conflicts = append(st.Conflicts, k)
 				}
 				for _, c := range claims[k] {
-					o := ExplainedObject{Resource: resource, Key: c.Object, ResourceVersion: c.Meta.Version,
+					o := ExplainedObject{Resource: resource, Key: c.Object, Cluster: v.clusterOf(c.Object), ResourceVersion: c.Meta.Version,
 						IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
 					if c.Meta.Created > 0 {
 						o.Created = time.Unix(c.Meta.Created, 0).UTC()

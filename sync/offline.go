@@ -34,7 +34,7 @@ func init() {
 		}
 		v, _ := e.view()
 		for _, name := range unsynced {
-			if _, err := (offline{e}).watcher(name); err != nil {
+			if _, err := (offline{e: e}).watcher(name); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -47,24 +47,63 @@ func init() {
 				return nil, nil, err
 			}
 		}
-		return e, offline{e}, nil
+		return e, offline{e: e}, nil
 	}
 }
 
-// offline feeds an engine that has no cluster (see package feed).
-type offline struct{ e *Engine }
+// offline feeds an engine that has no cluster (see package feed): with a
+// plan of several clusters, cluster's part of each resource ("" for the
+// home's, or the entry's first cluster when the home does not read it).
+type offline struct {
+	e       *Engine
+	cluster string
+}
+
+// In feeds the named cluster's part of each resource.
+func (f offline) In(cluster string) feed.Feeder { return offline{f.e, cluster} }
 
 func (f offline) watcher(resource string) (*watcher, error) {
 	v, _ := f.e.view()
-	w, ok := v.byName[resource]
+	res, ok := v.byName[resource]
 	if !ok {
 		names := make([]string, 0, len(v.watchers))
 		for _, w := range v.watchers {
-			names = append(names, w.plan.Name)
+			if !slices.Contains(names, w.plan.Name) {
+				names = append(names, w.plan.Name)
+			}
 		}
 		return nil, fmt.Errorf("unknown resource %q (known: %s)", resource, strings.Join(names, ", "))
 	}
-	return w.lead(), nil
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		if f.cluster != "" {
+			return nil, fmt.Errorf("cluster %q: the config reads one cluster (no clusters:)", f.cluster)
+		}
+		return res.lead(), nil
+	}
+	want := f.cluster
+	if want == "" {
+		for _, c := range v.plan.Clusters {
+			if c.Home {
+				want = c.Name
+			}
+		}
+	}
+	for _, w := range res.parts {
+		if w.clusterName == want {
+			return w, nil
+		}
+	}
+	if f.cluster == "" {
+		return res.lead(), nil
+	}
+	names := make([]string, len(res.parts))
+	for i, w := range res.parts {
+		names[i] = w.clusterName
+	}
+	if !slices.ContainsFunc(v.plan.Clusters, func(c compiled.Cluster) bool { return c.Name == f.cluster }) {
+		return nil, fmt.Errorf("unknown cluster %q (resource %s is read in: %s)", f.cluster, resource, strings.Join(names, ", "))
+	}
+	return nil, fmt.Errorf("resource %s is not read in cluster %q (only in: %s)", resource, f.cluster, strings.Join(names, ", "))
 }
 
 // project checks one object as the apiserver would and projects it; nil
@@ -144,14 +183,17 @@ func (f offline) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 	if err != nil {
 		return ch, err
 	}
+	v, _ := f.e.view()
 	for _, name := range append(slices.Clone(ch.Start), ch.Restart...) {
-		w, err := f.watcher(name)
-		if err != nil {
-			return ch, err
+		res, ok := v.byName[name]
+		if !ok {
+			return ch, fmt.Errorf("unknown resource %q", name)
 		}
-		w.reportSkipped = true
-		if err := w.replace(nil, ""); err != nil {
-			return ch, err
+		for _, w := range res.parts {
+			w.reportSkipped = true
+			if err := w.replace(nil, ""); err != nil {
+				return ch, err
+			}
 		}
 	}
 	return ch, nil
@@ -181,7 +223,7 @@ func (f offline) projectAll(w *watcher, objects [][]byte) (out []projected, skip
 				rules = multierror.Append(rules, fmt.Errorf("%s: object %s: %w", w.plan.Name, key, e))
 			}
 		}
-		out = append(out, projected{o, key})
+		out = append(out, projected{o, w.keyPrefix + key})
 	}
 	if rules != nil {
 		rules.ErrorFormat = ruleErrorLines
@@ -247,12 +289,12 @@ func (f offline) Delete(resource string, objectKeys ...string) error {
 	}
 	tx := w.src.Begin()
 	for _, key := range objectKeys {
-		tx.Delete(key)
+		tx.Delete(w.keyPrefix + key)
 		w.deleted.Add(1)
 	}
 	tx.Commit()
 	for _, key := range objectKeys {
-		w.failing.note(key, nil)
+		w.failing.note(w.keyPrefix+key, nil)
 	}
 	return nil
 }

@@ -92,6 +92,9 @@ type ChainInfo struct {
 type ObjectFields struct {
 	Key  string // object key: namespace/name, or name when cluster-scoped
 	JSON string // a JSON object, field name to value; a missing value is left out
+	// Cluster is the cluster the object is of, for a plan that reads
+	// several ("" otherwise); Key then begins with it, "west:ns/name".
+	Cluster string
 }
 
 // Lookup returns the values of key in the named index: distinct, sorted,
@@ -364,7 +367,7 @@ func indexFields(v *view, snap *indexer.Snapshot, index, key string) ([]ObjectFi
 	out := make([]ObjectFields, 0, len(keys))
 	for _, k := range keys {
 		if p, found := snap.Payload(w.src, k); found {
-			out = append(out, ObjectFields{Key: k, JSON: p.(string)})
+			out = append(out, ObjectFields{Key: k, JSON: p.(string), Cluster: v.clusterOf(k)})
 		}
 	}
 	return out, nil
@@ -412,7 +415,11 @@ func resourceFields(v *view, snap *indexer.Snapshot, resource string, objectKeys
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key }), nil
+	out = slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key })
+	for i := range out {
+		out[i].Cluster = v.clusterOf(out[i].Key)
+	}
+	return out, nil
 }
 
 // FieldsAnswer is objects' projected fields with the flags that say how

@@ -34,7 +34,7 @@ func routingEngine(tb testing.TB) (*Engine, offline) {
 			tb.Fatal(err)
 		}
 	}
-	return e, offline{e}
+	return e, offline{e: e}
 }
 
 func appJSON(name string, models ...string) []byte {

@@ -25,6 +25,11 @@ type Feeder interface {
 	// resources it keeps keep their objects; those it starts or restarts
 	// begin empty and synced (no cluster to list them from: feed them).
 	Reload(plan *schema.Plan) (schema.Changes, error)
+	// In feeds one cluster's part of each resource, for a plan that reads
+	// several (Apply, Delete and Replace then write only that part; its
+	// object keys are those of the cluster, without its name). The
+	// Feeder that New returns feeds the home cluster's part.
+	In(cluster string) Feeder
 }
 
 // New builds a *sync.Engine (returned as any, since sync imports this

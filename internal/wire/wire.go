@@ -126,6 +126,7 @@ type Step struct {
 type StepObject struct {
 	Resource        string `json:"resource"`
 	Key             string `json:"key"`
+	Cluster         string `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
 	ResourceVersion string `json:"resourceVersion"`
 	// CreationTimestamp orders the claimants of a unique index.
 	CreationTimestamp *time.Time `json:"creationTimestamp,omitempty"`
@@ -212,14 +213,16 @@ type Chains struct {
 type Object struct {
 	Resource string          `json:"resource"`
 	Key      string          `json:"key"`
+	Cluster  string          `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
 	Fields   json.RawMessage `json:"fields"`
 	Stale    bool            `json:"stale,omitempty"`
 }
 
 // ObjectFields is one object of an Objects answer.
 type ObjectFields struct {
-	Key    string          `json:"key"`
-	Fields json.RawMessage `json:"fields"`
+	Key     string          `json:"key"`
+	Cluster string          `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
+	Fields  json.RawMessage `json:"fields"`
 }
 
 // Objects is the answer of GET /v1/indexes/{index}/keys/{key}/objects: the

@@ -107,7 +107,7 @@ func wireSteps(steps []msync.ExplainStep) []wire.Step {
 		ws := wire.Step{Index: st.Index, Keys: nonNil(st.Keys), Values: nonNil(st.Values), Objects: []wire.StepObject{},
 			Conflicts: st.Conflicts, Synced: st.Synced, Stale: st.Stale, Empty: st.Empty}
 		for _, o := range st.Objects {
-			wo := wire.StepObject{Resource: o.Resource, Key: o.Key, ResourceVersion: o.ResourceVersion, IndexKey: o.IndexKey,
+			wo := wire.StepObject{Resource: o.Resource, Key: o.Key, Cluster: o.Cluster, ResourceVersion: o.ResourceVersion, IndexKey: o.IndexKey,
 				Values: nonNil(o.Values), Chosen: o.Chosen, Fallback: o.Fallback, Unanswered: o.Unanswered, Why: o.Why}
 			if !o.Created.IsZero() {
 				c := o.Created

@@ -60,7 +60,7 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %s has no object %q (an object key is namespace/name, or name when cluster-scoped)", resource, key))
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.Object{Resource: resource, Key: objs[0].Key, Fields: json.RawMessage(objs[0].JSON), Stale: stale})
+	writeJSON(w, http.StatusOK, wire.Object{Resource: resource, Key: objs[0].Key, Cluster: objs[0].Cluster, Fields: json.RawMessage(objs[0].JSON), Stale: stale})
 }
 
 // indexObjects answers GET /v1/indexes/{index}/keys/{key}/objects.
@@ -84,7 +84,7 @@ func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
 	}
 	ans := wire.Objects{Index: index, Key: key, Objects: make([]wire.ObjectFields, 0, len(objs)), Synced: notSynced(synced), Stale: stale}
 	for _, o := range objs {
-		ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Fields: json.RawMessage(o.JSON)})
+		ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Cluster: o.Cluster, Fields: json.RawMessage(o.JSON)})
 	}
 	writeJSON(w, http.StatusOK, ans)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +30,11 @@ const maxMessage = 3 << 19
 // messageTimeout bounds the read of one message once its prefix came: a
 // client that announces a message and sends it only in part loses its
 // stream, and what it sent, instead of holding it for good.
-var messageTimeout = 10 * time.Second
+var messageTimeout = func() *atomic.Int64 {
+	var d atomic.Int64
+	d.Store(int64(10 * time.Second))
+	return &d
+}()
 
 // gRPC status codes used here.
 const (
@@ -176,14 +181,15 @@ func (g *grpcStream) recv() ([]byte, error) {
 	}
 	// Read as it comes, not allocated as announced: a length alone
 	// reserves nothing; and within messageTimeout.
+	within := time.Duration(messageTimeout.Load())
 	if n > 0 {
-		_ = g.rc.SetReadDeadline(time.Now().Add(messageTimeout))
+		_ = g.rc.SetReadDeadline(time.Now().Add(within))
 		defer g.rc.SetReadDeadline(time.Time{})
 	}
 	var buf bytes.Buffer
 	if m, err := io.CopyN(&buf, g.body, int64(n)); err != nil || m != int64(n) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &statusError{codeInvalid, fmt.Sprintf("a message of %d bytes not received within %s", n, messageTimeout)}
+			return nil, &statusError{codeInvalid, fmt.Sprintf("a message of %d bytes not received within %s", n, within)}
 		}
 		return nil, &statusError{codeInvalid, "a gRPC message cut short"}
 	}

@@ -363,9 +363,8 @@ func TestAssignmentsLimit(t *testing.T) {
 // it only in part loses its stream within messageTimeout, and with it
 // what it sent.
 func TestPartialMessageEnds(t *testing.T) {
-	was := messageTimeout
-	messageTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { messageTimeout = was })
+	was := messageTimeout.Swap(int64(300 * time.Millisecond))
+	t.Cleanup(func() { messageTimeout.Store(was) })
 	_, addr, _ := limitedServer(t, Limits{})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -1,0 +1,90 @@
+package metasynctest_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/iidp/metasync/metasynctest"
+	"github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// TestFakeClusters: a Fake of a config that reads two clusters keeps each
+// cluster's part apart: the answer is the union, each value once; a
+// Replace or Delete in one cluster leaves the other's part; explain names
+// each object's cluster; an unknown cluster, or one that an entry is not
+// read in, is an error that says so. No kubeconfig file is read.
+func TestFakeClusters(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{
+		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/nowhere/kubeconfig"}},
+		Resources: []schema.Resource{
+			{Name: "apps", Version: "v1", Resource: "configmaps",
+				Indexes: []schema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}}},
+			{Name: "east-only", Version: "v1", Resource: "services", Clusters: []string{"east"},
+				Indexes: []schema.Index{{Name: "service-to-app", Key: "metadata.name", Value: "metadata.labels.app"}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := func(name, addr string) string {
+		return `{"metadata":{"name":"` + name + `","namespace":"ns"},"data":{"app":"shop","addr":"` + addr + `"}}`
+	}
+	must(t, fake.Apply("apps", cm("a", "10.0.0.1:80")))            // the home: east
+	must(t, fake.In("west").Apply("apps", cm("a", "10.0.0.2:80"))) // the same key, another cluster
+	must(t, fake.In("west").Apply("apps", cm("b", "10.0.0.1:80"))) // a value east gives too
+	if got := fake.Lookup("app-to-addr", "shop"); !slices.Equal(got, []string{"10.0.0.1:80", "10.0.0.2:80"}) {
+		t.Fatalf("union = %q", got)
+	}
+	a := fake.Answer(msync.KeyOf("app-to-addr", "shop"))
+	if !a.Synced || len(a.Clusters) != 2 || !a.Clusters["east"].Synced || !a.Clusters["west"].Synced {
+		t.Fatalf("answer's clusters: %+v", a)
+	}
+	x := fake.Explain(msync.KeyOf("app-to-addr", "shop"))
+	var seen []string
+	for _, o := range x.Steps[0].Objects {
+		seen = append(seen, o.Cluster+" "+o.Key)
+	}
+	slices.Sort(seen)
+	if want := []string{"east east:ns/a", "west west:ns/a", "west west:ns/b"}; !slices.Equal(seen, want) {
+		t.Fatalf("explained objects %q, want %q", seen, want)
+	}
+
+	// West relists without b, then deletes a: east's part stays.
+	must(t, fake.In("west").Replace("apps", cm("a", "10.0.0.3:80")))
+	if got := fake.Lookup("app-to-addr", "shop"); !slices.Equal(got, []string{"10.0.0.1:80", "10.0.0.3:80"}) {
+		t.Fatalf("after west's replace = %q", got)
+	}
+	must(t, fake.In("west").Delete("apps", "ns/a"))
+	if got := fake.Lookup("app-to-addr", "shop"); !slices.Equal(got, []string{"10.0.0.1:80"}) {
+		t.Fatalf("after west's delete = %q", got)
+	}
+	must(t, fake.Delete("apps", "ns/a"))
+	if got := fake.Lookup("app-to-addr", "shop"); len(got) != 0 {
+		t.Fatalf("after east's delete = %q", got)
+	}
+
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fake.In("south").Apply("apps", cm("a", "x:1")), `unknown cluster "south" (resource apps is read in: east, west)`},
+		{fake.In("west").Apply("east-only", cm("a", "x:1")), `resource east-only is not read in cluster "west" (only in: east)`},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("error %v, want %q", c.err, c.want)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
