@@ -1,7 +1,9 @@
 // Package chaos_test checks that metasync's indexes converge to the truth
 // while a real control plane suffers faults: kube-apiserver and etcd
 // restarts, etcd compactions (410 Gone), connection resets and black holes,
-// and a CRD deleted and recreated.
+// and a CRD deleted and recreated; and (TestTwoClustersUnderFaults) the
+// same faults against one of two clusters that an engine reads, while the
+// other keeps changing.
 //
 // `make test` runs a short version; `make chaos` the full one (2,000
 // operations), whose report RELIABILITY.md keeps. Knobs:
@@ -28,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/internal/testenv"
@@ -89,13 +92,18 @@ func chaosConfig() *mschema.Config {
 // truth lists every resource straight from the apiserver and evaluates the
 // indexes the obvious way: index -> key -> sorted values.
 func truth(ctx context.Context) (map[string]map[string][]string, error) {
+	return truthOf(ctx, env.Dynamic)
+}
+
+// truthOf is truth of the apiserver that dyn talks to.
+func truthOf(ctx context.Context, dyn dynamic.Interface) (map[string]map[string][]string, error) {
 	out := map[string]map[string][]string{"model-to-app": {}, "cm-app": {}, "gadget-color": {}}
 	add := func(index, key, value string) {
 		if !slices.Contains(out[index][key], value) {
 			out[index][key] = append(out[index][key], value)
 		}
 	}
-	apps, err := env.Dynamic.Resource(appGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "iidp=iidp"})
+	apps, err := dyn.Resource(appGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "iidp=iidp"})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +113,7 @@ func truth(ctx context.Context) (map[string]map[string][]string, error) {
 			add("model-to-app", m, a.GetName())
 		}
 	}
-	cms, err := env.Dynamic.Resource(cmGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "chaos=yes"})
+	cms, err := dyn.Resource(cmGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "chaos=yes"})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +122,7 @@ func truth(ctx context.Context) (map[string]map[string][]string, error) {
 			add("cm-app", app, ns+"/"+c.GetName())
 		}
 	}
-	gs, err := env.Dynamic.Resource(gadgetGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	gs, err := dyn.Resource(gadgetGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
@@ -166,6 +174,7 @@ func compare(e *msync.Engine, want map[string]map[string][]string, exists func(i
 
 type world struct {
 	t   *testing.T
+	dyn dynamic.Interface // the cluster written to
 	rng *rand.Rand
 	ops int
 	// errors while the apiserver was away, retried
@@ -173,7 +182,7 @@ type world struct {
 }
 
 func (w *world) apply(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) error {
-	_, err := env.Dynamic.Resource(gvr).Namespace(ns).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "chaos", Force: true})
+	_, err := w.dyn.Resource(gvr).Namespace(ns).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "chaos", Force: true})
 	return err
 }
 
@@ -222,7 +231,7 @@ func (w *world) op(ctx context.Context) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		if kind == 6 || kind == 7 {
-			err = env.Dynamic.Resource(gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			err = w.dyn.Resource(gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
 			if apierrors.IsNotFound(err) {
 				err = nil
 			}
@@ -298,7 +307,7 @@ func convergeUnderFaults(t *testing.T, streaming bool) {
 		schedule = []string{"apiserver-restart", "proxy-reset", "compaction", "etcd-restart", "apiserver-restart",
 			"black-hole", "compaction", "proxy-reset", "crd-delete-recreate", "apiserver-restart"}
 	}
-	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, 99))}
+	w := &world{t: t, dyn: env.Dynamic, rng: rand.New(rand.NewPCG(seed, 99))}
 	w.churn(ctx, 30)
 
 	proxy, err := testenv.NewProxy("127.0.0.1:0", env.APIServerAddr())

@@ -132,7 +132,7 @@ func TestWarmStart(t *testing.T) {
 	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
 	env.InstallCRD(t, gadgetCRD)
 	env.Namespace(t, ns)
-	w := &world{t: t, rng: rand.New(rand.NewPCG(7, 7))}
+	w := &world{t: t, dyn: env.Dynamic, rng: rand.New(rand.NewPCG(7, 7))}
 	w.churn(ctx, 40)
 	plan, err := mschema.Compile(chaosConfig())
 	if err != nil {
