@@ -23,12 +23,12 @@ func installCRDs(plan *schema.Plan, cfg *rest.Config, log *slog.Logger) error {
 
 // readCRDs reads the CRD files the config lists and checks the config's
 // paths against them.
-func readCRDs(plan *schema.Plan, log *slog.Logger) ([]*schema.CRD, error) {
-	crds, err := schema.ReadCRDs(plan.CRDs())
+func readCRDs(plan *schema.Plan, log *slog.Logger) ([]*cluster.CRD, error) {
+	crds, err := cluster.ReadCRDs(plan.CRDs())
 	if err != nil {
 		return nil, err
 	}
-	notes, err := schema.CheckPaths(plan, crds)
+	notes, err := cluster.CheckPaths(plan, crds)
 	for _, n := range notes {
 		log.Info("path check", "note", n)
 	}
@@ -40,7 +40,7 @@ func readCRDs(plan *schema.Plan, log *slog.Logger) ([]*schema.CRD, error) {
 
 // installLater installs the CRDs once the apiserver can be reached, trying
 // every 10 s until ctx ends: a warm start serves its snapshot meanwhile.
-func installLater(ctx context.Context, crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) {
+func installLater(ctx context.Context, crds []*cluster.CRD, cfg *rest.Config, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -56,7 +56,7 @@ func installLater(ctx context.Context, crds []*schema.CRD, cfg *rest.Config, log
 }
 
 // applyCRDs installs the CRDs and waits until each is established.
-func applyCRDs(crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) error {
+func applyCRDs(crds []*cluster.CRD, cfg *rest.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -78,7 +78,7 @@ func applyCRDs(crds []*schema.CRD, cfg *rest.Config, log *slog.Logger) error {
 // apiserver away, a CRD that RBAC does not let it read) is logged and
 // fails nothing.
 func checkInstalledPaths(plan *schema.Plan, cfg *rest.Config, within time.Duration, log *slog.Logger) error {
-	files, _ := schema.ReadCRDs(plan.CRDs()) // their problems are readCRDs'
+	files, _ := cluster.ReadCRDs(plan.CRDs()) // their problems are readCRDs'
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	notes, err := cluster.CheckInstalledPaths(ctx, plan, cfg, files)

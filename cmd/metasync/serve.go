@@ -27,6 +27,7 @@ import (
 	"github.com/iidp/metasync/cmd/metasync/internal/xds"
 	"github.com/iidp/metasync/internal/tlsfiles"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/schema/cluster"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -64,7 +65,7 @@ type daemon struct {
 	restCfg   *rest.Config
 	source    string
 	engine    *msync.Engine
-	crdsLater []*schema.CRD
+	crdsLater []*cluster.CRD
 
 	addr                string
 	ln, consulLn, xdsLn net.Listener

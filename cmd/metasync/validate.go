@@ -59,12 +59,12 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	// is reported in one run.
 	problems := schema.Problems(err)
 	var notes []string
-	var crds []*schema.CRD
+	var crds []*cluster.CRD
 	if len(plan.CRDs()) > 0 {
 		var err error
-		crds, err = schema.ReadCRDs(plan.CRDs())
+		crds, err = cluster.ReadCRDs(plan.CRDs())
 		problems = append(problems, schema.Problems(err)...)
-		n, err := schema.CheckPaths(plan, crds)
+		n, err := cluster.CheckPaths(plan, crds)
 		notes = append(notes, n...)
 		problems = append(problems, schema.Problems(err)...)
 	}
@@ -127,14 +127,14 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	}
 	unchecked := 0
 	if !*checkCluster {
-		n := schema.UncheckedPaths(plan, crds)
+		n := cluster.UncheckedPaths(plan, crds)
 		unchecked = len(n)
 		notes = append(notes, n...)
 	}
 	for _, n := range notes {
 		fmt.Fprintln(stdout, "note:", n)
 	}
-	for _, w := range schema.Warnings(plan, crds) {
+	for _, w := range cluster.Warnings(plan, crds) {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
 	if len(problems) > 0 {

@@ -33,7 +33,7 @@ func crdPath(name string) string {
 
 // InstallCRDs creates or updates the CRDs (server-side apply, field manager
 // "metasync") and waits until each is Established, or timeout passes.
-func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, timeout time.Duration) error {
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*CRD, timeout time.Duration) error {
 	client, err := kubejson.New(cfg)
 	if err != nil {
 		return err
@@ -85,7 +85,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*schema.CRD, time
 // yet (a note says it is not), its paths are checked against the file
 // (CheckPaths, by the caller), not against the cluster's copy, and the
 // caller must be allowed to apply CRDs.
-func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*schema.CRD) (notes []string, err error) {
+func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*CRD) (notes []string, err error) {
 	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 		}
 		list := &metav1.APIResourceList{}
 		err := kube.Get(ctx, apiPath, list)
-		file := schema.CRDOf(files, r.GVR.Group, r.GVR.Resource)
+		file := CRDOf(files, r.GVR.Group, r.GVR.Resource)
 		switch {
 		case file != nil && (apierrors.IsNotFound(err) || err == nil && !servesResource(list, r.GVR.Resource)):
 			notes = append(notes, fmt.Sprintf("%s: %s is not served by the cluster yet: serve installs CRD %s from the crds: list first; its paths are checked against that file", at, r.GVR.Resource, file.Name))
@@ -163,7 +163,7 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 			}
 		}
 	}
-	pathNotes, pathErr := schema.CheckPaths(plan, crds)
+	pathNotes, pathErr := CheckPaths(plan, crds)
 	notes = append(notes, pathNotes...)
 	for _, e := range schema.Problems(pathErr) {
 		p.list.Add(e)
@@ -180,13 +180,13 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 // could not check (a CRD that cannot be read, a path past a gjson
 // query). A resource whose CRD is not installed is not checked: it is
 // not served either, which the engine reports.
-func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*schema.CRD) (notes []string, err error) {
+func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*CRD) (notes []string, err error) {
 	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	crds, notes := installedCRDs(ctx, kube, plan, files)
-	pathNotes, err := schema.CheckPaths(plan, crds)
+	pathNotes, err := CheckPaths(plan, crds)
 	return append(notes, pathNotes...), err
 }
 
@@ -194,12 +194,12 @@ func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Confi
 // resources whose group may be a CRD's (it has a dot) and that no CRD of
 // files defines. A CRD that is not installed is left out; one that cannot
 // be read yields a note.
-func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan, files []*schema.CRD) (crds []*schema.CRD, notes []string) {
+func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan, files []*CRD) (crds []*CRD, notes []string) {
 	for i, r := range mplan.Of(plan).Resources {
-		if r.GVR.Group == "" || !strings.Contains(r.GVR.Group, ".") || schema.CRDOf(files, r.GVR.Group, r.GVR.Resource) != nil {
+		if r.GVR.Group == "" || !strings.Contains(r.GVR.Group, ".") || CRDOf(files, r.GVR.Group, r.GVR.Resource) != nil {
 			continue
 		}
-		if schema.CRDOf(crds, r.GVR.Group, r.GVR.Resource) != nil {
+		if CRDOf(crds, r.GVR.Group, r.GVR.Resource) != nil {
 			continue // two entries of one resource: read once
 		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -218,14 +218,23 @@ func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan
 	return crds, notes
 }
 
-// problems collects schema.FieldErrors, printed one per line.
-type problems struct{ list plist.List }
+// problems collects schema.FieldErrors, printed one per line after a
+// count and where they were found ("with the cluster" when where is "").
+type problems struct {
+	list  plist.List
+	where string
+}
 
 func (p *problems) add(path, format string, args ...any) {
 	p.list.Add(&schema.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (p *problems) result() error { return p.list.Err("with the cluster") }
+func (p *problems) result() error {
+	if p.where == "" {
+		return p.list.Err("with the cluster")
+	}
+	return p.list.Err(p.where)
+}
 
 // servesResource reports whether a discovery list holds resource.
 func servesResource(list *metav1.APIResourceList, resource string) bool {

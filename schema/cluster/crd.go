@@ -1,4 +1,4 @@
-package schema
+package cluster
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/iidp/metasync/internal/plan"
+	"github.com/iidp/metasync/schema"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -19,10 +20,10 @@ type CRD = apiextensionsv1.CustomResourceDefinition
 // fine; documents of other kinds are an error).
 func ReadCRDs(paths []string) ([]*CRD, error) {
 	var out []*CRD
-	var p problems
+	p := problems{where: "in the config"}
 	for i, path := range paths {
 		at := fmt.Sprintf("crds[%d]", i)
-		data, err := ReadFile(path)
+		data, err := schema.ReadFile(path)
 		if err != nil {
 			p.add(at, "%v", err)
 			continue
@@ -61,9 +62,9 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 // fields that exist); paths under x-kubernetes-preserve-unknown-fields, or
 // past a gjson query or modifier, cannot be checked and yield a note.
 // Resources that no CRD in crds defines are not checked.
-func CheckPaths(p *Plan, crds []*CRD) (notes []string, err error) {
-	var probs problems
-	for i, r := range p.c.Resources {
+func CheckPaths(p *schema.Plan, crds []*CRD) (notes []string, err error) {
+	probs := problems{where: "in the config"}
+	for i, r := range plan.Of(p).Resources {
 		crd := CRDOf(crds, r.GVR.Group, r.GVR.Resource)
 		if crd == nil {
 			continue
@@ -260,9 +261,9 @@ func isIndex(s string) bool {
 // CRD of crds defines. Their paths are checked against the cluster's
 // copy of the CRD by `validate --cluster`, and by serve at its start and
 // at each reload.
-func UncheckedPaths(p *Plan, crds []*CRD) []string {
+func UncheckedPaths(p *schema.Plan, crds []*CRD) []string {
 	var notes []string
-	for i, r := range p.c.Resources {
+	for i, r := range plan.Of(p).Resources {
 		g := r.GVR.Group
 		if !strings.Contains(g, ".") || g == "k8s.io" || strings.HasSuffix(g, ".k8s.io") || CRDOf(crds, g, r.GVR.Resource) != nil {
 			continue

@@ -1,4 +1,4 @@
-package schema
+package cluster
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/iidp/metasync/internal/plan"
+	"github.com/iidp/metasync/schema"
 )
 
 // Warnings returns what is valid but likely wrong in the plan, one line
@@ -15,7 +16,7 @@ import (
 // host may be a name (see hostWarnings); a resource entry that only
 // optional clusters watch (see optionalOnlyWarnings). crds are the CRD files' definitions (for the
 // scope of a resource whose value is its object key); nil is allowed.
-func Warnings(p *Plan, crds []*CRD) []string {
+func Warnings(p *schema.Plan, crds []*CRD) []string {
 	if p == nil {
 		return nil
 	}
@@ -24,7 +25,7 @@ func Warnings(p *Plan, crds []*CRD) []string {
 		r  *plan.Resource
 	}
 	byName := map[string]step{}
-	for _, r := range p.c.Resources {
+	for _, r := range plan.Of(p).Resources {
 		for i := range r.Indexes {
 			if ix := &r.Indexes[i]; !ix.Hidden() {
 				byName[ix.Name] = step{ix, r}
@@ -32,7 +33,7 @@ func Warnings(p *Plan, crds []*CRD) []string {
 		}
 	}
 	out := append(hostWarnings(p), optionalOnlyWarnings(p)...)
-	for i, ch := range p.c.Chains {
+	for i, ch := range plan.Of(p).Chains {
 		for j := 0; j+1 < len(ch.Indexes); j++ {
 			from, ok1 := byName[ch.Indexes[j]]
 			to, ok2 := byName[ch.Indexes[j+1]]
@@ -56,14 +57,14 @@ func Warnings(p *Plan, crds []*CRD) []string {
 // back, so they count as synced once one of those clusters has listed
 // (an answer of none then means "none there", or "not listed yet" of the
 // others), and /readyz does not wait for it at all.
-func optionalOnlyWarnings(p *Plan) []string {
+func optionalOnlyWarnings(p *schema.Plan) []string {
 	required := map[string]bool{}
-	for _, c := range p.c.Clusters {
+	for _, c := range plan.Of(p).Clusters {
 		required[c.Name] = c.Required
 	}
 	var out []string
-	for i, r := range p.c.Resources {
-		if len(p.c.Clusters) == 0 || slices.ContainsFunc(p.c.ClustersOf(r), func(c string) bool { return required[c] }) {
+	for i, r := range plan.Of(p).Resources {
+		if len(plan.Of(p).Clusters) == 0 || slices.ContainsFunc(plan.Of(p).ClustersOf(r), func(c string) bool { return required[c] }) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("resources[%d].clusters: %s is watched only in clusters with required: false: its answers count as synced once one of them has listed, and /readyz does not wait for it", i, r.Name))
@@ -82,9 +83,9 @@ var ipFields = map[string]bool{
 // addresses, and grpc-java's xDS client rejects a whole assignment that
 // holds one hostname. @endpoints answers IP addresses only (it gives
 // nothing of a slice of addressType FQDN).
-func hostWarnings(p *Plan) []string {
+func hostWarnings(p *schema.Plan) []string {
 	var out []string
-	for i, r := range p.c.Resources {
+	for i, r := range plan.Of(p).Resources {
 		for j := range r.Indexes {
 			ix := &r.Indexes[j]
 			if ix.Hidden() || ix.Value == nil {
@@ -95,7 +96,7 @@ func hostWarnings(p *Plan) []string {
 				continue
 			}
 			served := []string{"indexes/" + ix.Name}
-			for _, ch := range p.c.Chains {
+			for _, ch := range plan.Of(p).Chains {
 				if len(ch.Indexes) > 0 && ch.Indexes[len(ch.Indexes)-1] == ix.Name {
 					served = append(served, "chains/"+ch.Name)
 				}

@@ -1,4 +1,4 @@
-package schema
+package cluster
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/iidp/metasync/schema"
 )
 
 const crdPathsResources = `
@@ -23,7 +25,7 @@ resources:
 // and conf/crd.yaml and conf/more/other.yaml (copies of a real CRD file).
 func writeCRDPathsConfig(t *testing.T, root, crds string) {
 	t.Helper()
-	crd, err := os.ReadFile("testdata/loose-crd.yaml")
+	crd, err := os.ReadFile("../testdata/loose-crd.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestCRDPathsRelativeToConfig(t *testing.T) {
 		filepath.Join(conf, "config.yaml"),         // absolute
 		filepath.Join("..", "conf", "config.yaml"), // relative to the working directory
 	} {
-		c, err := Load(path, LoadOptions{})
+		c, err := schema.Load(path, schema.LoadOptions{})
 		if err != nil {
 			t.Fatalf("load %s: %v", path, err)
 		}
@@ -74,7 +76,7 @@ func TestCRDPathsRelativeToConfig(t *testing.T) {
 		if !slices.Equal(c.CRDs, want) {
 			t.Errorf("load %s: crds = %q, want %q", path, c.CRDs, want)
 		}
-		plan, err := Compile(c)
+		plan, err := schema.Compile(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +88,7 @@ func TestCRDPathsRelativeToConfig(t *testing.T) {
 
 	// Flags name files from the working directory, as any command-line
 	// path does: they are not rewritten.
-	c, err := Load(filepath.Join(conf, "config.yaml"), LoadOptions{Flags: map[string]any{"crds": []string{"flag.yaml"}}})
+	c, err := schema.Load(filepath.Join(conf, "config.yaml"), schema.LoadOptions{Flags: map[string]any{"crds": []string{"flag.yaml"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +102,21 @@ func TestCRDPathsRelativeToConfig(t *testing.T) {
 func TestCRDPathsBlankStillReported(t *testing.T) {
 	root := t.TempDir()
 	writeCRDPathsConfig(t, root, `[crd.yaml, " "]`)
-	_, err := Load(filepath.Join(root, "conf", "config.yaml"), LoadOptions{})
+	_, err := schema.Load(filepath.Join(root, "conf", "config.yaml"), schema.LoadOptions{})
 	if err == nil || !strings.Contains(err.Error(), "crds[1]: empty file path") {
 		t.Fatalf("err = %v, want crds[1]: empty file path", err)
+	}
+}
+
+// TestOptionalOnlyWarning: an entry that only clusters with required:
+// false read is warned of.
+func TestOptionalOnlyWarning(t *testing.T) {
+	p, err := schema.LoadPlan("../testdata/clusters.good.yaml", schema.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "resources[0].clusters: appmodels is watched only in clusters with required: false: its answers count as synced once one of them has listed, and /readyz does not wait for it"
+	if got := Warnings(p, nil); !slices.Contains(got, want) {
+		t.Fatalf("warnings %q, want %q among them", got, want)
 	}
 }

@@ -1,22 +1,22 @@
-package schema
+package cluster
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/iidp/metasync/schema"
 )
 
 func TestCheckPathsAgainstCRDSchemas(t *testing.T) {
-	crds, err := ReadCRDs([]string{"../examples/appmodel/crd.yaml", "../examples/custom-crd/crd.yaml"})
+	crds, err := ReadCRDs([]string{"../../examples/appmodel/crd.yaml", "../../examples/custom-crd/crd.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(crds) != 2 {
 		t.Fatalf("read %d CRDs", len(crds))
 	}
-	for _, f := range []string{"../examples/appmodel/config.yaml", "../examples/custom-crd/config.yaml"} {
-		plan, err := LoadPlan(f, LoadOptions{})
+	for _, f := range []string{"../../examples/appmodel/config.yaml", "../../examples/custom-crd/config.yaml"} {
+		plan, err := schema.LoadPlan(f, schema.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,17 +25,17 @@ func TestCheckPathsAgainstCRDSchemas(t *testing.T) {
 		}
 	}
 
-	plan, err := Compile(&Config{Resources: []Resource{{
+	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
 		Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
 		Fields: map[string]string{"kind": "spec.type.name", "ok": "metadata.labels.x"},
-		Indexes: []Index{
+		Indexes: []schema.Index{
 			{Name: "typo", Key: "spec.modelz"},
 			{Name: "array", Key: "spec.models.first", Value: "${spec.version}/${spec.models.#}"},
 			{Name: "query", Key: "spec.models.#(==x)"},
 		},
 	}, {
 		Name: "gateways", Group: "net.iidp.com", Version: "v2", Resource: "gateways",
-		Indexes: []Index{{Name: "gw", Key: "spec.x"}},
+		Indexes: []schema.Index{{Name: "gw", Key: "spec.x"}},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestCheckPathsAgainstCRDSchemas(t *testing.T) {
 	if err == nil {
 		t.Fatal("no problem found")
 	}
-	if n := len(Problems(err)); n != len(want) {
+	if n := len(schema.Problems(err)); n != len(want) {
 		t.Errorf("%d problems, want %d:\n%v", n, len(want), err)
 	}
 	for _, w := range want {
@@ -64,13 +64,13 @@ func TestCheckPathsAgainstCRDSchemas(t *testing.T) {
 }
 
 func TestPreserveUnknownFieldsIsANote(t *testing.T) {
-	crds, err := ReadCRDs([]string{"testdata/loose-crd.yaml"})
+	crds, err := ReadCRDs([]string{"../testdata/loose-crd.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := Compile(&Config{Resources: []Resource{{
+	plan, err := schema.Compile(&schema.Config{Resources: []schema.Resource{{
 		Name: "loose", Group: "test.iidp.com", Version: "v1", Resource: "loosemodels",
-		Indexes: []Index{{Name: "m", Key: "spec.anything.goes"}, {Name: "n", Key: "status.nope"}},
+		Indexes: []schema.Index{{Name: "m", Key: "spec.anything.goes"}, {Name: "n", Key: "status.nope"}},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,27 +85,9 @@ func TestPreserveUnknownFieldsIsANote(t *testing.T) {
 }
 
 func TestReadCRDsRejectsOtherKinds(t *testing.T) {
-	_, err := ReadCRDs([]string{"../examples/appmodel/samples.yaml", "testdata/none.yaml"})
-	if err == nil || !strings.Contains(err.Error(), "crds[0]: ../examples/appmodel/samples.yaml: document 0 is a Namespace, not a CustomResourceDefinition") ||
-		!strings.Contains(err.Error(), "crds[1]: stat testdata/none.yaml: no such file or directory") {
+	_, err := ReadCRDs([]string{"../../examples/appmodel/samples.yaml", "../testdata/none.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "crds[0]: ../../examples/appmodel/samples.yaml: document 0 is a Namespace, not a CustomResourceDefinition") ||
+		!strings.Contains(err.Error(), "crds[1]: stat ../testdata/none.yaml: no such file or directory") {
 		t.Fatalf("err = %v", err)
-	}
-}
-
-func TestReadFileRefusesWhatIsNoRegularFile(t *testing.T) {
-	for _, path := range []string{"/dev/zero", t.TempDir()} {
-		if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("ReadFile(%s) = %v, want a refusal", path, err)
-		}
-		if _, err := Load(path, LoadOptions{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("Load(%s) = %v, want a refusal", path, err)
-		}
-	}
-	big := filepath.Join(t.TempDir(), "big.yaml")
-	if err := os.WriteFile(big, make([]byte, MaxFileBytes+1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadFile(big); err == nil || !strings.Contains(err.Error(), "larger than 16 MiB") {
-		t.Errorf("ReadFile of %d bytes = %v", MaxFileBytes+1, err)
 	}
 }
