@@ -39,7 +39,7 @@ type watcher struct {
 	// through it has completed since: its data may be another cluster's,
 	// which a snapshot marks to be listed, not resumed.
 	reconnected atomic.Bool
-	src      *indexer.Source // set when the engine publishes the watcher
+	src         *indexer.Source // set when the engine publishes the watcher
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
