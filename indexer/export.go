@@ -58,6 +58,14 @@ func (img *Image) Table(i int, f func(key string, values, objects []string)) {
 	})
 }
 
+// Keys calls f with the key of every object, in the order Objects
+// gives them.
+func (img *Image) Keys(f func(key string)) {
+	for _, o := range img.objs {
+		f(o.key)
+	}
+}
+
 // Objects calls f with every object: its key, its provenance, its entries
 // for each index (normalized: sorted, distinct) and its payload (nil if it
 // has none), in

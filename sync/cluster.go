@@ -32,6 +32,12 @@ import (
 // While the apiserver cannot be reached, the UID cannot be read: the
 // resources answer from the snapshot, stale, and the check is made once it
 // answers.
+//
+// With several clusters, the snapshot records each cluster's identity
+// beside its part of each resource, and each cluster is checked on its
+// own, through its own connection: a cluster whose identity changed drops
+// its part alone (the source's objects of its key prefix) and starts
+// cold, the others resume.
 
 // clusterVerdict is how a snapshot's cluster compares with the
 // apiserver's.
@@ -59,6 +65,46 @@ type identity struct {
 	id         string
 	unreadable error
 	verdict    *clusterVerdict // once decided
+}
+
+// identities are the identities of the clusters of a plan that reads
+// several, by cluster name (see identOf).
+type identities struct {
+	mu     gosync.Mutex
+	byName map[string]*identity
+}
+
+// identOf returns the identity of a cluster: the engine's own for ""
+// (a plan without clusters), else the named cluster's, read through its
+// current connection (none for an engine without connections: nothing
+// to compare).
+func (e *Engine) identOf(cluster string) *identity {
+	if cluster == "" {
+		return &e.ident
+	}
+	e.idents.mu.Lock()
+	defer e.idents.mu.Unlock()
+	if e.idents.byName == nil {
+		e.idents.byName = map[string]*identity{}
+	}
+	id := e.idents.byName[cluster]
+	if id == nil {
+		id = &identity{}
+		if conns := e.conns; conns != nil {
+			id.fetch = func(ctx context.Context) (string, error) { return conns.fetchID(ctx, cluster) }
+		}
+		e.idents.byName[cluster] = id
+	}
+	return id
+}
+
+// forget makes the identity be read again: the cluster's connection
+// changed, and may reach another cluster. What was decided of the
+// snapshot stays.
+func (id *identity) forget() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.known, id.id, id.unreadable = false, "", nil
 }
 
 // clusterIDNamespace is the namespace whose UID names a cluster.
@@ -110,19 +156,24 @@ func (id *identity) read(ctx context.Context) error {
 }
 
 // checkCluster compares the snapshot's cluster with the apiserver's, once
-// for all resources, and returns the verdict; an error when the apiserver
+// for all resources of the cluster ("" for the one cluster of a plan
+// without clusters), and returns the verdict; an error when the apiserver
 // could not be asked (try again later, answering from the snapshot). On
-// clusterOther, every restored resource's data is cleared before it
-// returns.
-func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
-	id := &e.ident
+// clusterOther, every restored resource's data of that cluster is cleared
+// before it returns.
+func (e *Engine) checkCluster(ctx context.Context, cluster string) (clusterVerdict, error) {
+	id := e.identOf(cluster)
 	id.mu.Lock()
 	other := false
 	defer func() {
 		id.mu.Unlock()
 		if other { // after id.mu: writeWarmFile takes warm.mu, then id.mu
 			e.warm.mu.Lock()
-			e.warm.status.Load, e.warm.status.LoadReason, e.warm.status.WrittenAt = "cold", "cluster", time.Time{}
+			if cluster == "" {
+				e.warm.status.Load, e.warm.status.LoadReason, e.warm.status.WrittenAt = "cold", "cluster", time.Time{}
+			} else {
+				e.warm.status.setCluster(cluster, "cold", "cluster")
+			}
 			e.warm.mu.Unlock()
 		}
 	}()
@@ -133,26 +184,36 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 		return clusterUnknown, err
 	}
 	v := clusterUnknown
+	log := e.log
+	if cluster != "" {
+		log = log.With("clusterName", cluster)
+	}
 	switch {
 	case id.fetch == nil:
 		v = clusterSame // an engine without a cluster: nothing to compare
 	case id.unreadable != nil:
-		e.log.Warn("cannot read the cluster's identity (the UID of namespace "+clusterIDNamespace+"): the snapshot is not resumed, each resource lists",
+		log.Warn("cannot read the cluster's identity (the UID of namespace "+clusterIDNamespace+"): the snapshot is not resumed, each resource lists",
 			"error", id.unreadable.Error())
 	case id.snapshot == "":
-		e.log.Warn("the snapshot does not say which cluster it came from: not resumed, each resource lists", "cluster", id.id)
+		log.Warn("the snapshot does not say which cluster it came from: not resumed, each resource lists", "cluster", id.id)
 	case id.snapshot == id.id:
 		v = clusterSame
 	default:
 		v = clusterOther
-		e.log.Warn("snapshot ignored: it came from another cluster; its data is cleared and every resource lists (cold start)",
-			"snapshotCluster", id.snapshot, "cluster", id.id)
+		if cluster == "" {
+			log.Warn("snapshot ignored: it came from another cluster; its data is cleared and every resource lists (cold start)",
+				"snapshotCluster", id.snapshot, "cluster", id.id)
+		} else {
+			log.Warn("the cluster's part of the snapshot ignored: it came from another cluster; that part is cleared and the cluster's resources list (a cold start of this cluster alone)",
+				"snapshotCluster", id.snapshot, "cluster", id.id)
+		}
 		v0, _ := e.view()
 		for _, w := range v0.watchers {
 			// Restored, or carried over a reload from restored data.
-			if w.unverified() && !w.dropped.Swap(true) {
+			if w.clusterName == cluster && w.unverified() && !w.dropped.Swap(true) {
 				w.src.ReplaceWithin(w.keyPrefix, nil)
 				w.rv.Store(nil)
+				w.count.Store(0)
 				w.noteFresh()
 			}
 		}
@@ -164,9 +225,10 @@ func (e *Engine) checkCluster(ctx context.Context) (clusterVerdict, error) {
 
 // verified reports whether the snapshot's cluster was found to be the
 // apiserver's (or there is no cluster to compare with): its data, still
-// unlisted, may be resumed.
-func (e *Engine) verified() bool {
-	id := &e.ident
+// unlisted, may be resumed. cluster names one of several ("" for the
+// one cluster of a plan without clusters).
+func (e *Engine) verified(cluster string) bool {
+	id := e.identOf(cluster)
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.fetch == nil || id.verdict != nil && *id.verdict == clusterSame
@@ -177,9 +239,10 @@ func (e *Engine) verified() bool {
 // restored snapshot's while the apiserver cannot be reached (its data is
 // that cluster's, or was listed from one that did not answer since).
 // Data of a snapshot not found to be this cluster's is written to be
-// listed (see WriteSnapshot), whatever the identity says.
-func (e *Engine) clusterForSnapshot() string {
-	id := &e.ident
+// listed (see WriteSnapshot), whatever the identity says. cluster names
+// one of several ("" for the one cluster of a plan without clusters).
+func (e *Engine) clusterForSnapshot(cluster string) string {
+	id := e.identOf(cluster)
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.verdict == nil && id.snapshot != "" && id.fetch != nil {

@@ -31,6 +31,8 @@
 // cannot resume it), and Start writes a snapshot every SnapshotInterval
 // and when it stops. WaitForData returns once every resource has data,
 // from a list or a snapshot; WaitForSync once every one has caught up.
+// With several clusters, each cluster's part is restored and caught up
+// on its own, checked against that cluster's identity.
 //
 // # Reading
 //

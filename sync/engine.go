@@ -35,7 +35,8 @@ type Options struct {
 	// snapshot in it (see RestoreSnapshot) if there is one written for the
 	// same resource entries, and Start writes one every SnapshotInterval
 	// and once more when it stops (see WriteSnapshot). The folder must
-	// exist and be the engine's alone.
+	// exist and be the engine's alone. With several clusters, each
+	// cluster's part is kept, restored and checked on its own.
 	SnapshotDir string
 	// SnapshotInterval: default DefaultSnapshotInterval.
 	SnapshotInterval time.Duration
@@ -102,7 +103,8 @@ type Engine struct {
 	streaming   bool // Options.StreamingList
 	streamWhole bool // Options.StreamingListAuto
 	warm        warmFiles
-	ident       identity // the cluster's, and the snapshot's (see cluster.go)
+	ident       identity   // the cluster's, and the snapshot's (see cluster.go)
+	idents      identities // those of each cluster, of a plan that reads several
 	// clientFor gives a new watcher its REST client; nil for an engine
 	// without a cluster.
 	clientFor func(w *watcher) error
@@ -234,9 +236,6 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if cp == nil {
 		return nil, errEmptyPlan
 	}
-	if len(cp.Clusters) > 0 && opts.SnapshotDir != "" {
-		return nil, errors.New("a snapshot (Options.SnapshotDir) of a config that reads several clusters is not supported yet")
-	}
 	configs := map[string]*rest.Config{"": cfg}
 	if len(cp.Clusters) > 0 {
 		var err error
@@ -257,7 +256,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 			}
 			return nil, err
 		}
-		c := &connection{name: name, forWatcher: forWatcher}
+		c := &connection{name: name, forWatcher: forWatcher, core: core}
 		for _, pc := range cp.Clusters {
 			if pc.Name == name && pc.Kubeconfig != "" && opts.ClusterConfigs[name] == nil {
 				c.file, c.context = pc.Kubeconfig, pc.Context
@@ -269,12 +268,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 			home = fetchClusterID(core)
 		}
 	}
-	e, err := newEngine(cp, opts, conns.clientFor, home)
-	if err != nil {
-		return nil, err
-	}
-	e.conns = conns
-	return e, nil
+	return newEngine(cp, opts, conns, home)
 }
 
 // homeOf names the home cluster of p; "" for none.
@@ -327,10 +321,11 @@ func clientsOf(cfg *rest.Config) (func(w *watcher) (rest.Interface, error), rest
 	return clientFor, coreClient, nil
 }
 
-// newEngine builds an Engine of a compiled plan; clientFor, when not nil,
-// gives each watcher its client, and clusterID reads the cluster's
-// identity.
-func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error, clusterID func(context.Context) (string, error)) (*Engine, error) {
+// newEngine builds an Engine of a compiled plan; conns, when not nil,
+// are its connections, which give each watcher its client (and each
+// cluster of a plan that reads several its identity), and clusterID reads
+// the identity of the cluster of a plan without clusters.
+func newEngine(plan *compiled.Plan, opts Options, conns *connections, clusterID func(context.Context) (string, error)) (*Engine, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -345,8 +340,11 @@ func newEngine(plan *compiled.Plan, opts Options, clientFor func(*watcher) error
 		staleAfter:  opts.StaleAfter,
 		streaming:   opts.StreamingList,
 		streamWhole: opts.StreamingListAuto,
-		clientFor:   clientFor,
 		ident:       identity{fetch: clusterID},
+		conns:       conns,
+	}
+	if conns != nil {
+		e.clientFor = conns.clientFor
 	}
 	if e.staleAfter <= 0 {
 		e.staleAfter = DefaultStaleAfter
@@ -495,7 +493,8 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		w := newWatcher(r, cluster, e.log)
 		w.required, w.dropAfter = cluster == "" || required[cluster], dropAfter[cluster]
 		w.streaming.Store(e.streams(r))
-		w.reloaded, w.cluster = reload, e.checkCluster
+		w.reloaded = reload
+		w.cluster = func(ctx context.Context) (clusterVerdict, error) { return e.checkCluster(ctx, cluster) }
 		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
 		built = append(built, w)
 		return w
@@ -542,6 +541,13 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	}
 	if installConns != nil {
 		installConns()
+		// A cluster added or changed: its identity is read through its
+		// new connection.
+		for _, c := range plan.Clusters {
+			if !unchanged[c.Name] {
+				e.identOf(c.Name).forget()
+			}
+		}
 	}
 	if e.clientFor != nil {
 		for _, w := range built {
@@ -560,6 +566,11 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		for _, n := range next {
 			if n.clusterName == w.clusterName && slices.Contains(built, n) {
 				n.inherit(w)
+				if n.carried != nil && unchanged != nil && !unchanged[n.clusterName] {
+					// The cluster's connection changed: its data may be
+					// another cluster's until the list.
+					n.carried.relist = true
+				}
 				return
 			}
 		}

@@ -134,7 +134,8 @@ func (w *watcher) checkGone(err error) {
 		w.log.Warn("resource not served by the apiserver (is its CRD installed? is resource: its plural?): not synced, retrying", "gvr", w.plan.GVR.String(), "error", err.Error())
 		return
 	}
-	w.src.Replace(nil)
+	w.src.ReplaceWithin(w.keyPrefix, nil) // this cluster's part alone
+	w.count.Store(0)
 	// Its objects are gone from the source, not from the cluster's
 	// history: a snapshot must not resume from here (it leaves the
 	// resource out until the next list).

@@ -40,6 +40,9 @@ type connections struct {
 type connection struct {
 	name       string
 	forWatcher func(w *watcher) (rest.Interface, error)
+	// core is a client of the cluster's core API group: what reads its
+	// identity (see identOf).
+	core rest.Interface
 
 	file, context string
 	read          []byte // the content last read (taken or refused)
@@ -68,6 +71,18 @@ func (cs *connections) clientFor(w *watcher) error {
 	}
 	w.setClient(client)
 	return nil
+}
+
+// fetchID reads the identity of a cluster through its current
+// connection.
+func (cs *connections) fetchID(ctx context.Context, cluster string) (string, error) {
+	cs.mu.Lock()
+	c := cs.byName[cluster]
+	cs.mu.Unlock()
+	if c == nil || c.core == nil {
+		return "", fmt.Errorf("no connection to cluster %q", cluster)
+	}
+	return fetchClusterID(c.core)(ctx)
 }
 
 // followKubeconfigs reads the clusters' kubeconfig files again every
@@ -149,7 +164,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		refuse(err, false)
 		return
 	}
-	forWatcher, _, err := clientsOf(cfg)
+	forWatcher, core, err := clientsOf(cfg)
 	if err != nil {
 		refuse(err, false)
 		return
@@ -195,11 +210,15 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		return
 	}
 	e.conns.mu.Lock()
-	c.forWatcher = forWatcher
+	c.forWatcher, c.core = forWatcher, core
 	c.rotations++
 	c.lastErr = ""
 	c.backoff, c.retryAt = 0, time.Time{}
 	e.conns.mu.Unlock()
+	// The new connection may reach another cluster: its identity is read
+	// again, and, until each resource has listed through it, a snapshot
+	// marks the cluster's part to be listed, not resumed.
+	e.identOf(c.name).forget()
 	for i, w := range parts {
 		w.rotate(clients[i])
 	}
@@ -237,11 +256,11 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 				return nil, nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
 			}
 		}
-		forWatcher, _, err := clientsOf(cfg)
+		forWatcher, core, err := clientsOf(cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
-		conn := &connection{name: c.Name, forWatcher: forWatcher, read: read}
+		conn := &connection{name: c.Name, forWatcher: forWatcher, core: core, read: read}
 		if cs.given[c.Name] == nil && c.Kubeconfig != "" {
 			conn.file, conn.context = c.Kubeconfig, c.Context
 		}

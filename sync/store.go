@@ -115,6 +115,7 @@ func (w *watcher) replace(list []any, rv string) error {
 	start := time.Now()
 	w.src.ReplaceWithin(w.keyPrefix, objs)
 	w.count.Store(int64(len(objs)))
+	w.reconnected.Store(false)
 	if w.partDropped.Swap(false) {
 		w.log.Info("the cluster's part is back in the answers", "objects", len(objs))
 	}

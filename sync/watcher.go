@@ -39,7 +39,11 @@ type watcher struct {
 	// resourceVersion the reflector last saw (one of another cluster's,
 	// after a rotation, may be far ahead of this one's).
 	listFresh atomic.Bool
-	src       *indexer.Source // set when the engine publishes the watcher
+	// reconnected: rotate gave the watcher a new connection, and no list
+	// through it has completed since: its data may be another cluster's,
+	// which a snapshot marks to be listed, not resumed.
+	reconnected atomic.Bool
+	src         *indexer.Source // set when the engine publishes the watcher
 	// cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	cluster func(context.Context) (clusterVerdict, error)
@@ -284,6 +288,7 @@ func (w *watcher) setClient(c rest.Interface) { w.client.Store(&restClient{c}) }
 // rotate makes c the watcher's client and lists again through it at
 // once; nothing leaves the answers meanwhile.
 func (w *watcher) rotate(c rest.Interface) {
+	w.reconnected.Store(true)
 	w.setClient(c)
 	// The new connection may reach another cluster (a kubeconfig
 	// rewritten to point elsewhere), whose resourceVersions mean nothing

@@ -36,6 +36,20 @@
 //	      0 for the object key, else length+1, then the bytes),
 //	  then the byte 0
 //	checksum   4 bytes, little endian: CRC-32C of everything before it
+//
+// A file of several clusters' data (VersionClusters) differs in its header
+// and in each resource's:
+//
+//	magic, version, config as above
+//	clusters   count, then each: name, identity ("" when unknown)
+//	written    as above
+//	resources  count, then each:
+//	  name, flags (2: its tables are left out, see Resource.TablesLeftOut),
+//	  parts (count, then each: cluster (a name of the header's), its
+//	    resourceVersion, flags (1: relist)),
+//	  indexes, strings, tables (none when left out), objects as above,
+//	    each object's key beginning with "CLUSTER:" of one of the parts
+//	checksum   as above
 package warmfile
 
 import (
@@ -45,19 +59,30 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 	"unsafe"
 
 	"github.com/iidp/metasync/indexer"
 )
 
-// Version is the format version this package writes and reads.
-const Version = 4
+// Version is the format version of a file of one cluster's data
+// (NewEncoder); VersionClusters that of a file of several clusters' data
+// (NewClustersEncoder), each resource's objects in parts, one per
+// cluster. Decode reads both.
+const (
+	Version         = 4
+	VersionClusters = 5
+)
 
 const magic = "metasync-snapshot\n"
 
-// The flags of a resource.
-const flagRelist = 1
+// The flags of a resource (of a part, in VersionClusters).
+const (
+	flagRelist     = 1
+	flagNoTables   = 2 // VersionClusters: the resource's tables are left out
+	resourceFlags5 = flagNoTables
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -65,12 +90,38 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // was decoded from, which must not change while they are used: clone what
 // is kept.
 type File struct {
-	Config [32]byte
+	// Version is Version or VersionClusters.
+	Version int
+	Config  [32]byte
 	// Cluster names the cluster the data came from (the engine writes the
-	// UID of its kube-system namespace); "" when it was not known.
-	Cluster   string
+	// UID of its kube-system namespace); "" when it was not known, and in
+	// a file of several clusters (see Clusters).
+	Cluster string
+	// Clusters, in a file of several clusters' data (VersionClusters):
+	// each cluster of its resources' parts, with its identity; nil in a
+	// file of one cluster.
+	Clusters  []Cluster
 	WrittenAt time.Time
 	Resources []Resource
+}
+
+// Cluster is one cluster of a file of several clusters' data: its name
+// in the config, and its identity as Cluster in a file of one ("" when
+// it was not known).
+type Cluster struct {
+	Name, Identity string
+}
+
+// Part is one cluster's part of a resource, in a file of several
+// clusters' data: the objects whose keys begin with "Cluster:", as of
+// ResourceVersion, with Relist as Resource.Relist says it for a resource
+// of one cluster.
+type Part struct {
+	Cluster         string
+	ResourceVersion string
+	Relist          bool
+	// Objects is the number of the part's objects (set by Decode).
+	Objects int
 }
 
 // Resource is one resource entry of a file.
@@ -92,7 +143,13 @@ type Resource struct {
 	// MaxEntries and MaxBytes are, for each index, the most entries that
 	// one object has in it and the most bytes of their keys and values.
 	MaxEntries, MaxBytes []int
-	objects              []byte // validated
+	// Parts, in a file of several clusters' data, are the resource's
+	// parts (ResourceVersion and Relist are then unused); nil in a file
+	// of one cluster. TablesLeftOut: the file has no tables for the
+	// resource (Tables is empty): it is built from its objects.
+	Parts         []Part
+	TablesLeftOut bool
+	objects       []byte // validated
 }
 
 // Table is one index of a file: each key with its values and, when
@@ -125,6 +182,9 @@ type Encoder struct {
 	crc  hash.Hash32
 	err  error
 	left int // resources still to come
+	// clusters: a file of several clusters' data (NewClustersEncoder),
+	// by name.
+	clusters map[string]bool
 
 	// The resource being written: open, its index and string counts, the
 	// tables started, whether one is open and lists objects, whether its
@@ -132,6 +192,8 @@ type Encoder struct {
 	open               bool
 	indexes, strings   int
 	tables             int
+	noTables           bool
+	prefixes           []string // of the parts' objects ("CLUSTER:")
 	inTable, tableObjs bool
 	inObjs             bool
 	buf                []byte
@@ -146,6 +208,31 @@ func NewEncoder(w io.Writer, config [32]byte, cluster string, writtenAt time.Tim
 	e.buf = binary.AppendUvarint(e.buf, Version)
 	e.buf = append(e.buf, config[:]...)
 	e.str(cluster)
+	e.buf = binary.AppendVarint(e.buf, writtenAt.UnixNano())
+	e.buf = binary.AppendUvarint(e.buf, uint64(resources))
+	e.flush()
+	return e
+}
+
+// NewClustersEncoder writes the header of a file of several clusters'
+// data (VersionClusters) of the given number of resources to w; each
+// resource is started by ClusterResource, whose parts name clusters of
+// clusters.
+func NewClustersEncoder(w io.Writer, config [32]byte, clusters []Cluster, writtenAt time.Time, resources int) *Encoder {
+	e := &Encoder{dst: w, crc: crc32.New(castagnoli), left: resources, clusters: map[string]bool{}}
+	e.w = bufio.NewWriterSize(io.MultiWriter(w, e.crc), 64<<10)
+	e.buf = append(e.buf, magic...)
+	e.buf = binary.AppendUvarint(e.buf, VersionClusters)
+	e.buf = append(e.buf, config[:]...)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(clusters)))
+	for _, c := range clusters {
+		if e.clusters[c.Name] || c.Name == "" {
+			e.fail("cluster %q empty or twice", c.Name)
+		}
+		e.clusters[c.Name] = true
+		e.str(c.Name)
+		e.str(c.Identity)
+	}
 	e.buf = binary.AppendVarint(e.buf, writtenAt.UnixNano())
 	e.buf = binary.AppendUvarint(e.buf, uint64(resources))
 	e.flush()
@@ -174,12 +261,10 @@ func (e *Encoder) fail(format string, args ...any) {
 // number; relist marks data that must be listed, not resumed (see
 // Resource.Relist).
 func (e *Encoder) Resource(name, resourceVersion string, relist bool, indexes, strings []string) {
-	e.finish()
-	if e.left == 0 {
-		e.fail("more resources than announced")
+	if e.clusters != nil {
+		e.fail("Resource in a file of several clusters: ClusterResource")
 	}
-	e.left--
-	e.open, e.indexes, e.strings, e.tables, e.inObjs = true, len(indexes), len(strings), 0, false
+	e.start()
 	e.str(name)
 	e.str(resourceVersion)
 	var flags uint64
@@ -187,6 +272,60 @@ func (e *Encoder) Resource(name, resourceVersion string, relist bool, indexes, s
 		flags |= flagRelist
 	}
 	e.buf = binary.AppendUvarint(e.buf, flags)
+	e.head(indexes, strings)
+}
+
+// ClusterResource starts a resource of a file of several clusters' data:
+// its parts, one per cluster, each a cluster of the header's at most
+// once; every object written after it has a key that begins with the
+// name of one of them and ":". With withTables false its tables are left
+// out (no Table follows: the resource is built from its objects when it
+// is read).
+func (e *Encoder) ClusterResource(name string, parts []Part, withTables bool, indexes, strings []string) {
+	if e.clusters == nil {
+		e.fail("ClusterResource in a file of one cluster: Resource")
+	}
+	e.start()
+	e.str(name)
+	var flags uint64
+	if !withTables {
+		flags |= flagNoTables
+	}
+	e.buf = binary.AppendUvarint(e.buf, flags)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(parts)))
+	seen := map[string]bool{}
+	e.prefixes = e.prefixes[:0]
+	for _, p := range parts {
+		e.prefixes = append(e.prefixes, p.Cluster+":")
+		if !e.clusters[p.Cluster] || seen[p.Cluster] {
+			e.fail("part of cluster %q: not in the header, or twice", p.Cluster)
+		}
+		seen[p.Cluster] = true
+		e.str(p.Cluster)
+		e.str(p.ResourceVersion)
+		var pf uint64
+		if p.Relist {
+			pf |= flagRelist
+		}
+		e.buf = binary.AppendUvarint(e.buf, pf)
+	}
+	e.noTables = !withTables
+	e.head(indexes, strings)
+}
+
+// start begins a resource.
+func (e *Encoder) start() {
+	e.finish()
+	if e.left == 0 {
+		e.fail("more resources than announced")
+	}
+	e.left--
+	e.open, e.tables, e.inObjs, e.noTables = true, 0, false, false
+}
+
+// head writes a resource's indexes and strings.
+func (e *Encoder) head(indexes, strings []string) {
+	e.indexes, e.strings = len(indexes), len(strings)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(indexes)))
 	for _, ix := range indexes {
 		e.str(ix)
@@ -215,7 +354,7 @@ func (e *Encoder) finish() {
 		return
 	}
 	e.endTable()
-	if e.tables != e.indexes {
+	if e.tables != e.wantTables() {
 		e.fail("%d tables for %d indexes", e.tables, e.indexes)
 	}
 	e.buf = append(e.buf, 0) // the end of its objects
@@ -223,9 +362,17 @@ func (e *Encoder) finish() {
 	e.flush()
 }
 
+// wantTables is the number of tables of the current resource.
+func (e *Encoder) wantTables() int {
+	if e.noTables {
+		return 0
+	}
+	return e.indexes
+}
+
 // Table starts the table of the resource's next index.
 func (e *Encoder) Table(withObjects bool) {
-	if !e.open || e.inObjs || e.tables >= e.indexes {
+	if !e.open || e.inObjs || e.tables >= e.wantTables() {
 		e.fail("table written out of turn")
 	}
 	e.endTable()
@@ -269,8 +416,11 @@ func (e *Encoder) ids(ids []uint32) {
 // entries may be shorter than the resource's indexes: the rest have none.
 func (e *Encoder) Object(key string, payload string, hasPayload bool, meta indexer.Meta, entries [][]indexer.Entry) {
 	e.endTable()
-	if !e.open || e.tables != e.indexes || len(entries) > e.indexes {
+	if !e.open || e.tables != e.wantTables() || len(entries) > e.indexes {
 		e.fail("object written before its resource's tables, or with more indexes than it")
+	}
+	if e.clusters != nil && partOf(key, e.prefixes) < 0 {
+		e.fail("object %q of no part of the resource", key)
 	}
 	e.inObjs = true
 	e.buf = append(e.buf, 1)
@@ -324,6 +474,16 @@ func (e *Encoder) Close() error {
 	return err
 }
 
+// partOf returns the index of the prefix that key begins with, or -1.
+func partOf(key string, prefixes []string) int {
+	for i, p := range prefixes {
+		if len(key) >= len(p) && key[:len(p)] == p {
+			return i
+		}
+	}
+	return -1
+}
+
 // Error is why a file could not be read.
 type Error struct {
 	Reason string // one word, for metrics: truncated, checksum, format, corrupt
@@ -350,15 +510,30 @@ func Decode(data []byte) (*File, error) {
 	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
 	// The version first: a file of another version may checksum otherwise.
 	d := decoder{b: body[len(magic):]}
-	if v := d.uint(); d.err != nil || v != Version {
-		return nil, failure("format", "format version %d, this metasync reads %d", v, Version)
+	v := d.uint()
+	if d.err != nil || v != Version && v != VersionClusters {
+		return nil, failure("format", "format version %d, this metasync reads %d and %d", v, Version, VersionClusters)
 	}
 	if got := crc32.Checksum(body, castagnoli); got != sum {
 		return nil, failure("checksum", "checksum %08x, the file says %08x: truncated or damaged", got, sum)
 	}
-	f := &File{}
+	f := &File{Version: int(v)}
 	copy(f.Config[:], d.bytes(32))
-	f.Cluster = d.str()
+	clusters := map[string]bool{}
+	if v == VersionClusters {
+		nc := d.count(2)
+		f.Clusters = make([]Cluster, 0, nc)
+		for range nc {
+			c := Cluster{Name: d.str(), Identity: d.str()}
+			if d.err == nil && (c.Name == "" || clusters[c.Name]) {
+				d.corrupt(fmt.Sprintf("cluster %q empty or twice", c.Name))
+			}
+			clusters[c.Name] = true
+			f.Clusters = append(f.Clusters, c)
+		}
+	} else {
+		f.Cluster = d.str()
+	}
 	f.WrittenAt = time.Unix(0, d.int())
 	n := d.count(1)
 	for range n {
@@ -367,12 +542,38 @@ func Decode(data []byte) (*File, error) {
 		}
 		var r Resource
 		r.Name = d.str()
-		r.ResourceVersion = d.str()
-		switch flags := d.uint(); {
-		case flags&^flagRelist != 0:
-			d.corrupt(fmt.Sprintf("resource flags %#x", flags))
-		default:
-			r.Relist = flags&flagRelist != 0
+		var prefixes []string
+		if v == VersionClusters {
+			switch flags := d.uint(); {
+			case flags&^resourceFlags5 != 0:
+				d.corrupt(fmt.Sprintf("resource flags %#x", flags))
+			default:
+				r.TablesLeftOut = flags&flagNoTables != 0
+			}
+			np := d.count(3)
+			r.Parts = make([]Part, 0, np)
+			for range np {
+				p := Part{Cluster: d.str(), ResourceVersion: d.str()}
+				switch flags := d.uint(); {
+				case flags&^flagRelist != 0:
+					d.corrupt(fmt.Sprintf("part flags %#x", flags))
+				default:
+					p.Relist = flags&flagRelist != 0
+				}
+				if d.err == nil && (!clusters[p.Cluster] || slices.ContainsFunc(r.Parts, func(q Part) bool { return q.Cluster == p.Cluster })) {
+					d.corrupt(fmt.Sprintf("resource %q: part of cluster %q, not in the header or twice", r.Name, p.Cluster))
+				}
+				r.Parts = append(r.Parts, p)
+				prefixes = append(prefixes, p.Cluster+":")
+			}
+		} else {
+			r.ResourceVersion = d.str()
+			switch flags := d.uint(); {
+			case flags&^flagRelist != 0:
+				d.corrupt(fmt.Sprintf("resource flags %#x", flags))
+			default:
+				r.Relist = flags&flagRelist != 0
+			}
 		}
 		nix := d.count(1)
 		r.Indexes = make([]string, 0, nix)
@@ -386,6 +587,9 @@ func Decode(data []byte) (*File, error) {
 		}
 		r.Tables = make([]Table, 0, nix)
 		for range nix {
+			if r.TablesLeftOut {
+				break
+			}
 			r.Tables = append(r.Tables, d.table(r.Strings))
 		}
 		start := d.b
@@ -394,8 +598,15 @@ func Decode(data []byte) (*File, error) {
 			if !d.more() {
 				break
 			}
-			d.object(len(r.Indexes), nil, r.MaxEntries, r.MaxBytes)
+			o := d.object(len(r.Indexes), nil, r.MaxEntries, r.MaxBytes)
 			r.Objects++
+			if v == VersionClusters {
+				if i := partOf(o.Key, prefixes); i >= 0 {
+					r.Parts[i].Objects++
+				} else if d.err == nil {
+					d.corrupt(fmt.Sprintf("resource %q: object %q of no part", r.Name, o.Key))
+				}
+			}
 		}
 		if d.err == nil {
 			r.objects = start[:len(start)-len(d.b)]

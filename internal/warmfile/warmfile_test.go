@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -16,15 +17,18 @@ import (
 type plain struct {
 	Config    [32]byte
 	WrittenAt int64
+	Clusters  []Cluster // a file of several clusters' data
 	Resources []plainResource
 }
 
 type plainResource struct {
-	Name, RV string
-	Indexes  []string
-	Strings  []string
-	Tables   []plainTable
-	Objects  []Object
+	Name, RV      string
+	Parts         []Part
+	TablesLeftOut bool
+	Indexes       []string
+	Strings       []string
+	Tables        []plainTable
+	Objects       []Object
 }
 
 type plainTable struct {
@@ -60,9 +64,18 @@ func sample() plain {
 
 func encode(t testing.TB, p plain) []byte {
 	var buf bytes.Buffer
-	e := NewEncoder(&buf, p.Config, "cluster-uid", time.Unix(0, p.WrittenAt), len(p.Resources))
+	var e *Encoder
+	if p.Clusters != nil {
+		e = NewClustersEncoder(&buf, p.Config, p.Clusters, time.Unix(0, p.WrittenAt), len(p.Resources))
+	} else {
+		e = NewEncoder(&buf, p.Config, "cluster-uid", time.Unix(0, p.WrittenAt), len(p.Resources))
+	}
 	for _, r := range p.Resources {
-		e.Resource(r.Name, r.RV, false, r.Indexes, r.Strings)
+		if p.Clusters != nil {
+			e.ClusterResource(r.Name, r.Parts, !r.TablesLeftOut, r.Indexes, r.Strings)
+		} else {
+			e.Resource(r.Name, r.RV, false, r.Indexes, r.Strings)
+		}
 		for _, tb := range r.Tables {
 			e.Table(tb.WithObjects)
 			for _, k := range tb.Keys {
@@ -81,9 +94,10 @@ func encode(t testing.TB, p plain) []byte {
 
 // read gives a decoded File back in plain values.
 func read(f *File) plain {
-	p := plain{Config: f.Config, WrittenAt: f.WrittenAt.UnixNano()}
+	p := plain{Config: f.Config, WrittenAt: f.WrittenAt.UnixNano(), Clusters: f.Clusters}
 	for _, r := range f.Resources {
-		pr := plainResource{Name: r.Name, RV: r.ResourceVersion, Indexes: r.Indexes, Strings: r.Strings, Tables: []plainTable{}, Objects: []Object{}}
+		pr := plainResource{Name: r.Name, RV: r.ResourceVersion, Parts: r.Parts, TablesLeftOut: r.TablesLeftOut,
+			Indexes: r.Indexes, Strings: r.Strings, Tables: []plainTable{}, Objects: []Object{}}
 		for _, tb := range r.Tables {
 			pt := plainTable{WithObjects: tb.WithObjects}
 			tb.Each(func(key string, values, objects []uint32) {
@@ -130,7 +144,7 @@ func TestDamagedFilesAreRefused(t *testing.T) {
 	flipped := bytes.Clone(good)
 	flipped[len(flipped)/2] ^= 0x10
 	otherVersion := bytes.Clone(good)
-	otherVersion[len(magic)] = Version + 1
+	otherVersion[len(magic)] = VersionClusters + 1
 	for name, c := range map[string]struct {
 		data   []byte
 		reason string
@@ -193,6 +207,7 @@ func withChecksum(data []byte) []byte {
 func FuzzDecode(f *testing.F) {
 	good := encode(f, sample())
 	f.Add(good)
+	f.Add(encode(f, clustersSample()))
 	f.Add(good[:len(good)/2])
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -212,4 +227,114 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded snapshot differs:\n%+v\n%+v", p, q)
 		}
 	})
+}
+
+// clustersSample is a file of two clusters' data: a resource with both
+// parts and its tables, one with east's part alone and its tables left
+// out.
+func clustersSample() plain {
+	return plain{
+		Config:    [32]byte{4, 5, 6},
+		WrittenAt: 1764547200123456789,
+		Clusters:  []Cluster{{Name: "east", Identity: "uid-east"}, {Name: "west"}},
+		Resources: []plainResource{
+			{Name: "appmodels", Parts: []Part{{Cluster: "east", ResourceVersion: "4711", Objects: 1}, {Cluster: "west", ResourceVersion: "12", Relist: true, Objects: 2}},
+				Indexes: []string{"model-to-app"}, Strings: []string{"east:default/a", "west:default/a", "west:default/b"},
+				Tables: []plainTable{{WithObjects: true, Keys: []plainKey{{"m1", []uint32{0, 1}, []uint32{0, 1}}, {"m2", []uint32{2}, []uint32{2}}}}},
+				Objects: []Object{
+					{Key: "east:default/a", Meta: indexer.Meta{Version: "4700"}, Entries: [][]indexer.Entry{{{Key: "m1", Value: "east:default/a"}}}},
+					{Key: "west:default/a", Meta: indexer.Meta{Version: "10"}, Entries: [][]indexer.Entry{{{Key: "m1", Value: "west:default/a"}}}},
+					{Key: "west:default/b", Meta: indexer.Meta{Version: "11"}, Entries: [][]indexer.Entry{{{Key: "m2", Value: "west:default/b"}}}},
+				}},
+			{Name: "services", Parts: []Part{{Cluster: "east", ResourceVersion: "4711", Objects: 1}}, TablesLeftOut: true,
+				Indexes: []string{"x"}, Strings: []string{}, Tables: []plainTable{},
+				Objects: []Object{{Key: "east:ns/svc", Payload: "{}", HasPayload: true, Entries: [][]indexer.Entry{{{Key: "k", Value: "v"}}}}}},
+		},
+	}
+}
+
+func TestClustersRoundTrip(t *testing.T) {
+	want := clustersSample()
+	data := encode(t, want)
+	if v, _ := binary.Uvarint(data[len(magic):]); v != VersionClusters {
+		t.Fatalf("version %d, want %d", v, VersionClusters)
+	}
+	f, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Version != VersionClusters || f.Cluster != "" {
+		t.Errorf("version %d, cluster %q", f.Version, f.Cluster)
+	}
+	if got := read(f); !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A file of one cluster written before files of several clusters existed
+// (testdata/v4.snapshot: sample(), by the encoder of format version 4)
+// reads as it did: same bytes from the encoder, same content, no parts.
+func TestOneClusterFileOfVersion4(t *testing.T) {
+	old, err := os.ReadFile("testdata/v4.snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := encode(t, sample()); !bytes.Equal(got, old) {
+		t.Errorf("the encoder of one cluster's data writes other bytes than format version 4's")
+	}
+	f, err := Decode(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Version != Version || f.Cluster != "cluster-uid" || f.Clusters != nil {
+		t.Errorf("version %d, cluster %q, clusters %v", f.Version, f.Cluster, f.Clusters)
+	}
+	for _, r := range f.Resources {
+		if r.Parts != nil || r.TablesLeftOut {
+			t.Errorf("resource %s: parts %v, tables left out %v", r.Name, r.Parts, r.TablesLeftOut)
+		}
+	}
+	if got := read(f); !reflect.DeepEqual(got, sample()) {
+		t.Errorf("content:\n got %+v\nwant %+v", got, sample())
+	}
+}
+
+func TestClustersFileRefusesWhatDoesNotFit(t *testing.T) {
+	good := encode(t, clustersSample())
+	// An object of a cluster that is no part of its resource.
+	stray := withChecksum(bytes.Replace(good, []byte("east:ns/svc"), []byte("west:ns/svc"), 1))
+	// A part of a cluster that the header does not name.
+	unknown := withChecksum(bytes.Replace(good, []byte("\x04west\x00"), []byte("\x04wext\x00"), 1))
+	for name, data := range map[string][]byte{"stray object": stray, "unknown cluster": unknown} {
+		if bytes.Equal(data, withChecksum(good)) {
+			t.Fatalf("%s: nothing replaced", name)
+		}
+		_, err := Decode(data)
+		var se *Error
+		if !errors.As(err, &se) || se.Reason != "corrupt" {
+			t.Errorf("%s: %v, want a corrupt error", name, err)
+		}
+	}
+	for name, write := range map[string]func(e *Encoder){
+		"object of no part": func(e *Encoder) {
+			e.ClusterResource("a", []Part{{Cluster: "east"}}, false, nil, nil)
+			e.Object("west:k", "", false, indexer.Meta{}, nil)
+		},
+		"part of an unknown cluster": func(e *Encoder) { e.ClusterResource("a", []Part{{Cluster: "north"}}, false, nil, nil) },
+		"part twice": func(e *Encoder) {
+			e.ClusterResource("a", []Part{{Cluster: "east"}, {Cluster: "east"}}, false, nil, nil)
+		},
+		"one cluster's resource": func(e *Encoder) { e.Resource("a", "1", false, nil, nil) },
+		"tables left out, then written": func(e *Encoder) {
+			e.ClusterResource("a", []Part{{Cluster: "east"}}, false, []string{"i"}, nil)
+			e.Table(false)
+		},
+	} {
+		var buf bytes.Buffer
+		e := NewClustersEncoder(&buf, [32]byte{}, []Cluster{{Name: "east"}, {Name: "west"}}, time.Now(), 1)
+		write(e)
+		if err := e.Close(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
 }

@@ -1,0 +1,158 @@
+package sync
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/iidp/metasync/internal/warmfile"
+	"github.com/iidp/metasync/schema"
+)
+
+// clustersConfig is snapshotConfig read from the named clusters (the
+// first the engine's own).
+func clustersConfig(clusters ...string) *schema.Config {
+	cfg := snapshotConfig()
+	for i, c := range clusters {
+		cl := schema.Cluster{Name: c}
+		if i > 0 {
+			cl.Kubeconfig = "/unused"
+		}
+		cfg.Clusters = append(cfg.Clusters, cl)
+	}
+	return cfg
+}
+
+// partOf returns the watcher of the cluster.
+func partOf(t *testing.T, e *Engine, cluster string) *watcher {
+	t.Helper()
+	for _, w := range watchersOf(e) {
+		if w.clusterName == cluster {
+			return w
+		}
+	}
+	t.Fatalf("no part of cluster %q", cluster)
+	return nil
+}
+
+// listIn lists the AppModels of one cluster: the apps named, each with
+// the model "m-shared" and one of its own.
+func listIn(t *testing.T, w *watcher, rv string, apps ...string) {
+	t.Helper()
+	var list []any
+	for i, a := range apps {
+		list = append(list, w.project(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-shared","m-%s"]}}`, a, i+1, a)))
+	}
+	if err := w.replace(list, rv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSnapshotOfClusters(t *testing.T) {
+	e := testEngine(t, clustersConfig("east", "west"))
+	listIn(t, partOf(t, e, "east"), "100", "e1", "e2")
+	listIn(t, partOf(t, e, "west"), "7", "w1")
+	var buf bytes.Buffer
+	if n, err := e.WriteSnapshot(&buf); err != nil || n != 3 {
+		t.Fatalf("WriteSnapshot = %d, %v", n, err)
+	}
+	f, err := warmfile.Decode(buf.Bytes())
+	if err != nil || f.Version != warmfile.VersionClusters || len(f.Clusters) != 2 || f.Resources[0].TablesLeftOut {
+		t.Fatalf("file: %+v, %v", f, err)
+	}
+
+	// The same clusters: each part restored with its resourceVersion.
+	r := testEngine(t, clustersConfig("east", "west"))
+	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1", "e2", "w1"}) {
+		t.Errorf("restored: %q", got)
+	}
+	for cluster, want := range map[string]struct {
+		rv      string
+		objects int
+	}{"east": {"100", 2}, "west": {"7", 1}} {
+		w := partOf(t, r, cluster)
+		<-w.loaded
+		if !w.restored || w.resumeRV != want.rv || int(w.count.Load()) != want.objects || !w.stale() {
+			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.restored, w.resumeRV, w.count.Load(), w.stale())
+		}
+	}
+	cs := r.ClusterStates(KeyOf("model-to-app", "m-shared"))
+	if !cs["east"].Stale || !cs["west"].Stale || !cs["east"].Synced || !cs["west"].Synced {
+		t.Errorf("cluster states: %+v", cs)
+	}
+
+	// West no longer read, north new: west's part is not restored (nor
+	// its values), north's watcher starts as without a snapshot.
+	r = testEngine(t, clustersConfig("east", "north"))
+	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1", "e2"}) {
+		t.Errorf("without west: %q", got)
+	}
+	if got := r.Lookup("model-to-app", "m-w1"); len(got) != 0 {
+		t.Errorf("west's part restored: %q", got)
+	}
+	if n := partOf(t, r, "north"); n.restored || n.isSynced() {
+		t.Errorf("north restored %v, synced %v", n.restored, n.isSynced())
+	}
+
+	// A snapshot of one cluster for a config of several, and the other
+	// way round: refused, nothing restored.
+	one := filledEngine(t, 3)
+	var single bytes.Buffer
+	if _, err := one.WriteSnapshot(&single); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		cfg  *schema.Config
+		data []byte
+	}{
+		"one cluster's snapshot, several clusters": {clustersConfig("east", "west"), single.Bytes()},
+		"several clusters' snapshot, one cluster":  {snapshotConfig(), buf.Bytes()},
+	} {
+		r := testEngine(t, c.cfg)
+		_, err := r.RestoreSnapshot(c.data)
+		var se *SnapshotError
+		if !errors.As(err, &se) || se.Reason != "config" {
+			t.Errorf("%s: %v, want a config error", name, err)
+		}
+		if r.Stale() || len(r.Lookup("model-to-app", "m-shared")) != 0 {
+			t.Errorf("%s: something restored", name)
+		}
+	}
+}
+
+// A cluster without data to write (dropped, say) while the source holds
+// some of its objects: its objects are left out, and so are the tables,
+// which hold them; the rest restores from its objects.
+func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
+	e := testEngine(t, clustersConfig("east", "west"))
+	listIn(t, partOf(t, e, "east"), "100", "e1")
+	west := partOf(t, e, "west")
+	listIn(t, west, "7", "w1")
+	west.rv.Store(nil) // as checkGone leaves it: no resourceVersion to resume from
+	var buf bytes.Buffer
+	if n, err := e.WriteSnapshot(&buf); err != nil || n != 1 {
+		t.Fatalf("WriteSnapshot = %d, %v", n, err)
+	}
+	f, err := warmfile.Decode(buf.Bytes())
+	if err != nil || !f.Resources[0].TablesLeftOut || len(f.Resources[0].Parts) != 1 || len(f.Clusters) != 1 {
+		t.Fatalf("file: %+v, %v", f, err)
+	}
+	r := testEngine(t, clustersConfig("east", "west"))
+	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1"}) {
+		t.Errorf("restored: %q", got)
+	}
+	if w := partOf(t, r, "west"); w.restored {
+		t.Errorf("west restored")
+	}
+}
