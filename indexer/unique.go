@@ -28,7 +28,7 @@ type claim struct {
 }
 
 // older reports whether a was created before b: by creation time, then
-// by object key, which orders any two objects the same way on every
+// by object key (see keyBefore), which orders any two objects the same way on every
 // replica, after every restart. An object whose creation time is not
 // known (0) ranks after every one whose time is known: it cannot take a
 // key from an object that is known to be older.
@@ -36,7 +36,21 @@ func older(a, b claim) bool {
 	if ra, rb := rank(a.created), rank(b.created); ra != rb {
 		return ra < rb
 	}
-	return a.object < b.object
+	return keyBefore(a.object, b.object)
+}
+
+// keyBefore orders object keys by their part before the first ':', then
+// by the rest: a writer that keeps several parts of a source under
+// prefixes ("east:", "east2:"; see Source.ReplaceWithin) has them ordered
+// by the prefix itself, which a plain comparison would not do ('2' sorts
+// before ':'). Keys without ':' compare as strings.
+func keyBefore(a, b string) bool {
+	pa, ra, _ := strings.Cut(a, ":")
+	pb, rb, _ := strings.Cut(b, ":")
+	if pa != pb {
+		return pa < pb
+	}
+	return ra < rb
 }
 
 func rank(created int64) int64 {

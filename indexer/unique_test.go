@@ -435,3 +435,17 @@ func TestUniqueMovingClaimantReadsNoObjects(t *testing.T) {
 		t.Fatalf("%d reads of every object for a holder its value does not name, want 1", got)
 	}
 }
+
+// TestUniqueTieByPrefix: claimants created at the same second are
+// ordered by their key's part before ':' first ("east" before "east2",
+// "a" before "a-b"), then by the rest.
+func TestUniqueTieByPrefix(t *testing.T) {
+	for _, c := range [][2]string{{"east", "east2"}, {"a", "a-b"}, {"a", "a.b"}} {
+		if !keyBefore(c[0]+":ns/x", c[1]+":ns/x") || keyBefore(c[1]+":ns/x", c[0]+":ns/x") {
+			t.Errorf("%s:ns/x should come before %s:ns/x", c[0], c[1])
+		}
+	}
+	if !keyBefore("ns/a", "ns/b") || keyBefore("ns/b", "ns/a") || keyBefore("east:ns/x", "east:ns/x") {
+		t.Error("keys without a prefix, or equal ones, misordered")
+	}
+}
