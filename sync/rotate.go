@@ -3,6 +3,7 @@ package sync
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -152,11 +154,15 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		log.Warn("kubeconfig not taken: the last good connection stays", "error", err.Error())
 	}
 	if err != nil {
-		// Unreadable: try again at the next look, whatever it reads.
+		// Unreadable: try again at the next look, whatever it reads; the
+		// same refusal is counted and logged once.
 		e.conns.mu.Lock()
 		c.read = nil
+		again := c.lastErr == err.Error()
 		e.conns.mu.Unlock()
-		refuse(err, false)
+		if !again {
+			refuse(err, false)
+		}
 		return
 	}
 	cfg, err := kubeconfigOf(body, c.context)
@@ -190,7 +196,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 			return
 		}
 		if err := w.probe(pctx, client); err != nil {
-			refuse(fmt.Errorf("the new connection cannot list %s: %w", w.plan.Name, err), true)
+			refuse(fmt.Errorf("the new connection cannot list and watch %s: %w", w.plan.Name, err), true)
 			return
 		}
 		clients[i] = client
@@ -260,10 +266,24 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 		if err != nil {
 			return nil, nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
+		if _, had := was[c.Name]; had {
+			// A cluster's new kubeconfig or context must list and watch
+			// each of its resources before it replaces the one that works,
+			// as a rotated file must.
+			if err := probeAll(next, c.Name, forWatcher); err != nil {
+				return nil, nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+			}
+		}
 		conn := &connection{name: c.Name, forWatcher: forWatcher, core: core, read: read}
 		if cs.given[c.Name] == nil && c.Kubeconfig != "" {
 			conn.file, conn.context = c.Kubeconfig, c.Context
 		}
+		cs.mu.Lock()
+		if prev := cs.byName[c.Name]; prev != nil {
+			// The counters are totals: a reload does not set them back.
+			conn.rotations, conn.errors = prev.rotations, prev.errors
+		}
+		cs.mu.Unlock()
 		built[c.Name] = conn
 	}
 	return unchanged, func() {
@@ -278,6 +298,27 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 			}
 		}
 	}, nil
+}
+
+// probeAll probes (see watcher.probe) each resource of p that cluster
+// reads, through the clients that forWatcher makes, within 15 s.
+func probeAll(p *compiled.Plan, cluster string, forWatcher func(w *watcher) (rest.Interface, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, r := range p.Resources {
+		if !slices.Contains(p.ClustersOf(r), cluster) {
+			continue
+		}
+		w := &watcher{plan: r}
+		client, err := forWatcher(w)
+		if err != nil {
+			return err
+		}
+		if err := w.probe(ctx, client); err != nil {
+			return fmt.Errorf("the new connection cannot list and watch %s: %w", r.Name, err)
+		}
+	}
+	return nil
 }
 
 // kubeconfigOf reads a kubeconfig's content, at context ("" for its
@@ -305,7 +346,10 @@ func (cs *connections) kubeconfigState(cluster string) (rotations, errors int64,
 }
 
 // probe lists one object of w's resource through client, as w's lists
-// do (its namespace, with its selectors), and reports why it could not.
+// do (its namespace, with its selectors), then opens a watch of it (of
+// one made-up name, ended at once), and reports why either could not be
+// done: a reader that may list but not watch would leave the cluster's
+// part stale for good.
 func (w *watcher) probe(ctx context.Context, client rest.Interface) error {
 	opts := metav1.ListOptions{Limit: 1, LabelSelector: w.plan.LabelSelector, FieldSelector: w.plan.FieldSelector}
 	req := client.Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
@@ -313,10 +357,25 @@ func (w *watcher) probe(ctx context.Context, client rest.Interface) error {
 		req = req.Namespace(w.plan.Namespace)
 	}
 	_, err := req.DoRaw(ctx)
+	if err == nil {
+		timeout := int64(1)
+		wopts := metav1.ListOptions{Watch: true, FieldSelector: "metadata.name=" + probeName, TimeoutSeconds: &timeout}
+		wreq := client.Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(&wopts, metav1.ParameterCodec)
+		if w.plan.Namespace != "" {
+			wreq = wreq.Namespace(w.plan.Namespace)
+		}
+		var wi watch.Interface
+		if wi, err = wreq.Watch(ctx); err == nil {
+			wi.Stop()
+		} else {
+			err = fmt.Errorf("watch: %w", err)
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		return nil // answered: the resource is not served there, as may be
 	}
-	if st, ok := err.(apierrors.APIStatus); ok && st.Status().Code != 0 {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Code != 0 {
 		code := int(st.Status().Code)
 		return fmt.Errorf("HTTP %d %s: %w", code, http.StatusText(code), err)
 	}

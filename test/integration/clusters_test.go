@@ -344,13 +344,28 @@ func TestKubeconfigRotation(t *testing.T) {
 	}
 	rewrite(body)
 	testenv.Eventually(t, "a kubeconfig that cannot list refused", func() string {
-		if st := west1(); st.KubeconfigErrors < 2 || !strings.Contains(st.KubeconfigError, "cannot list configmaps: HTTP 403 Forbidden") || st.KubeconfigRotations != 1 {
+		if st := west1(); st.KubeconfigErrors < 2 || !strings.Contains(st.KubeconfigError, "cannot list and watch configmaps: HTTP 403 Forbidden") || st.KubeconfigRotations != 1 {
 			return fmt.Sprintf("%+v", st)
 		}
 		return ""
 	})
 	putConfigMap(t, west.Kube, ns, "w4", "west-only")
 	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80", "w3:80", "w4:80")
+
+	// A user who may list but not watch: refused too.
+	west.ListOnlyRole(t, ns, "rotation-list-only")
+	listOnly, _ := west.UserKubeconfig(t, "rotation-list-only")
+	if body, err = os.ReadFile(listOnly); err != nil {
+		t.Fatal(err)
+	}
+	errorsBefore := west1().KubeconfigErrors
+	rewrite(body)
+	testenv.Eventually(t, "a kubeconfig that cannot watch refused", func() string {
+		if st := west1(); st.KubeconfigErrors <= errorsBefore || !strings.Contains(st.KubeconfigError, "HTTP 403 Forbidden: watch") || st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
 
 	// An address where nothing answers yet: refused, and tried again
 	// unchanged until it answers, then taken.
@@ -360,7 +375,7 @@ func TestKubeconfigRotation(t *testing.T) {
 	}
 	addr := later.Addr()
 	later.Close()
-	errorsBefore := west1().KubeconfigErrors
+	errorsBefore = west1().KubeconfigErrors
 	rewrite(at(&testenv.Proxy{}, addr))
 	testenv.Eventually(t, "a kubeconfig whose apiserver does not answer refused, twice", func() string {
 		if st := west1(); st.KubeconfigErrors < errorsBefore+2 || st.KubeconfigRotations != 1 {
@@ -525,6 +540,17 @@ func TestReloadAddsAndRemovesACluster(t *testing.T) {
 	if st[0].Watches != before.Watches || st[0].Relists != before.Relists {
 		t.Errorf("east restarted by adding west: watches %d → %d, lists %d → %d", before.Watches, st[0].Watches, before.Relists, st[0].Relists)
 	}
+
+	// West's kubeconfig changed to a user who may list but not watch:
+	// the reload is refused, west's connection goes on.
+	west.ListOnlyRole(t, ns, "reload-list-only")
+	listOnly, _ := west.UserKubeconfig(t, "reload-list-only")
+	_, err = e.Reload(compile(mschema.Cluster{Name: "east"}, mschema.Cluster{Name: "west", Kubeconfig: listOnly}))
+	if err == nil || !strings.Contains(err.Error(), "cluster west: the new connection cannot list and watch configmaps: HTTP 403 Forbidden: watch") {
+		t.Fatalf("reload to a kubeconfig that cannot watch: %v", err)
+	}
+	putConfigMap(t, west.Kube, ns, "w2", "shop")
+	expect(t, e, "app-to-addr", "shop", "e1:80", "w1:80", "w2:80")
 
 	if _, err := e.Reload(compile(mschema.Cluster{Name: "east"})); err != nil {
 		t.Fatal(err)
