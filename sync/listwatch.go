@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
@@ -361,17 +364,38 @@ func (w *watcher) fail(err error) {
 		w.log.Log(context.Background(), level, "watch trouble", "error", err.Error())
 	}
 	if w.failingSince.IsZero() {
-		w.failingSince = time.Now()
+		// A connection found dead by its health check had been silent
+		// that long already: the outage is counted from its start.
+		silent := silentFor(err)
+		w.failingSince = time.Now().Add(-silent)
 		if w.staleAfter > 0 && !w.over {
 			since := w.failingSince
-			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
+			w.cutTimer = time.AfterFunc(max(w.staleAfter-silent, 0), func() { w.cutOff(since) })
 		}
 		if w.dropAfter > 0 && !w.over {
 			since := w.failingSince
-			w.dropTimer = time.AfterFunc(w.dropAfter, func() { w.dropPart(since) })
+			w.dropTimer = time.AfterFunc(max(w.dropAfter-silent, 0), func() { w.dropPart(since) })
 		}
 	}
 	w.lastErr = err
+}
+
+// silentFor returns how long a connection had been silent when err ended
+// it: client-go's HTTP/2 health check drops a connection on which nothing
+// came for HTTP2_READ_IDLE_TIMEOUT_SECONDS (30 by default) and then no
+// answer to a ping for HTTP2_PING_TIMEOUT_SECONDS (15); 0 for any other
+// error.
+func silentFor(err error) time.Duration {
+	if err == nil || !strings.Contains(err.Error(), "http2: client connection lost") {
+		return 0
+	}
+	seconds := func(name string, def int) time.Duration {
+		if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n >= 0 {
+			return time.Duration(n) * time.Second
+		}
+		return time.Duration(def) * time.Second
+	}
+	return seconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", 30) + seconds("HTTP2_PING_TIMEOUT_SECONDS", 15)
 }
 
 // cutOff marks a synced resource stale when its watch has failed for
