@@ -180,7 +180,9 @@ type ResourceStatus struct {
 	// or from a snapshot (Options.SnapshotDir).
 	Synced bool `json:"synced"`
 	// Stale: its data came from a snapshot and its watch has not caught
-	// up with the apiserver yet; it is not Ready meanwhile.
+	// up with the apiserver yet, or its watch has failed longer than
+	// Options.StaleAfter (cut off: Error says why); it is not Ready
+	// meanwhile.
 	Stale    bool      `json:"stale,omitempty"`
 	SyncedAt time.Time `json:"syncedAt,omitzero"`
 	Objects  int       `json:"objects"`

@@ -67,7 +67,8 @@ type IndexInfo struct {
 	// means "no values", not "not known yet".
 	Synced bool `json:"synced"`
 	// Stale: its resource answers from a snapshot that its watch has not
-	// caught up with yet (a warm start, see Stale).
+	// caught up with yet (a warm start, see Stale), or what it last knew
+	// while its watch has failed longer than Options.StaleAfter.
 	Stale bool `json:"stale,omitempty"`
 	// Failing is the number of objects whose rule fails now for this
 	// index (they add nothing to it), LastRuleError the latest of those
@@ -148,7 +149,8 @@ type Answer struct {
 	// that no values means "none", not "not known yet".
 	Synced bool
 	// Stale: some resource answers from a snapshot that has not caught
-	// up with the apiserver yet.
+	// up with the apiserver yet, or is cut off from it (its watch failing
+	// longer than Options.StaleAfter).
 	Stale bool
 	// Seq numbers the state of the indexes that the answer was read
 	// from: each commit is one higher, it never goes backwards while the

@@ -525,6 +525,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			reasons = append(reasons, name+": "+st.Reason)
 		case !st.Synced:
 			reasons = append(reasons, name+": not synced")
+		case st.Stale && st.Error != "":
+			reasons = append(reasons, name+": stale, cut off from its apiserver")
 		case st.Stale:
 			reasons = append(reasons, name+": stale, answering from a snapshot")
 		default:
