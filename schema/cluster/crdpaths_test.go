@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iidp/metasync/schema"
 )
@@ -118,5 +119,22 @@ func TestOptionalOnlyWarning(t *testing.T) {
 	want := "resources[0].clusters: appmodels is watched only in clusters with required: false: its answers count as synced once one of them has listed, and /readyz does not wait for it"
 	if got := Warnings(p, nil); !slices.Contains(got, want) {
 		t.Fatalf("warnings %q, want %q among them", got, want)
+	}
+}
+
+// TestShortDropAfterWarning: a dropAfter under serve's default
+// --stale-after is warned of.
+func TestShortDropAfterWarning(t *testing.T) {
+	p, err := schema.Compile(&schema.Config{
+		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "k", DropAfter: time.Nanosecond}},
+		Resources: []schema.Resource{{Name: "cms", Version: "v1", Resource: "configmaps",
+			Indexes: []schema.Index{{Name: "by-app", Key: "data.app"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Warnings(p, nil)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "clusters[1].dropAfter: 1ns is shorter than --stale-after's default of 30s") {
+		t.Fatalf("warnings %q", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/schema"
@@ -33,6 +34,7 @@ func Warnings(p *schema.Plan, crds []*CRD) []string {
 		}
 	}
 	out := append(hostWarnings(p), optionalOnlyWarnings(p)...)
+	out = append(out, dropAfterWarnings(p)...)
 	for i, ch := range plan.Of(p).Chains {
 		for j := 0; j+1 < len(ch.Indexes); j++ {
 			from, ok1 := byName[ch.Indexes[j]]
@@ -68,6 +70,19 @@ func optionalOnlyWarnings(p *schema.Plan) []string {
 			continue
 		}
 		out = append(out, fmt.Sprintf("resources[%d].clusters: %s is watched only in clusters with required: false: its answers count as synced once one of them has listed, and /readyz does not wait for it", i, r.Name))
+	}
+	return out
+}
+
+// dropAfterWarnings warns of each cluster whose dropAfter is shorter than
+// serve's default --stale-after (30 s): its part would leave the answers
+// at about the first failed request, before it is even marked stale.
+func dropAfterWarnings(p *schema.Plan) []string {
+	var out []string
+	for i, c := range plan.Of(p).Clusters {
+		if c.DropAfter > 0 && c.DropAfter < 30*time.Second {
+			out = append(out, fmt.Sprintf("clusters[%d].dropAfter: %v is shorter than --stale-after's default of 30s: the cluster's part would leave the answers at about its first failed request; give it minutes", i, c.DropAfter))
+		}
 	}
 	return out
 }
