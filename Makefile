@@ -132,7 +132,9 @@ bench:
 	  $(GO) build -o $(BIN)/bareinformer ./hack/bareinformer && \
 	  KUBEBUILDER_ASSETS=$$assets $(BIN)/bench -n $(N) -metasync $(BIN)/metasync $(BENCH_FLAGS)
 
-## bench-micro: the indexer's Go benchmarks, with allocations.
+## bench-micro: the indexer's Go benchmarks, with allocations, among
+## them BenchmarkWriteWhileBusy (a write's latency to one source, p50 and
+## p99, while another is written, explained or relisted).
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./indexer/ | tee bench-micro.txt
 

@@ -10,7 +10,7 @@ import (
 // A key of a unique index with one value keeps no claims (see settle):
 // when a second value comes, the writer must learn who gives the first.
 // Reading every object of the source for that costs the source's size
-// under the writer lock, at every key a claimant moves to. Most unique
+// under the source's writer lock, at every key a claimant moves to. Most unique
 // indexes name their claimant in the value (a model's value is the app
 // that serves it, `metadata.name`), which the encoding already marks
 // (sameAsObjectName, sameAsObjectKey): the claimants of such a value are
@@ -66,7 +66,7 @@ func (ps *prefixSet) reset() { *ps = prefixSet{} }
 // claimsByName returns the claims on key of the source's i-th index, a
 // unique one, whose values after the transaction are raw, from the
 // objects that its values name (see above), and whether they are all of
-// its claims; under s.mu, with the objects as the transaction left them.
+// its claims; under src.mu, with the objects as the transaction left them.
 func (src *Source) claimsByName(i int, key string, raw []string) ([]claim, bool) {
 	ps := &src.prefixes
 	if ps.full || len(raw)*(1+len(ps.set)) > max(256, src.objects.Len()/8) {

@@ -23,9 +23,12 @@ import "slices"
 // store is never copied twice. It reports whether it compacted.
 //
 // The writer's sets of objects (a slot for each, see objectSet) are
-// moved likewise, under the writer lock. The copy of the tables' pages,
-// not of the keys and values they hold, is made without it: a write that
-// comes meanwhile wins, and Compact gives up (false). Readers never wait.
+// moved likewise, under every source's writer lock. The copy of the
+// tables' pages, not of the keys and values they hold, is made without
+// them: a write that comes meanwhile wins, and Compact gives up (false);
+// so does Compact when some source's writer is at work (it never waits
+// for one, and no writer waits for a source's work behind it). Readers
+// never wait.
 func (s *Store) Compact() bool { return s.compact(false) }
 
 // compact is Compact; force compacts whatever was written since the last.
@@ -47,12 +50,35 @@ func (s *Store) compact(force bool) bool {
 		}
 		indexes[id] = &c
 	}
+	s.wide.Lock()
+	defer s.wide.Unlock()
+	var srcs []*Source
+	if force {
+		srcs = s.lockSources()
+	} else {
+		// No waiting for a writer at work while holding the locks of
+		// others, whose writers would wait: its write wins.
+		for _, src := range s.sources {
+			if !src.mu.TryLock() {
+				for _, held := range srcs {
+					held.mu.Unlock()
+				}
+				return false
+			}
+			srcs = append(srcs, src)
+		}
+	}
+	defer func() {
+		for _, src := range srcs {
+			src.mu.Unlock()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.current.Load() != old {
 		return false
 	}
-	for _, src := range s.sources {
+	for _, src := range srcs {
 		if !src.removed {
 			src.objects.compact()
 		}
@@ -61,9 +87,9 @@ func (s *Store) compact(force bool) bool {
 	next.indexes = indexes
 	next.compacted = true
 	next.compactedAt = old.writes
-	s.publish(next, nil)
-	if s.onCommit != nil {
-		s.onCommit(old, next, nil)
+	s.publish(next, nil, srcs...)
+	if f := s.commitHook(); f != nil {
+		f(old, next, nil)
 	}
 	return true
 }

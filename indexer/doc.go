@@ -30,9 +30,13 @@
 // # Concurrency
 //
 // Any number of readers run concurrently with writers and never block:
-// a reader loads an immutable snapshot with one atomic load. Writers are
-// serialized; a transaction ([Txn]) is published as a whole by Commit, so a
-// reader sees either none or all of it, never half of one object's update.
+// a reader loads an immutable snapshot with one atomic load. The writers
+// of one source are serialized, by its own lock; the writers of different
+// sources work at once, and wait for each other only to publish (a short
+// step: a relist of 100,000 objects builds under its source's lock, and
+// publishes what it built). Reconfigure and Compact take every lock. A
+// transaction ([Txn]) is published as a whole by Commit, so a reader sees
+// either none or all of it, never half of one object's update.
 // An index is a hash table split into pages that are copied on write, so
 // the cost of a write grows with the page it touches, not with the whole
 // index (up to 4096 pages: past about 262,144 keys, pages grow with the

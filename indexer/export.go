@@ -18,13 +18,15 @@ type Image struct {
 
 type imageObject struct{ key, enc string }
 
-// Image copies the object table of src under the writer lock (two string
-// headers per object; writers wait only for that) and keeps the snapshot
+// Image copies the object table of src under its writer lock (two string
+// headers per object; its writers wait only for that) and keeps the snapshot
 // of the same commit. A source that a Reconfigure removed gives an empty
 // Image.
 func (src *Source) Image() *Image {
-	src.s.mu.Lock()
-	defer src.s.mu.Unlock()
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	// The source's part of the current snapshot is of the commit that
+	// left its objects so: only a holder of src.mu publishes it.
 	img := &Image{src: src, snap: src.s.current.Load()}
 	if src.removed {
 		return img
@@ -92,15 +94,16 @@ type SavedIndex struct {
 }
 
 // Load fills an empty source from what an Image saved, in two steps. At
-// once, under the writer lock: the index tables from indexes (for each
+// once, under the source's writer lock: the index tables from indexes (for each
 // key, its values and, for a source with Objects, the object keys behind
 // it, distinct and sorted; numbers in strs) and the payloads (f called by
 // payloads with each object key and payload) are published: lookups
 // answer from them when Load returns. Then, in the background, with the
 // lock still held, objects() is written as Replace would write it into an
 // empty source, which rebuilds the indexes from the objects and publishes
-// them again (the same, for a saved Image). Writers wait until then; the
-// returned channel is closed once they can write. The tables only speed
+// them again (the same, for a saved Image). The source's writers wait
+// until then (those of other sources do not); the returned channel is
+// closed once they can write. The tables only speed
 // up the first answers: what stays is what the objects say.
 //
 // A source that is not empty, or was removed, is written by Replace
@@ -108,11 +111,11 @@ type SavedIndex struct {
 func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, payloads func(f func(key string, payload any)), objects func() []Object) <-chan struct{} {
 	done := make(chan struct{})
 	s := src.s
-	s.mu.Lock()
+	src.mu.Lock()
 	// A unique index answers what its claims choose, which its saved
 	// table alone cannot tell: such a source is built from its objects.
 	if src.removed || src.objects.Len() > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) {
-		s.mu.Unlock()
+		src.mu.Unlock()
 		src.Replace(objects())
 		close(done)
 		return done
@@ -140,10 +143,8 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 		}
 		return out
 	}
-	old := s.current.Load()
-	next := old.derive()
-	next.indexes, next.sources = slices.Clone(old.indexes), slices.Clone(old.sources)
-	for i, id := range src.indexes {
+	states := make([]*indexSnap, len(src.indexes))
+	for i := range src.indexes {
 		changes := make([]change, 0, indexes[i].Keys)
 		var objectsOf []change
 		indexes[i].Each(func(key string, values, objs []uint32) {
@@ -163,7 +164,7 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 			t := build(bits, objectsOf)
 			is.objects = &t
 		}
-		next.indexes[id] = is
+		states[i] = is
 	}
 	ss := &sourceSnap{objects: objectCount}
 	payloads(func(key string, p any) {
@@ -173,14 +174,13 @@ func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, pa
 		}
 		ss.payload[sh][strings.Clone(key)] = p
 	})
-	next.sources[src.id] = ss
 	// No changes named: nothing was there before. The rebuild that follows
 	// names every key it publishes and every key of these tables that it
 	// drops.
-	s.publish(next, nil)
+	s.publishSource(src, states, ss, nil)
 	go func() {
 		defer close(done)
-		defer s.mu.Unlock()
+		defer src.mu.Unlock()
 		src.rebuildLocked(objects())
 	}()
 	return done

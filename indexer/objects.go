@@ -21,7 +21,7 @@ import (
 // objects). A delete shifts the keys after it back (no tombstones), and
 // the table is resized when it falls below an eighth full, so that its
 // memory follows the objects it holds, not the most it ever held. Not
-// safe for concurrent use: the writer's, under Store.mu.
+// safe for concurrent use: the writer's, under its Source's mu.
 //
 // The slots are split into pages of at most 1<<objectPageBits, copied on
 // write once published: freeze returns the set as it is, an objectView

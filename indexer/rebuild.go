@@ -27,17 +27,19 @@ func (src *Source) Replace(objs []Object) { src.ReplaceWithin("", objs) }
 // writers of one source (one per part of its objects: a cluster's, say)
 // each replace their own part.
 func (src *Source) ReplaceWithin(prefix string, objs []Object) {
-	src.s.mu.Lock()
-	empty := src.objects.Len() == 0
-	src.s.mu.Unlock()
-	if empty {
-		src.rebuild(objs)
+	// Under the source's lock only: its build or its diff, however long,
+	// delays no other source's writers; the store is locked only to
+	// publish the result.
+	src.mu.Lock()
+	if src.objects.Len() == 0 {
+		defer src.mu.Unlock()
+		src.rebuildLocked(objs)
 		return
 	}
 	for i := range objs {
 		src.Prepare(&objs[i])
 	}
-	tx := src.Begin()
+	tx := src.begin()
 	snap := src.s.current.Load()
 	seen := make(map[string]struct{}, len(objs))
 	for i := range objs {
@@ -57,8 +59,16 @@ func (src *Source) ReplaceWithin(prefix string, objs []Object) {
 	for _, key := range gone {
 		tx.Delete(key)
 	}
+	if writeHook != nil {
+		writeHook(src)
+	}
 	tx.Commit()
 }
+
+// writeHook, when set (by tests), is called by a Replace in the middle of
+// its work, under the source's lock: before the publication of a build
+// or of a diff.
+var writeHook func(src *Source)
 
 // samePayload reports whether o's payload is the one published for it.
 // Payloads that cannot be compared count as changed.
@@ -72,14 +82,10 @@ func samePayload(snap *Snapshot, src *Source, o *Object) bool {
 	return ok1 && ok2 && a == b
 }
 
-// rebuild builds the source's indexes from objs from scratch.
-func (src *Source) rebuild(objs []Object) {
-	src.s.mu.Lock()
-	defer src.s.mu.Unlock()
-	src.rebuildLocked(objs)
-}
-
-// rebuildLocked is rebuild under the writer lock.
+// rebuildLocked builds the source's indexes from objs from scratch, under
+// src.mu: the build reads and writes the source's state only, from what
+// the source last published, and the store's publication lock is taken
+// only to publish the result.
 func (src *Source) rebuildLocked(objs []Object) {
 	s := src.s
 	if src.removed {
@@ -107,9 +113,8 @@ func (src *Source) rebuildLocked(objs []Object) {
 		}
 	}
 
-	old := s.current.Load()
-	next := old.derive()
-	next.indexes, next.sources = slices.Clone(old.indexes), slices.Clone(old.sources)
+	old := s.current.Load() // the source's part is its own (see Commit)
+	states := make([]*indexSnap, len(src.indexes))
 	var published []Change
 	counts := countEntries(objects, len(src.indexes))
 	for i, id := range src.indexes {
@@ -118,14 +123,17 @@ func (src *Source) rebuildLocked(objs []Object) {
 			src.objects = objects // what chooseAll reads
 			src.chooseAll(i, is)
 		}
-		next.indexes[id] = is
+		states[i] = is
 		if keys != nil {
 			published = append(published, Change{Index: s.handle(id), Keys: keys})
 		}
 	}
-	next.sources[src.id] = src.buildPayloads(objects.Len(), payloads)
+	ss := src.buildPayloads(objects.Len(), payloads)
 	src.objects = objects
-	s.publish(next, published)
+	if writeHook != nil {
+		writeHook(src)
+	}
+	s.publishSource(src, states, ss, published)
 	src.tellConflicts()
 }
 
@@ -276,7 +284,8 @@ func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *index
 		j = end
 	}
 	var keys []string
-	if s.onCommit != nil && len(changes) > 0 {
+	hooked := s.commitHook() != nil
+	if hooked && len(changes) > 0 {
 		keys = make([]string, len(changes))
 		for j := range changes {
 			keys[j] = changes[j].key
@@ -284,7 +293,7 @@ func (src *Source) buildIndex(i int, objects *objectSet, entries int, was *index
 	}
 	bits := bitsFor(len(changes))
 	is := &indexSnap{keys: len(changes), values: build(bits, changes), sorted: &sortedKeys{}}
-	if s.onCommit != nil && was.keys > 0 {
+	if hooked && was.keys > 0 {
 		// The source was empty, but its index was not (Load's tables):
 		// the keys this rebuild drops are changes too.
 		was.values.all(func(key string, _ []string) {

@@ -26,7 +26,10 @@ import (
 // that moves from one source to another is retired and made anew. Ids are
 // never reused, so a handle never reads another index than its own.
 //
-// meta, when not nil, is called under the writer lock with the live sources
+// Reconfigure waits for the writers of every source (it takes every
+// source's writer lock) and holds them all while it works.
+//
+// meta, when not nil, is called under every writer lock with the live sources
 // by name and the snapshot about to be published (to find the handles of
 // its indexes: its Meta is not set yet); what meta returns is published
 // with it (see Snapshot.Meta). Reconfigure returns the handles of the retired indexes.
@@ -81,6 +84,14 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		}
 	}
 
+	s.wide.Lock()
+	defer s.wide.Unlock()
+	locked := s.lockSources()
+	defer func() {
+		for _, src := range locked {
+			src.mu.Unlock()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.current.Load()
@@ -105,6 +116,8 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			src = s.sources[id]
 		} else {
 			src = &Source{s: s, id: len(s.sources), name: spec.Name, objects: newObjectSet(s.seed, 0)}
+			src.mu.Lock() // no writer has it yet: held with the others
+			locked = append(locked, src)
 			s.sources = append(s.sources, src)
 			next.sources = append(next.sources, &sourceSnap{})
 		}
@@ -180,11 +193,22 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		}
 		next.conf.meta = meta(live, next)
 	}
-	s.publish(next, changes)
+	s.publish(next, changes, s.sources...)
 	for _, id := range srcNames {
 		s.sources[id].tellConflicts()
 	}
 	return retired, nil
+}
+
+// lockSources takes the writer lock of every source, by id, and returns
+// them; under wide, before mu (see Store.wide).
+func (s *Store) lockSources() []*Source {
+	// s.sources changes only under wide, which the caller holds.
+	srcs := slices.Clone(s.sources)
+	for _, src := range srcs {
+		src.mu.Lock()
+	}
+	return srcs
 }
 
 // nameOf returns the name of a live index of snap.
@@ -202,7 +226,7 @@ func (s *Store) nameOf(snap *Snapshot, id int) string {
 // per index key when withObjects. It re-encodes every object's entries
 // for the new order of indexes, and chooses the answers of the indexes
 // that become unique (unique[i]: the i-th is), returning the keys whose
-// answers that changes; under s.mu, for next.
+// answers that changes; under every lock (Reconfigure's), for next.
 func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique []bool) []Change {
 	wasUnique := map[int]bool{}
 	for i, id := range src.indexes {

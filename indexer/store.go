@@ -106,12 +106,26 @@ type Store struct {
 	shardSeed maphash.Seed
 	current   atomic.Pointer[Snapshot]
 
-	mu       sync.Mutex // serializes writers
-	onCommit func(prev, next *Snapshot, changes []Change)
+	// The locks, always taken in this order: wide, the sources' (each
+	// Source.mu, by source id), mu. A source's writer takes its source's
+	// lock for its whole work, and mu only to publish: writers of
+	// different sources never wait for each other's work, only for each
+	// other's publication. The store-wide operations (Reconfigure,
+	// Compact) take wide, then the lock of every source, then mu.
+	//
+	// wide serializes the store-wide operations.
+	wide sync.Mutex
+	// mu serializes publications: the step that loads the current
+	// snapshot, puts a commit's states in it, publishes the result and
+	// calls the OnCommit function. It guards no writer state.
+	mu sync.Mutex
+	// The hooks (nil: none), read by writers under their source's lock.
+	onCommit atomic.Pointer[func(prev, next *Snapshot, changes []Change)]
 	// onConflict hears of keys of unique indexes put in conflict.
-	onConflict func(ConflictNote)
-	// Under mu. Ids are never reused: a source or index that a
-	// Reconfigure removes keeps its id, retired.
+	onConflict atomic.Pointer[func(ConflictNote)]
+	// Changed under wide, every source's lock and mu; read under wide or
+	// mu. Ids are never reused: a source or index that a Reconfigure
+	// removes keeps its id, retired.
 	sources []*Source
 	srcName map[string]int // source name -> source id, of live sources
 	heads   []*atomic.Pointer[indexSnap]
@@ -128,18 +142,23 @@ type Index struct {
 
 // Source is the writer's handle on one source of a Store.
 type Source struct {
-	s       *Store
-	id      int
-	name    string
-	indexes []int // index ids, in SourceSpec order (under s.mu)
+	s    *Store
+	id   int
+	name string
+	// mu serializes the source's writers: it guards the writer state
+	// below (what the comments say is under mu), and the source's part of
+	// the published state (its indexes' states, its sourceSnap and its
+	// objects), which only a holder of mu publishes anew.
+	mu      sync.Mutex
+	indexes []int // index ids, in SourceSpec order (under mu)
 	// width is len(indexes), for Prepare, which takes no lock: a decoder
 	// that outlives its watcher may still prepare while a Reconfigure
 	// changes the indexes (what it prepares is then never written).
 	width       atomic.Int32
 	withObjects bool
-	removed     bool // by a Reconfigure: writes change nothing (under s.mu)
+	removed     bool // by a Reconfigure: writes change nothing (under mu)
 
-	// Writer state, guarded by s.mu. objects holds each object's
+	// Writer state, guarded by mu. objects holds each object's
 	// normalized entries, encoded into one string with its object key (see
 	// objectSet), so that an update or delete can withdraw exactly them.
 	//
@@ -325,7 +344,8 @@ func (snap *Snapshot) Index(name string) (Index, bool) {
 	return snap.conf.handle(snap.s, id), true
 }
 
-// handle returns the handle of index id; under s.mu.
+// handle returns the handle of index id in the current configuration,
+// which only changes under every source's lock: the caller holds one.
 func (s *Store) handle(id int) Index {
 	return s.current.Load().conf.handle(s, id)
 }
@@ -344,19 +364,33 @@ type Change struct {
 // OnCommit sets f, which every commit that changes the values of some
 // index key calls once it has published next (prev is the snapshot that
 // next replaced), with the keys that changed, per index. f runs under the
-// writer lock, in commit order: it must be quick, must not block, and must
-// not write to the store. Set it before the first write. Compact calls it
+// store's publication lock, in commit order (a commit's prev is the
+// previous commit's next, whatever their sources): it must be quick, must
+// not block, and must not write to the store. Set it before the first
+// write. Compact calls it
 // too, with no changes: the values are the same, but a hook that keeps the
 // latest snapshot should keep next, or the tables' memory from before
 // Compact stays in use.
 func (s *Store) OnCommit(f func(prev, next *Snapshot, changes []Change)) {
-	s.mu.Lock()
-	s.onCommit = f
-	s.mu.Unlock()
+	if f == nil {
+		s.onCommit.Store(nil)
+		return
+	}
+	s.onCommit.Store(&f)
+}
+
+// commitHook returns the OnCommit function, or nil.
+func (s *Store) commitHook() func(prev, next *Snapshot, changes []Change) {
+	if f := s.onCommit.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // Source returns the writer handle of the named source, or nil.
 func (s *Store) Source(name string) *Source {
+	// mu, not wide: a Reconfigure that waits for a source's writer holds
+	// wide.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id, ok := s.srcName[name]
@@ -366,10 +400,39 @@ func (s *Store) Source(name string) *Source {
 	return s.sources[id]
 }
 
-// publish makes next the current snapshot. A reader of one index may see
-// it before or after the snapshot as a whole; either is a state that a
-// commit produced.
-func (s *Store) publish(next *Snapshot, changes []Change) {
+// publishSource publishes a commit of src: the current snapshot with
+// states[i] (nil: unchanged) as the state of the source's i-th index, and
+// ss (nil: unchanged) as its sourceSnap. Under src.mu; it takes the
+// publication lock. The source's part of the current snapshot is what its
+// last publication left, from which its writer worked: only a holder of
+// src.mu publishes it anew.
+func (s *Store) publishSource(src *Source, states []*indexSnap, ss *sourceSnap, changes []Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.current.Load()
+	next := old.derive()
+	cloned := false
+	for i, is := range states {
+		if is == nil {
+			continue
+		}
+		if !cloned {
+			next.indexes, cloned = slices.Clone(old.indexes), true
+		}
+		next.indexes[src.indexes[i]] = is
+	}
+	if ss != nil {
+		next.sources = slices.Clone(old.sources)
+		next.sources[src.id] = ss
+	}
+	s.publish(next, changes, src)
+}
+
+// publish makes next the current snapshot, with the objects of srcs as
+// their writers left them; under mu and the locks of srcs. A reader of
+// one index may see it before or after the snapshot as a whole; either is
+// a state that a commit produced.
+func (s *Store) publish(next *Snapshot, changes []Change, srcs ...*Source) {
 	prev := s.current.Load()
 	next.seq = prev.seq + 1
 	next.writes = prev.writes
@@ -391,24 +454,24 @@ func (s *Store) publish(next *Snapshot, changes []Change) {
 		}
 	}
 	s.publishPreferred(prev, next)
-	s.publishObjects(next)
+	s.publishObjects(next, srcs)
 	s.current.Store(next)
 	for id, is := range next.indexes {
 		if h := s.heads[id]; h.Load() != is {
 			h.Store(is)
 		}
 	}
-	if s.onCommit != nil && len(changes) > 0 {
-		s.onCommit(prev, next, fallbackChanges(next.conf, changes))
+	if f := s.commitHook(); f != nil && len(changes) > 0 {
+		f(prev, next, fallbackChanges(next.conf, changes))
 	}
 }
 
-// publishObjects puts in next the objects of each source that changed
+// publishObjects puts in next the objects of each of srcs that changed
 // them since the last snapshot (their set, or their indexes), frozen:
-// the writer copies what it changes next.
-func (s *Store) publishObjects(next *Snapshot) {
+// the writer copies what it changes next. Under the locks of srcs.
+func (s *Store) publishObjects(next *Snapshot, srcs []*Source) {
 	cloned := false
-	for _, src := range s.sources {
+	for _, src := range srcs {
 		var was *sourceObjects
 		if src.id < len(next.objects) {
 			was = next.objects[src.id]

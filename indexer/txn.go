@@ -8,8 +8,10 @@ import (
 )
 
 // Txn is one write transaction on a Source: any number of Put and Delete
-// calls, published together by Commit. A Txn holds the Store's writer lock
-// from Begin to Commit and must always be committed.
+// calls, published together by Commit. A Txn holds its source's writer
+// lock from Begin to Commit and must always be committed: the writers of
+// other sources go on meanwhile, and wait for a commit only while it is
+// published.
 type Txn struct {
 	src      *Source
 	work     []map[string]*work // per source index: pending changes by index key
@@ -27,9 +29,15 @@ type work struct {
 	claims []claimChange
 }
 
-// Begin starts a transaction on the source, waiting for other writers.
+// Begin starts a transaction on the source, waiting for the source's
+// other writers (and for a Reconfigure or Compact under way).
 func (src *Source) Begin() *Txn {
-	src.s.mu.Lock()
+	src.mu.Lock()
+	return src.begin()
+}
+
+// begin starts a transaction under src.mu.
+func (src *Source) begin() *Txn {
 	return &Txn{src: src, work: make([]map[string]*work, len(src.indexes))}
 }
 
@@ -241,7 +249,8 @@ func (t *Txn) workFor(i int, key string) *work {
 	}
 	w := m[key]
 	if w == nil {
-		// This index's own values, never its fallback's (Lookup's).
+		// This index's own values, never its fallback's (Lookup's), as
+		// this source last published them: only its writers change them.
 		is := t.src.s.current.Load().indexAt(t.src.indexes[i])
 		w = &work{values: is.values.lookup(t.src.s.seed, key)}
 		if c, ok := is.chosen[key]; ok {
@@ -362,38 +371,40 @@ func apply(base []string, add, rem map[string]struct{}, in *interner) []string {
 	return slices.Clip(out)
 }
 
-// Commit publishes the transaction and releases the writer lock.
+// Commit publishes the transaction and releases the source's writer lock.
 func (t *Txn) Commit() {
-	s := t.src.s
-	defer s.mu.Unlock()
-	if t.src.removed {
+	src := t.src
+	s := src.s
+	defer src.mu.Unlock()
+	if src.removed {
 		return
 	}
+	// The source's part of the current snapshot is its own: it changes
+	// only under src.mu, which this transaction holds.
 	old := s.current.Load()
-	next := old.derive()
-	cloned := false // next.indexes is a copy of old's
+	var states []*indexSnap
 	var in interner
 	var changes []Change
 	for i, m := range t.work {
 		if len(m) == 0 {
 			continue
 		}
-		if !cloned {
-			next.indexes, cloned = slices.Clone(old.indexes), true
+		if states == nil {
+			states = make([]*indexSnap, len(src.indexes))
 		}
-		id := t.src.indexes[i]
+		id := src.indexes[i]
 		is, keys := t.commitIndex(i, m, old.indexes[id], &in)
-		next.indexes[id] = is
+		states[i] = is
 		if len(keys) > 0 {
 			changes = append(changes, Change{Index: s.handle(id), Keys: keys})
 		}
 	}
+	var ss *sourceSnap
 	if len(t.payloads) > 0 || t.count != 0 {
-		next.sources = slices.Clone(old.sources)
-		next.sources[t.src.id] = t.commitPayloads(old.sources[t.src.id])
+		ss = t.commitPayloads(old.sources[src.id])
 	}
-	s.publish(next, changes)
-	t.src.tellConflicts()
+	s.publishSource(src, states, ss, changes)
+	src.tellConflicts()
 }
 
 // commitIndex is the table of index i after the work m on was, and the
@@ -406,6 +417,7 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 	var objects []change
 	var keys []string
 	unique := t.src.unique[i]
+	hooked := s.commitHook() != nil
 	var raw map[string][]string // of a unique index: each key's values after
 	if unique {
 		raw = make(map[string][]string, len(m))
@@ -418,7 +430,7 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 				raw[key] = vs
 			} else {
 				values = append(values, change{hash: h, key: key, values: vs})
-				if s.onCommit != nil {
+				if hooked {
 					keys = append(keys, key)
 				}
 			}
@@ -441,7 +453,7 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 			}
 			if !slices.Equal(answer, was.values.lookup(s.seed, key)) {
 				values = append(values, change{hash: s.hash(key), key: key, values: answer})
-				if s.onCommit != nil {
+				if hooked {
 					keys = append(keys, key)
 				}
 			}

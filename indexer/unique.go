@@ -115,7 +115,7 @@ func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
 
 // settle brings the claims of the source's i-th index, a unique one, up
 // to date with a transaction's work on it, and returns the index's chosen
-// answers after it (chosen itself when none changed); under s.mu. raw
+// answers after it (chosen itself when none changed); under src.mu. raw
 // gives each key of work its values after the transaction.
 func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string]choice) map[string]choice {
 	claims, singles := src.claims[i], src.singles[i]
@@ -179,6 +179,7 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 		}
 	}
 	out, cloned := chosen, false
+	hooked := src.s.onConflict.Load() != nil
 	for key := range work {
 		c := choose(claims[key], raw(key))
 		was, had := chosen[key]
@@ -196,7 +197,7 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			delete(out, key)
 		} else {
 			out[key] = c
-			if src.s.onConflict != nil {
+			if hooked {
 				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, claims[key], c.values))
 			}
 		}
@@ -217,13 +218,16 @@ type ConflictNote struct {
 }
 
 // OnConflict sets f, which hears each ConflictNote once the commit that
-// made it is published; under the writer lock, like OnCommit's function:
-// f must be quick and must not write to the store. Set it before the
-// first write.
+// made it is published; under the writer lock of the source that made
+// it (not the store's: notes of different sources may come in any order,
+// and at once): f must be quick, safe for concurrent use, and must not
+// write to the store. Set it before the first write.
 func (s *Store) OnConflict(f func(ConflictNote)) {
-	s.mu.Lock()
-	s.onConflict = f
-	s.mu.Unlock()
+	if f == nil {
+		s.onConflict.Store(nil)
+		return
+	}
+	s.onConflict.Store(&f)
 }
 
 // note builds the ConflictNote of a key whose chosen values are chosen.
@@ -247,18 +251,18 @@ func note(ix Index, key string, claims []claim, chosen []string) ConflictNote {
 }
 
 // tellConflicts passes the notes of a commit to the OnConflict function;
-// under s.mu, after publish.
+// under src.mu, after publish.
 func (src *Source) tellConflicts() {
-	if src.s.onConflict != nil {
+	if f := src.s.onConflict.Load(); f != nil {
 		for _, n := range src.notes {
-			src.s.onConflict(n)
+			(*f)(n)
 		}
 	}
 	src.notes = src.notes[:0]
 }
 
 // findClaims returns the claims on the given keys of the source's i-th
-// index, from every object of the source; under s.mu. It reads every
+// index, from every object of the source; under src.mu. It reads every
 // object: it runs when a key of a unique index gains a second value, and
 // when an index becomes unique.
 func (src *Source) findClaims(i int, keys map[string]bool) map[string][]claim {
@@ -325,7 +329,7 @@ func choose(claims []claim, raw []string) choice {
 // chooseAll computes the claims and chosen answers of the source's i-th
 // index from scratch, from every object, for is, whose table holds every
 // claimant's values (as any index's), and writes the chosen ones into the
-// table. Under s.mu.
+// table. Under src.mu.
 func (src *Source) chooseAll(i int, is *indexSnap) {
 	multi := map[string]bool{}
 	is.values.all(func(key string, values []string) {
@@ -342,7 +346,7 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 				chosen = map[string]choice{}
 			}
 			chosen[key] = c
-			if src.s.onConflict != nil {
+			if src.s.onConflict.Load() != nil {
 				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, cl, c.values))
 			}
 		}
