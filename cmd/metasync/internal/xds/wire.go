@@ -102,7 +102,7 @@ type locality struct {
 	// zone's endpoints, the home cluster's name for the home's.
 	zone, subZone string
 	priority      uint32
-	eps      []endpoint
+	eps           []endpoint
 }
 
 // encodeAssignment is the ClusterLoadAssignment of cluster: each group
