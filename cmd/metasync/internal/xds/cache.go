@@ -53,8 +53,9 @@ type entry struct {
 	cancel    context.CancelFunc
 	ended     bool
 	starter   string // the caller whose client started it
-	// home is the home cluster whose part the run started under
-	// cache.mu follows; "" for none.
+	// home is the home cluster whose part the entry's latest start
+	// follows (its runs hold their own copy); "" for none. Under
+	// cache.mu.
 	home string
 
 	refresh gosync.Mutex // one update or end at a time
@@ -155,12 +156,13 @@ func (e *entry) start() {
 	e.cancel, e.ended = cancel, false
 	e.home = e.c.engine.HomeCluster()
 	answered := new(atomic.Bool) // the whole answer came once, in this run
-	go e.run(ctx, answered, e.t.msync())
+	home := e.home
+	go e.run(ctx, answered, e.t.msync(), home)
 	if e.key.zone != "" {
-		go e.run(ctx, answered, e.local())
+		go e.run(ctx, answered, e.local(), home)
 	}
-	if e.home != "" {
-		go e.run(ctx, answered, e.homePart())
+	if home != "" {
+		go e.run(ctx, answered, e.homePart(home), home)
 	}
 }
 
@@ -172,15 +174,16 @@ func (e *entry) local() msync.Target {
 }
 
 // homePart is e's target narrowed to the home cluster's part.
-func (e *entry) homePart() msync.Target {
+func (e *entry) homePart(home string) msync.Target {
 	t := e.t.msync()
-	t.Cluster = e.home
+	t.Cluster = home
 	return t
 }
 
 // run follows one part t of e's target until ctx ends, or the target
-// is gone or unknown. Each change reads every part again (update).
-func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target) {
+// is gone or unknown. Each change reads every part again (update), of
+// home's part too when home is not "".
+func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target, home string) {
 	whole := t.At == (msync.Locality{}) && t.Cluster == ""
 	sub, err := e.c.engine.Subscribe(ctx, t)
 	if err != nil {
@@ -199,7 +202,7 @@ func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target) 
 				answered.Store(true)
 			}
 			if answered.Load() {
-				e.update(ctx)
+				e.update(ctx, home)
 			}
 		case msync.EventGone:
 			e.end(ctx)
@@ -228,7 +231,7 @@ func (e *entry) end(ctx context.Context) {
 
 // update reads the answer of every locality of e from one state of the
 // engine, encodes the assignment, and publishes it when it changed.
-func (e *entry) update(ctx context.Context) {
+func (e *entry) update(ctx context.Context, home string) {
 	e.refresh.Lock()
 	defer e.refresh.Unlock()
 	if ctx.Err() != nil {
@@ -238,16 +241,16 @@ func (e *entry) update(ctx context.Context) {
 	if e.key.zone != "" {
 		ts = append(ts, e.local())
 	}
-	if e.home != "" {
-		ts = append(ts, e.homePart())
+	if home != "" {
+		ts = append(ts, e.homePart(home))
 	}
 	as := e.c.engine.Answers(ts...)
 	p := parts{values: as[0].Values, zone: e.key.zone}
 	if e.key.zone != "" {
 		p.local = as[1].Values
 	}
-	if e.home != "" {
-		p.home, p.homeName = as[len(as)-1].Values, e.home
+	if home != "" {
+		p.home, p.homeName = as[len(as)-1].Values, home
 	}
 	b := e.c.encode(e.key.name, p)
 	if old := e.state.Load(); old != nil && old.resource != nil && bytes.Equal(old.resource, b) {
