@@ -214,17 +214,71 @@ func (e *Engine) ClusterNames() []string {
 // plan without clusters, or an unknown target.
 func (e *Engine) ClusterStates(t Target) map[string]ClusterState {
 	v, _ := e.view()
+	return v.clusterStatesOf(t)
+}
+
+// clusterStatesOf is ClusterStates in v: of t.Cluster alone when t
+// names one (nil when v has no such cluster).
+func (v *view) clusterStatesOf(t Target) map[string]ClusterState {
 	if v.plan == nil || len(v.plan.Clusters) == 0 {
 		return nil
 	}
+	var out map[string]ClusterState
 	if t.Chain != "" {
 		ch, ok := v.chains[t.Chain]
 		if !ok {
 			return nil
 		}
-		return v.clusterStates(ch.indexes...)
+		out = v.clusterStates(ch.indexes...)
+	} else {
+		out = v.clusterStates(t.Index)
 	}
-	return v.clusterStates(t.Index)
+	if t.Cluster != "" {
+		cs, ok := out[t.Cluster]
+		if !ok {
+			return nil
+		}
+		return map[string]ClusterState{t.Cluster: cs}
+	}
+	return out
+}
+
+// hasCluster reports whether v's plan reads the named cluster.
+func (v *view) hasCluster(name string) bool {
+	if v.plan == nil {
+		return false
+	}
+	return slices.ContainsFunc(v.plan.Clusters, func(c compiled.Cluster) bool { return c.Name == name })
+}
+
+// unknownCluster is the error of a cluster that v's plan does not read.
+func unknownCluster(v *view, name string) error {
+	var names []string
+	if v.plan != nil {
+		for _, c := range v.plan.Clusters {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("unknown cluster %q: the config reads one cluster (no clusters:)", name)
+	}
+	return fmt.Errorf("unknown cluster %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// HomeCluster returns the name of the plan's home cluster: the one read
+// through the engine's own connection, or the one marked home; "" for a
+// plan without clusters, or without a home.
+func (e *Engine) HomeCluster() string {
+	v, _ := e.view()
+	if v.plan == nil {
+		return ""
+	}
+	for _, c := range v.plan.Clusters {
+		if c.Home {
+			return c.Name
+		}
+	}
+	return ""
 }
 
 // clusterStates returns the state of each cluster's part of the

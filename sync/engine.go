@@ -137,6 +137,9 @@ type view struct {
 	byName   map[string]*resource // resource name
 	byIndex  map[string]*resource // index name
 	chains   map[string]chain
+	// parts reads each index's cluster parts (see partRead); nil for a
+	// plan without clusters.
+	parts map[string]partRead
 }
 
 // chain is one chain of a view.
@@ -612,6 +615,11 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 				spec.Hints[ix.Name] = ix.Hints
 			}
 		}
+		if len(plan.Clusters) > 0 {
+			for _, i := range partIndexes(r) {
+				spec.Indexes = append(spec.Indexes, partsName(r.Indexes[i].Name))
+			}
+		}
 		specs = append(specs, spec)
 	}
 	retired, err := e.store.Reconfigure(specs, func(sources map[string]*indexer.Source, snap *indexer.Snapshot) any {
@@ -643,6 +651,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 			}
 			next.chains[ch.Name] = chain{indexes: ch.Indexes, steps: steps}
 		}
+		next.parts = partReads(plan, snap)
 		return next
 	})
 	if err != nil {

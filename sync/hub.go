@@ -269,6 +269,10 @@ func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []inde
 	switch {
 	case t.All && t.At != (Locality{}):
 		return indexer.Index{}, nil, errors.New("a locality narrows the answer of a key or a chain key, not a whole index")
+	case t.Cluster != "" && (t.All || t.Key == ""):
+		return indexer.Index{}, nil, errors.New("a cluster narrows the answer of a key or a chain key, not a whole index")
+	case t.Cluster != "" && !v.hasCluster(t.Cluster):
+		return indexer.Index{}, nil, unknownCluster(v, t.Cluster)
 	case t.Chain != "" && t.Index == "" && !t.All:
 		ch, ok := v.chains[t.Chain]
 		if !ok {

@@ -185,6 +185,15 @@ func (e *Engine) Answers(ts ...Target) []Answer {
 		stale := v.stale()
 		for i, t := range ts {
 			out[i] = Answer{Stale: stale}
+			if t.Cluster != "" {
+				// That cluster's part: its own flags.
+				cs, ok := v.clusterStatesOf(t)[t.Cluster]
+				out[i].Synced, out[i].Stale = ok && cs.Synced, cs.Stale
+				if ok {
+					out[i].Clusters = map[string]ClusterState{t.Cluster: cs}
+				}
+				continue
+			}
 			if t.Chain != "" {
 				out[i].Synced = v.chainSynced(t.Chain)
 				if len(v.plan.Clusters) > 0 {
@@ -211,6 +220,13 @@ func (e *Engine) Answers(ts ...Target) []Answer {
 
 // values reads the values of t from snap, of v's config.
 func (v *view) values(snap *indexer.Snapshot, t Target) []string {
+	if t.Cluster != "" {
+		if !v.hasCluster(t.Cluster) || t.All {
+			return nil
+		}
+		values, _ := v.partOf(snap, t)
+		return values
+	}
 	prefer := t.At.prefer()
 	if t.Chain != "" {
 		if ch, ok := v.chains[t.Chain]; ok {

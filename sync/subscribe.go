@@ -85,6 +85,16 @@ type Target struct {
 	// At, for a key or a chain key, is where the subscriber runs: its
 	// answers are narrowed by the indexes' hints as LookupAt narrows them.
 	At Locality
+	// Cluster, for a key or a chain key of a plan that reads several
+	// clusters, narrows the answer to that cluster's part: the values
+	// that its objects give (at each step of a chain, to the keys that
+	// its part of the step before gave), which Engine.AnswerIn tells
+	// too. With At, the part is narrowed to the values preferred for the
+	// locality when some of it is, else the whole part. It reads as a
+	// lookup reads (each cluster's values are indexed as it writes
+	// them), and a subscription hears of a change of the cluster's part
+	// even when the whole answer stays the same. "" is every cluster.
+	Cluster string
 }
 
 // KeyOf targets one key of an index.
@@ -397,6 +407,9 @@ func (s *Subscription) start(snap *indexer.Snapshot, values []string) (Event, bo
 }
 
 func (s *Subscription) stepKey() (Event, bool) {
+	if s.target.Cluster != "" {
+		return s.stepPart()
+	}
 	if s.phase == phaseStart {
 		s.e.hub.registerKey(s, s.ix, s.target.Key)
 		snap := s.e.store.Snapshot()
@@ -432,7 +445,31 @@ func (s *Subscription) boundIn(snap *indexer.Snapshot) bool {
 	return false
 }
 
+// stepPart is stepKey and stepChain for a target narrowed to a
+// cluster: it registers on every index and key that its part reads.
+func (s *Subscription) stepPart() (Event, bool) {
+	if s.phase != phaseStart && !s.takeDirty() {
+		return Event{}, false
+	}
+	snap := s.e.store.Snapshot()
+	if !s.boundIn(snap) {
+		return Event{}, false
+	}
+	values, path := snap.Meta().(*view).partOf(snap, s.target)
+	s.e.hub.registerPath(s, path)
+	if s.e.store.Snapshot().Seq() != snap.Seq() {
+		s.mark() // a write between the read and the registration
+	}
+	if s.phase == phaseStart {
+		return s.start(snap, values)
+	}
+	return s.answer(EventUpdate, snap, values)
+}
+
 func (s *Subscription) stepChain() (Event, bool) {
+	if s.target.Cluster != "" {
+		return s.stepPart()
+	}
 	if s.phase != phaseStart && !s.takeDirty() {
 		return Event{}, false
 	}

@@ -110,6 +110,53 @@ resources:
 		return ""
 	})
 
+	// A stream narrowed to west: west's part, west's state, west's
+	// changes; an unknown cluster a JSON 400.
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere&watch=true"); a.code != 400 || !strings.Contains(a.raw, `"error":"unknown cluster \"nowhere\" (known: east, west)"`) {
+		t.Fatalf("a stream of an unknown cluster: %d %s", a.code, a.raw)
+	}
+	ws := follow(t, base+"/v1/indexes/app-to-addr/keys/shop?cluster=west&watch=true")
+	westFrames := func(want ...string) {
+		t.Helper()
+		testenv.Eventually(t, fmt.Sprintf("west's stream at %q", want), func() string {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			var frames []map[string]any
+			for _, f := range ws.frames {
+				if f["type"] != "heartbeat" {
+					frames = append(frames, f)
+				}
+			}
+			if len(frames) != len(want) {
+				return fmt.Sprint(ws.frames)
+			}
+			for i, f := range frames {
+				cs, _ := f["clusters"].(map[string]any)
+				if fmt.Sprint(f["values"]) != want[i] || len(cs) != 1 || cs["west"] == nil || f["stale"] != nil {
+					return fmt.Sprint(frames)
+				}
+			}
+			return ""
+		})
+	}
+	westFrames("[w1:80]")
+	put(env, "e-only", "shop") // east's: nothing for west's stream
+	put(west, "w2", "shop")
+	westFrames("[w1:80]", "[w1:80 w2:80]")
+	if err := west.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "w2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "e-only", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	westFrames("[w1:80]", "[w1:80 w2:80]", "[w1:80]")
+	testenv.Eventually(t, "east's e-only gone", func() string {
+		if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop"); !strings.Contains(a.raw, `"values":["e1:80","w1:80"]`) {
+			return a.raw
+		}
+		return ""
+	})
+
 	// West unreachable.
 	proxy.BlackHole(true)
 	proxy.Reset()

@@ -58,7 +58,6 @@ type Engine interface {
 	Clusters() []msync.ClusterStatus
 	ClusterStates(t msync.Target) map[string]msync.ClusterState
 	ClusterNames() []string
-	AnswerIn(t msync.Target, cluster string) (msync.Answer, error)
 }
 
 var _ Engine = (*msync.Engine)(nil)

@@ -136,8 +136,10 @@ func wireClusters(cs map[string]msync.ClusterState) map[string]wire.ClusterState
 }
 
 // inCluster answers a lookup or chain lookup narrowed by ?cluster=NAME
-// to one cluster's part, and reports whether the request had one. The
-// narrowing reads as explain does: it spends the explain budget.
+// to one cluster's part, or streams it with ?watch=true, and reports
+// whether the request had one. The part reads as a lookup reads
+// (Target.Cluster); with ?zone= or ?node=, it is narrowed by the hints
+// too.
 func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Target, explain bool) bool {
 	vs, given := r.URL.Query()["cluster"]
 	if !given {
@@ -150,15 +152,14 @@ func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Targe
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("cluster=%s: the config reads one cluster (no clusters:)", vs[0]))
 	case !slices.Contains(names, vs[0]):
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown cluster %q (known: %s)", vs[0], strings.Join(names, ", ")))
-	case watching(r) || explain:
-		writeError(w, http.StatusBadRequest, "cluster= narrows one answer: with watch=true or explain=true it is not supported yet")
-	case !s.explainBudget(w, r):
+	case explain:
+		writeError(w, http.StatusBadRequest, "cluster= narrows an answer: with explain=true it is not supported (explain names each object's cluster)")
+	case watching(r):
+		t.Cluster = vs[0]
+		s.stream(w, r, t)
 	default:
-		ans, err := s.engine.AnswerIn(t, vs[0])
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return true
-		}
+		t.Cluster = vs[0]
+		ans := s.engine.Answer(t)
 		values := nonNil(ans.Values)
 		writeJSON(w, http.StatusOK, wire.Lookup{Index: t.Index, Chain: t.Chain, Key: t.Key, Values: &values,
 			Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters)})

@@ -172,7 +172,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 		}
 		f.Stale = s.engine.Stale()
 		if f.Type != wire.FrameGone {
-			f.Clusters = wireClusters(s.engine.ClusterStates(t))
+			cs := s.engine.ClusterStates(t)
+			if t.Cluster != "" {
+				// One cluster's part: that cluster's stale (cs holds
+				// that cluster alone).
+				f.Stale = cs[t.Cluster].Stale
+			}
+			f.Clusters = wireClusters(cs)
 		}
 		stale = f.Stale
 		buf.Reset()

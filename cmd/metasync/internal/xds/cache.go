@@ -13,14 +13,15 @@ import (
 
 // cache follows the engine for the assignments that clients follow: one
 // entry per (assignment, zone), whatever the number of its followers.
-// An entry holds one engine subscription per locality it reads (the
-// whole answer, and the zone's), and the assignment encoded once, from
+// An entry holds one engine subscription per part it reads (the whole
+// answer, the zone's, and of a config with a home cluster the home's),
+// and the assignment encoded once, from
 // one state of the engine (Engine.Answers), published for its followers
 // to read. A change of the answer re-encodes that entry alone and wakes
 // its followers alone. An entry lives while some client follows it.
 type cache struct {
 	engine Engine
-	encode func(name string, values, local []string, zone string) []byte
+	encode func(name string, p parts) []byte
 
 	mu      gosync.Mutex
 	entries map[entryKey]*entry
@@ -52,6 +53,10 @@ type entry struct {
 	cancel    context.CancelFunc
 	ended     bool
 	starter   string // the caller whose client started it
+	// home is the home cluster whose part the entry's latest start
+	// follows (its runs hold their own copy); "" for none. Under
+	// cache.mu.
+	home string
 
 	refresh gosync.Mutex // one update or end at a time
 	state   atomic.Pointer[assignment]
@@ -64,7 +69,7 @@ type assignment struct {
 	resource []byte
 }
 
-func newCache(engine Engine, encode func(name string, values, local []string, zone string) []byte) *cache {
+func newCache(engine Engine, encode func(name string, p parts) []byte) *cache {
 	return &cache{engine: engine, encode: encode, entries: map[entryKey]*entry{}}
 }
 
@@ -135,29 +140,51 @@ func (ca *cache) size() (entries, subscriptions int) {
 		if k.zone != "" {
 			subscriptions++
 		}
+		if ca.entries[k].home != "" {
+			subscriptions++
+		}
 	}
 	return entries, subscriptions
 }
 
 // start subscribes e to the engine (under cache.mu): the whole answer,
-// and with a zone the zone's answer too (its hints may change alone).
+// with a zone the zone's answer too (its hints may change alone), and
+// with a home cluster the home's part (it may change while the whole
+// answer stays: a value that another cluster gives too).
 func (e *entry) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.ended = cancel, false
+	e.home = e.c.engine.HomeCluster()
 	answered := new(atomic.Bool) // the whole answer came once, in this run
-	go e.run(ctx, answered, false)
+	home := e.home
+	go e.run(ctx, answered, e.t.msync(), home)
 	if e.key.zone != "" {
-		go e.run(ctx, answered, true)
+		go e.run(ctx, answered, e.local(), home)
+	}
+	if home != "" {
+		go e.run(ctx, answered, e.homePart(home), home)
 	}
 }
 
-// run follows one locality of e's target until ctx ends, or the target
-// is gone or unknown. Each change reads every locality again (refresh).
-func (e *entry) run(ctx context.Context, answered *atomic.Bool, local bool) {
+// local is e's target narrowed to its zone.
+func (e *entry) local() msync.Target {
 	t := e.t.msync()
-	if local {
-		t.At = msync.Locality{Zone: e.key.zone}
-	}
+	t.At = msync.Locality{Zone: e.key.zone}
+	return t
+}
+
+// homePart is e's target narrowed to the home cluster's part.
+func (e *entry) homePart(home string) msync.Target {
+	t := e.t.msync()
+	t.Cluster = home
+	return t
+}
+
+// run follows one part t of e's target until ctx ends, or the target
+// is gone or unknown. Each change reads every part again (update), of
+// home's part too when home is not "".
+func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target, home string) {
+	whole := t.At == (msync.Locality{}) && t.Cluster == ""
 	sub, err := e.c.engine.Subscribe(ctx, t)
 	if err != nil {
 		e.end(ctx) // an unknown target: it has no Listener either
@@ -171,11 +198,11 @@ func (e *entry) run(ctx context.Context, answered *atomic.Bool, local bool) {
 		}
 		switch ev.Type {
 		case msync.EventSnapshot, msync.EventUpdate:
-			if !local {
+			if whole {
 				answered.Store(true)
 			}
 			if answered.Load() {
-				e.update(ctx)
+				e.update(ctx, home)
 			}
 		case msync.EventGone:
 			e.end(ctx)
@@ -204,7 +231,7 @@ func (e *entry) end(ctx context.Context) {
 
 // update reads the answer of every locality of e from one state of the
 // engine, encodes the assignment, and publishes it when it changed.
-func (e *entry) update(ctx context.Context) {
+func (e *entry) update(ctx context.Context, home string) {
 	e.refresh.Lock()
 	defer e.refresh.Unlock()
 	if ctx.Err() != nil {
@@ -212,16 +239,20 @@ func (e *entry) update(ctx context.Context) {
 	}
 	ts := []msync.Target{e.t.msync()}
 	if e.key.zone != "" {
-		local := ts[0]
-		local.At = msync.Locality{Zone: e.key.zone}
-		ts = append(ts, local)
+		ts = append(ts, e.local())
+	}
+	if home != "" {
+		ts = append(ts, e.homePart(home))
 	}
 	as := e.c.engine.Answers(ts...)
-	var local []string
-	if len(as) > 1 {
-		local = as[1].Values
+	p := parts{values: as[0].Values, zone: e.key.zone}
+	if e.key.zone != "" {
+		p.local = as[1].Values
 	}
-	b := e.c.encode(e.key.name, as[0].Values, local, e.key.zone)
+	if home != "" {
+		p.home, p.homeName = as[len(as)-1].Values, home
+	}
+	b := e.c.encode(e.key.name, p)
 	if old := e.state.Load(); old != nil && old.resource != nil && bytes.Equal(old.resource, b) {
 		return
 	}
@@ -248,32 +279,77 @@ func (e *entry) current() *assignment {
 	return a
 }
 
-// encodeAnswer is the ClusterLoadAssignment of values: each host:port
+// parts is what an assignment is encoded from, read from one state of
+// the engine (Engine.Answers): the whole answer, its zone's narrowing
+// (local, for a client of zone), and the home cluster's part (home, of
+// a config with a home cluster).
+type parts struct {
+	values, local, home []string
+	zone                string
+	homeName            string // the home cluster's, with home
+}
+
+// encodeAnswer is the ClusterLoadAssignment of an answer: each host:port
 // once (gRPC rejects a whole assignment with a duplicate address). A
-// value that is not host:port is left out, and logged. With a zone whose
-// narrowed answer (local) is a part of values, not all of it, the local
-// endpoints are a locality of that zone at priority 0 and the others one
-// at priority 1, so that gRPC fails over by itself; else one locality.
-// values and local come from one state of the engine (Engine.Answers).
-func (s *Server) encodeAnswer(name string, values, local []string, zone string) []byte {
-	eps := s.endpoints(name, values)
-	near := s.endpoints(name, local)
-	if zone == "" || len(near) == 0 || len(near) >= len(eps) {
+// value that is not host:port is left out, and logged. The endpoints are
+// split in up to four groups, in this order of priority: the home
+// cluster's in the client's zone, the home cluster's others, the other
+// clusters' in the zone, the other clusters' others. A split is made
+// only when it parts the endpoints in two: without a home cluster (or
+// when every endpoint is the home's, or none is) no cluster split,
+// without a zone whose narrowed answer is a part of the answer (not all
+// of it, nor nothing) no zone split. The groups with endpoints are
+// localities of priorities 0, 1, ... in that order, so that gRPC fails
+// over by itself: to the home's other zones when its zone has no ready
+// endpoint, to the other clusters when the home has none. Without
+// clusters or zone, one locality.
+func (s *Server) encodeAnswer(name string, p parts) []byte {
+	eps := s.endpoints(name, p.values)
+	near := s.endpoints(name, p.local)
+	home := s.endpoints(name, p.home)
+	byZone := p.zone != "" && len(near) > 0 && len(near) < len(eps)
+	byHome := len(home) > 0 && len(home) < len(eps)
+	if !byZone && !byHome {
 		return encodeAssignment(name, []locality{{eps: eps}})
 	}
 	isNear := map[endpoint]bool{}
-	for _, e := range near {
-		isNear[e] = true
-	}
-	var far []endpoint
-	for _, e := range eps {
-		if !isNear[e] {
-			far = append(far, e)
+	if byZone {
+		for _, e := range near {
+			isNear[e] = true
 		}
 	}
-	groups := []locality{{zone: zone, eps: near}}
-	if len(far) > 0 {
-		groups = append(groups, locality{priority: 1, eps: far})
+	isHome := map[endpoint]bool{}
+	if byHome {
+		for _, e := range home {
+			isHome[e] = true
+		}
+	}
+	// The group of each endpoint: 0 the home's near, 1 the home's
+	// others, 2 the other clusters' near, 3 their others.
+	var split [4][]endpoint
+	for _, e := range eps {
+		g := 0
+		if byHome && !isHome[e] {
+			g += 2
+		}
+		if byZone && !isNear[e] {
+			g++
+		}
+		split[g] = append(split[g], e)
+	}
+	var groups []locality
+	for g, es := range split {
+		if len(es) == 0 {
+			continue
+		}
+		l := locality{priority: uint32(len(groups)), eps: es}
+		if g%2 == 0 && byZone {
+			l.zone = p.zone
+		}
+		if g < 2 && byHome {
+			l.subZone = p.homeName
+		}
+		groups = append(groups, l)
 	}
 	return encodeAssignment(name, groups)
 }

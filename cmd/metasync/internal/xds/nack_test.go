@@ -204,10 +204,10 @@ func TestIdleStreamLives(t *testing.T) {
 // endpoint (gRPC rejects an assignment with a duplicate address).
 func TestAssignmentOneSpellingEach(t *testing.T) {
 	got := &endpointv3.ClusterLoadAssignment{}
-	if b := xdsSrv.encodeAnswer("x", nil, nil, ""); len(b) == 0 {
+	if b := xdsSrv.encodeAnswer("x", parts{}); len(b) == 0 {
 		t.Error("an empty answer has no assignment")
 	}
-	b := xdsSrv.encodeAnswer("x", []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}, nil, "")
+	b := xdsSrv.encodeAnswer("x", parts{values: []string{"10.0.0.5:80", "10.0.0.5:080", "[::1]:9", "[0:0::1]:09", "nohost", ":80", "10.0.0.6:0", "10.0.0.7:65536"}})
 	if err := proto.Unmarshal(b, got); err != nil {
 		t.Fatal(err)
 	}

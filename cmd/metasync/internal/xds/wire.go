@@ -98,9 +98,11 @@ type endpoint struct {
 // locality is one group of an assignment: a zone ("" for none), its
 // priority (from 0, without gaps) and endpoints.
 type locality struct {
-	zone     string
-	priority uint32
-	eps      []endpoint
+	// zone and subZone name the locality: the client's zone for its
+	// zone's endpoints, the home cluster's name for the home's.
+	zone, subZone string
+	priority      uint32
+	eps           []endpoint
 }
 
 // encodeAssignment is the ClusterLoadAssignment of cluster: each group
@@ -113,7 +115,7 @@ func encodeAssignment(cluster string, groups []locality) []byte {
 		if len(g.eps) == 0 {
 			continue
 		}
-		l := msg(nil).bytes(1, msg(nil).str(2, g.zone)) // Locality{zone}
+		l := msg(nil).bytes(1, msg(nil).str(2, g.zone).str(3, g.subZone)) // Locality{zone, sub_zone}
 		for _, e := range g.eps {
 			sock := msg(nil).str(2, e.host).varint(3, uint64(e.port))
 			addr := msg(nil).bytes(1, sock)

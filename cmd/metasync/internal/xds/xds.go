@@ -87,6 +87,9 @@ type Engine interface {
 	// StaleChanged is closed at a reload (among other changes): targets
 	// may have come or gone.
 	StaleChanged() <-chan struct{}
+	// HomeCluster names the home cluster of a config that reads
+	// several, whose endpoints come first; "" for none.
+	HomeCluster() string
 }
 
 // Authorizer decides what a client may read, as auth.TokenAuth.Check

@@ -1,0 +1,110 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/iidp/metasync/internal/testenv"
+	mschema "github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
+)
+
+// TestClusterPart narrows answers and subscriptions to one cluster's
+// part (Target.Cluster) on two control planes: a key's and a chain
+// key's part, each cluster's synced and stale alone, and a subscription
+// that hears of its cluster withdrawing a value that the other cluster
+// still gives (the whole answer unchanged).
+func TestClusterPart(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	const ns = "cluster-part"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/unused/in/code"}},
+		Resources: []mschema.Resource{{
+			Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+			Indexes: []mschema.Index{
+				{Name: "app-to-addr", Key: "data.app", Value: "data.addr"},
+				{Name: "addr-to-app", Key: "data.addr", Value: "data.app"},
+			},
+		}},
+		Chains: []mschema.Chain{{Name: "addr-to-peers", Indexes: []string{"addr-to-app", "app-to-addr"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putConfigMap(t, env.Kube, ns, "e1", "shop")
+	putConfigMap(t, west.Kube, ns, "w1", "shop")
+	putConfigMap(t, env.Kube, ns, "same", "shop")
+	putConfigMap(t, west.Kube, ns, "same", "shop")
+	e := runEngineWith(t, plan, env.Config, msync.Options{ClusterConfigs: map[string]*rest.Config{"west": rest.CopyConfig(west.Config)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if home := e.HomeCluster(); home != "east" {
+		t.Fatalf("home %q", home)
+	}
+	part := func(t msync.Target, cluster string) msync.Target { t.Cluster = cluster; return t }
+	expectPart := func(tg msync.Target, want ...string) {
+		t.Helper()
+		testenv.Eventually(t, fmt.Sprintf("%+v answers %q", tg, want), func() string {
+			a := e.Answer(tg)
+			if !slices.Equal(a.Values, want) || !a.Synced || len(a.Clusters) != 1 || !a.Clusters[tg.Cluster].Synced {
+				return fmt.Sprintf("%+v", a)
+			}
+			// The same as AnswerIn, which reads as explain does.
+			if b, err := e.AnswerIn(msync.Target{Index: tg.Index, Chain: tg.Chain, Key: tg.Key}, tg.Cluster); err != nil || !slices.Equal(b.Values, want) {
+				return fmt.Sprintf("AnswerIn %+v %v", b, err)
+			}
+			return ""
+		})
+	}
+	expect(t, e, "app-to-addr", "shop", "e1:80", "same:80", "w1:80")
+	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "east"), "e1:80", "same:80")
+	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "west"), "same:80", "w1:80")
+	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "west"), "same:80", "w1:80")
+	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "east")) // east has no w1:80
+	if _, err := e.Subscribe(ctx, part(msync.KeyOf("app-to-addr", "shop"), "north")); err == nil {
+		t.Fatal("an unknown cluster subscribed")
+	}
+
+	sub, err := e.Subscribe(ctx, part(msync.KeyOf("app-to-addr", "shop"), "west"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	next := func(want ...string) {
+		t.Helper()
+		ev, err := sub.Next(ctx)
+		if err != nil || !slices.Equal(ev.Values, want) {
+			t.Fatalf("event %+v %v, want %q", ev, err, want)
+		}
+	}
+	next("same:80", "w1:80")
+	// West withdraws same:80, which east still gives: the whole answer
+	// stays, west's part changes.
+	if err := west.Kube.CoreV1().ConfigMaps(ns).Delete(ctx, "same", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next("w1:80")
+	expect(t, e, "app-to-addr", "shop", "e1:80", "same:80", "w1:80")
+	putConfigMap(t, west.Kube, ns, "w2", "shop")
+	next("w1:80", "w2:80")
+	putConfigMap(t, env.Kube, ns, "e2", "shop") // east's: nothing for west
+	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "east"), "e1:80", "e2:80", "same:80")
+	putConfigMap(t, west.Kube, ns, "w1", "cart")
+	next("w2:80")
+}
