@@ -88,3 +88,31 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestFakeClusterPart: a Fake answers a target narrowed to one cluster
+// (Target.Cluster) as the engine does.
+func TestFakeClusterPart(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{
+		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/nowhere/kubeconfig"}},
+		Resources: []schema.Resource{{Name: "apps", Version: "v1", Resource: "configmaps",
+			Indexes: []schema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := func(name, addr string) string {
+		return `{"metadata":{"name":"` + name + `","namespace":"ns"},"data":{"app":"shop","addr":"` + addr + `"}}`
+	}
+	must(t, fake.Apply("apps", cm("a", "10.0.0.1:80")))
+	must(t, fake.In("west").Apply("apps", cm("b", "10.0.0.2:80")))
+	for cluster, want := range map[string][]string{"east": {"10.0.0.1:80"}, "west": {"10.0.0.2:80"}} {
+		a := fake.Answer(msync.Target{Index: "app-to-addr", Key: "shop", Cluster: cluster})
+		if !slices.Equal(a.Values, want) || !a.Synced {
+			t.Errorf("%s's part: %+v, want %q", cluster, a, want)
+		}
+	}
+}
