@@ -83,6 +83,19 @@ resources:
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere"); a.code != 400 || !strings.Contains(a.raw, `unknown cluster \"nowhere\" (known: east, west)`) {
 		t.Fatalf("an unknown cluster: %d %s", a.code, a.raw)
 	}
+	// Prometheus' http_sd: one group per key and cluster, labelled.
+	if a := getRaw(t, "GET", base+"/v1/sd/indexes/app-to-addr"); strings.TrimSpace(a.raw) != `[{"targets":["e1:80"],"labels":{"__meta_metasync_cluster":"east","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}},{"targets":["w1:80"],"labels":{"__meta_metasync_cluster":"west","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}}]` {
+		t.Fatalf("http_sd of two clusters: %d %s", a.code, a.raw)
+	}
+	if a := getRaw(t, "GET", base+"/v1/sd/indexes/app-to-addr?cluster=west"); strings.TrimSpace(a.raw) != `[{"targets":["w1:80"],"labels":{"__meta_metasync_cluster":"west","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}}]` {
+		t.Fatalf("http_sd narrowed to west: %d %s", a.code, a.raw)
+	}
+	// A route that does not narrow by cluster refuses to seem to.
+	for _, path := range []string{"/v1/indexes?cluster=west", "/v1/indexes/app-to-addr/keys?cluster=west", "/v1/clusters?cluster=west"} {
+		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers only") {
+			t.Fatalf("%s: %d %s", path, a.code, a.raw)
+		}
+	}
 	cl := call(t, "GET", base+"/v1/clusters")
 	if !strings.Contains(cl.raw, `{"name":"east","home":true,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) ||
 		!strings.Contains(cl.raw, `{"name":"west","home":false,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) {

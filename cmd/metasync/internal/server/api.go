@@ -114,17 +114,17 @@ func New(e Engine, log *slog.Logger) *Server {
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	s.mux.HandleFunc("/v1/indexes", s.get(s.listIndexes))
-	s.mux.HandleFunc("/v1/indexes/{index}/keys", s.get(s.listKeys))
+	s.mux.HandleFunc("/v1/indexes", s.get(noCluster(s.listIndexes)))
+	s.mux.HandleFunc("/v1/indexes/{index}/keys", s.get(noCluster(s.listKeys)))
 	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key...}", s.get(s.lookup))
-	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key}/objects", s.get(s.indexObjects))
-	s.mux.HandleFunc("/v1/chains", s.get(s.listChains))
-	s.mux.HandleFunc("/v1/chains/{chain}/keys", s.get(s.chainKeys))
+	s.mux.HandleFunc("/v1/indexes/{index}/keys/{key}/objects", s.get(noCluster(s.indexObjects)))
+	s.mux.HandleFunc("/v1/chains", s.get(noCluster(s.listChains)))
+	s.mux.HandleFunc("/v1/chains/{chain}/keys", s.get(noCluster(s.chainKeys)))
 	s.mux.HandleFunc("/v1/chains/{chain}/keys/{key...}", s.get(s.resolve))
-	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(s.object))
+	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(noCluster(s.object)))
 	s.mux.HandleFunc("/v1/sd/chains/{chain}", s.get(s.sdChain))
 	s.mux.HandleFunc("/v1/sd/indexes/{index}", s.get(s.sdIndex))
-	s.mux.HandleFunc("/v1/clusters", s.get(s.clusters))
+	s.mux.HandleFunc("/v1/clusters", s.get(noCluster(s.clusters)))
 	s.mux.HandleFunc("/livez", s.get(s.livez))
 	s.mux.HandleFunc("/readyz", s.get(s.readyz))
 	s.mux.Handle("/metrics", s.get(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP))
@@ -212,6 +212,19 @@ func (s *Server) noBody(h http.Handler) http.Handler {
 }
 
 // get allows GET and HEAD only, answering 405 with a JSON error otherwise.
+// noCluster refuses ?cluster= on a route that does not narrow by it: a
+// caller who asked for one cluster's part must not get every cluster's
+// thinking it is one's.
+func noCluster(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, given := r.URL.Query()["cluster"]; given {
+			writeError(w, http.StatusBadRequest, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers only: leave it out here")
+			return
+		}
+		h(w, r)
+	}
+}
+
 func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

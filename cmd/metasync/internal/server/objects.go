@@ -135,15 +135,13 @@ func wireClusters(cs map[string]msync.ClusterState) map[string]wire.ClusterState
 	return out
 }
 
-// inCluster answers a lookup or chain lookup narrowed by ?cluster=NAME
-// to one cluster's part, or streams it with ?watch=true, and reports
-// whether the request had one. The part reads as a lookup reads
-// (Target.Cluster); with ?zone= or ?node=, it is narrowed by the hints
-// too.
-func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Target, explain bool) bool {
+// clusterParam reads ?cluster=NAME: given reports whether the request
+// has one, ok whether it names one cluster of the config, once; when it
+// does not, it has written a JSON 400 that says why.
+func (s *Server) clusterParam(w http.ResponseWriter, r *http.Request) (cluster string, given, ok bool) {
 	vs, given := r.URL.Query()["cluster"]
 	if !given {
-		return false
+		return "", false, true
 	}
 	switch names := s.engine.ClusterNames(); {
 	case len(vs) != 1 || vs[0] == "":
@@ -152,13 +150,31 @@ func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Targe
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("cluster=%s: the config reads one cluster (no clusters:)", vs[0]))
 	case !slices.Contains(names, vs[0]):
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown cluster %q (known: %s)", vs[0], strings.Join(names, ", ")))
+	default:
+		return vs[0], true, true
+	}
+	return "", true, false
+}
+
+// inCluster answers a lookup or chain lookup narrowed by ?cluster=NAME
+// to one cluster's part, or streams it with ?watch=true, and reports
+// whether the request had one. The part reads as a lookup reads
+// (Target.Cluster); with ?zone= or ?node=, it is narrowed by the hints
+// too.
+func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Target, explain bool) bool {
+	cluster, given, ok := s.clusterParam(w, r)
+	if !given {
+		return false
+	}
+	switch {
+	case !ok:
 	case explain:
 		writeError(w, http.StatusBadRequest, "cluster= narrows an answer: with explain=true it is not supported (explain names each object's cluster)")
 	case watching(r):
-		t.Cluster = vs[0]
+		t.Cluster = cluster
 		s.stream(w, r, t)
 	default:
-		t.Cluster = vs[0]
+		t.Cluster = cluster
 		ans := s.engine.Answer(t)
 		values := nonNil(ans.Values)
 		writeJSON(w, http.StatusOK, wire.Lookup{Index: t.Index, Chain: t.Chain, Key: t.Key, Values: &values,

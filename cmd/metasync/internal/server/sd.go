@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	gosync "sync"
 
 	"github.com/iidp/metasync/internal/wire"
@@ -15,11 +16,39 @@ import (
 
 // The labels of a Prometheus http_sd target group.
 const (
-	labelChain = "__meta_metasync_chain"
-	labelIndex = "__meta_metasync_index"
-	labelKey   = "__meta_metasync_key"
-	labelStale = "__meta_metasync_stale"
+	labelChain   = "__meta_metasync_chain"
+	labelIndex   = "__meta_metasync_index"
+	labelKey     = "__meta_metasync_key"
+	labelStale   = "__meta_metasync_stale"
+	labelCluster = "__meta_metasync_cluster"
 )
+
+// sdClusters returns the clusters whose groups an answer of /v1/sd lists:
+// none without clusters:, else every cluster, or the one that ?cluster=
+// names. ok is false when it wrote a 400 (see clusterParam).
+func (s *Server) sdClusters(w http.ResponseWriter, r *http.Request) (clusters []string, ok bool) {
+	cluster, given, ok := s.clusterParam(w, r)
+	switch {
+	case !ok:
+		return nil, false
+	case given:
+		return []string{cluster}, true
+	}
+	return s.engine.ClusterNames(), true
+}
+
+// sdTargets returns the targets of a key, one per cluster when clusters
+// are given (see sdClusters).
+func sdTargets(ts []msync.Target, t msync.Target, clusters []string) []msync.Target {
+	if len(clusters) == 0 {
+		return append(ts, t)
+	}
+	for _, c := range clusters {
+		t.Cluster = c
+		ts = append(ts, t)
+	}
+	return ts
+}
 
 // sdChain answers GET /v1/sd/chains/{chain}: Prometheus' http_sd format,
 // one target group per key of the chain (a key of its first index) that
@@ -37,16 +66,20 @@ func (s *Server) sdChain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown chain %q%s", chain, known(chainNames(s.engine.Chains()))))
 		return
 	}
-	route := "chains/" + chain
+	clusters, ok := s.sdClusters(w, r)
+	if !ok {
+		return
+	}
+	route := "chains/" + chain + "?cluster=" + strings.Join(clusters, ",")
 	gen := s.engine.StaleChanged()
 	if s.sdCache.hit(w, s, route, chain) {
 		return
 	}
 	ka := s.engine.Answer(msync.IndexOf(first))
-	ts := make([]msync.Target, 0, len(ka.Values)+1)
+	ts := make([]msync.Target, 0, len(ka.Values)*max(len(clusters), 1)+1)
 	ts = append(ts, msync.ChainOf(chain, "")) // synced and stale, with no keys
 	for _, k := range ka.Values {
-		ts = append(ts, msync.ChainOf(chain, k))
+		ts = sdTargets(ts, msync.ChainOf(chain, k), clusters)
 	}
 	s.writeSD(w, route, labelChain, chain, ts, s.engine.Answers(ts...), ka.Seq, gen)
 }
@@ -60,16 +93,20 @@ func (s *Server) sdIndex(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "sd", index)
 		return
 	}
-	route := "indexes/" + index
+	clusters, ok := s.sdClusters(w, r)
+	if !ok {
+		return
+	}
+	route := "indexes/" + index + "?cluster=" + strings.Join(clusters, ",")
 	gen := s.engine.StaleChanged()
 	if s.sdCache.hit(w, s, route, index) {
 		return
 	}
 	ka := s.engine.Answer(msync.IndexOf(index))
-	ts := make([]msync.Target, 0, len(ka.Values)+1)
+	ts := make([]msync.Target, 0, len(ka.Values)*max(len(clusters), 1)+1)
 	ts = append(ts, msync.IndexOf(index))
 	for _, k := range ka.Values {
-		ts = append(ts, msync.KeyOf(index, k))
+		ts = sdTargets(ts, msync.KeyOf(index, k), clusters)
 	}
 	s.writeSD(w, route, labelIndex, index, ts, s.engine.Answers(ts...), ka.Seq, gen)
 }
@@ -153,6 +190,9 @@ func (s *Server) writeSD(w http.ResponseWriter, route, label, name string, ts []
 			continue
 		}
 		labels := map[string]string{label: name, labelKey: ts[i].Key}
+		if ts[i].Cluster != "" {
+			labels[labelCluster] = ts[i].Cluster
+		}
 		if as[i].Stale {
 			labels[labelStale] = "true"
 		}
