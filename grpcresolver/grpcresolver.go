@@ -381,8 +381,22 @@ func NewBuilder(r msync.Reader, opts ...Option) resolver.Builder {
 		return nil
 	}
 	return &builder{opts: o, hub: &hub{followers: map[string]*follower{}, check: check, start: func(ctx context.Context, t target, f *follower) {
-		followEngine(ctx, r, t, f, o.at, o.log)
+		follow := func(ctx context.Context, cluster string, s sink) { followEngine(ctx, r, t, s, cluster, o.at, o.log) }
+		if home := homeOf(r); home != "" {
+			runHomeFirst(ctx, f, follow, home)
+			return
+		}
+		follow(ctx, "", f)
 	}}}
+}
+
+// homeOf returns the home cluster of a Reader that reads several
+// clusters and has one (an *sync.Engine, a metasynctest.Fake), else "".
+func homeOf(r msync.Reader) string {
+	if e, ok := r.(interface{ HomeCluster() string }); ok {
+		return e.HomeCluster()
+	}
+	return ""
 }
 
 // hasIndex and hasChain ask the engine when the Reader is one (or tells
@@ -401,16 +415,17 @@ func hasChain(r msync.Reader, name string) bool {
 	return slices.ContainsFunc(r.Chains(), func(c msync.ChainInfo) bool { return c.Name == name })
 }
 
-// followEngine publishes a target's answers from an engine subscription.
+// followEngine publishes a target's answers from an engine subscription
+// (of cluster's part of it, when cluster is not "").
 // When a config reload removes the target, the last addresses stay and
 // the target is looked for again every goneRetry, so that a reload that
 // brings it back resumes the updates.
-func followEngine(ctx context.Context, engine msync.Reader, t target, f *follower, at msync.Locality, log *slog.Logger) {
+func followEngine(ctx context.Context, engine msync.Reader, t target, f sink, cluster string, at msync.Locality, log *slog.Logger) {
 	mt := msync.KeyOf(t.name, t.key)
 	if t.kind == "chains" {
 		mt = msync.ChainOf(t.name, t.key)
 	}
-	mt.At = at
+	mt.At, mt.Cluster = at, cluster
 	sub, err := engine.Subscribe(ctx, mt)
 	if err != nil {
 		f.fail(fmt.Errorf("metasync: %w", err))

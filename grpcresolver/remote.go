@@ -2,10 +2,14 @@ package grpcresolver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"google.golang.org/grpc/resolver"
@@ -29,15 +33,89 @@ func NewRemoteBuilder(daemonURL string, opts ...Option) resolver.Builder {
 	o := newOptions(opts)
 	base := strings.TrimRight(daemonURL, "/")
 	return &builder{opts: o, hub: &hub{followers: map[string]*follower{}, start: func(ctx context.Context, t target, f *follower) {
-		followRemote(ctx, base, t, f, o)
+		h := &homeFirst{f: f}
+		var wg gosync.WaitGroup
+		wg.Go(func() { followRemoteHome(ctx, base, t, side{h, true}, o) })
+		followRemote(ctx, base, t, side{h, false}, "", o)
+		wg.Wait()
 	}}}
 }
 
 // errGone ends a stream whose target left the daemon's config.
 var errGone = errors.New("the index or chain was removed from the daemon's config")
 
-// followRemote follows a target's stream until ctx ends.
-func followRemote(ctx context.Context, base string, t target, f *follower, o options) {
+// followRemoteHome asks the daemon for its home cluster (GET
+// /v1/clusters, again after a backoff while it cannot), and follows the
+// home's part of the target until ctx ends; a daemon that reads one
+// cluster, or none marked home, gives no part (the whole answer is used).
+func followRemoteHome(ctx context.Context, base string, t target, s sink, o options) {
+	for delay := 500 * time.Millisecond; ctx.Err() == nil; delay = min(2*delay, 8*time.Second) {
+		home, err := remoteHome(ctx, base, o)
+		if err == nil {
+			if home != "" {
+				followRemote(ctx, base, t, s, home, o)
+			}
+			return
+		}
+		o.log.Debug("the daemon's clusters not read yet", "daemon", base, "error", err.Error())
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// remoteHome returns the name of the daemon's home cluster, "" when it
+// reads one cluster or has no home.
+func remoteHome(ctx context.Context, base string, o options) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/clusters", nil)
+	if err != nil {
+		return "", err
+	}
+	if o.tokenFile != "" {
+		token, err := streamclient.TokenFile(o.tokenFile)()
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := streamclient.NewClient(o.caFile, o.serverName).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		// Not told (a token that may read its target only, an older
+		// daemon): the whole answer, as with one cluster.
+		o.log.Info("the daemon's clusters cannot be read: following the whole answer, not the home cluster's first", "daemon", base, "status", resp.Status)
+		return "", nil
+	default:
+		return "", fmt.Errorf("GET /v1/clusters: %s", resp.Status)
+	}
+	var cs struct {
+		Clusters []struct {
+			Name string `json:"name"`
+			Home bool   `json:"home"`
+		} `json:"clusters"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&cs); err != nil {
+		return "", fmt.Errorf("GET /v1/clusters: %w", err)
+	}
+	for _, c := range cs.Clusters {
+		if c.Home {
+			return c.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// followRemote follows a target's stream (of cluster's part, when
+// cluster is not "") until ctx ends.
+func followRemote(ctx context.Context, base string, t target, f sink, cluster string, o options) {
 	log := o.log.With("target", t.String(), "daemon", base)
 	so := streamclient.Options{
 		Client: streamclient.NewClient(o.caFile, o.serverName),
@@ -49,8 +127,11 @@ func followRemote(ctx context.Context, base string, t target, f *follower, o opt
 	if o.tokenFile != "" {
 		so.Token = streamclient.TokenFile(o.tokenFile) // read again each time: tokens rotate
 	}
-	if o.at.Zone != "" || o.at.Node != "" {
+	if o.at.Zone != "" || o.at.Node != "" || cluster != "" {
 		so.Query = url.Values{}
+		if cluster != "" {
+			so.Query.Set("cluster", cluster)
+		}
 		if o.at.Zone != "" {
 			so.Query.Set("zone", o.at.Zone)
 		}

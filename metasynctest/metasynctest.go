@@ -81,6 +81,10 @@ func (f *Fake) Reload(plan *schema.Plan) (schema.Changes, error) {
 // else they are ordered by object key). Explain names the claimants.
 func (f *Fake) Conflicts() []msync.Conflict { return f.engine.Conflicts() }
 
+// HomeCluster is the engine's HomeCluster: of a config that reads several
+// clusters, the home cluster's name ("" otherwise).
+func (f *Fake) HomeCluster() string { return f.engine.HomeCluster() }
+
 var _ msync.Reader = (*Fake)(nil)
 
 // Option changes how New builds a Fake.

@@ -3,14 +3,18 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/iidp/metasync/grpcresolver"
+	"github.com/iidp/metasync/internal/routingtest"
 	"github.com/iidp/metasync/internal/testenv"
 )
 
@@ -90,6 +94,45 @@ resources:
 	if a := getRaw(t, "GET", base+"/v1/sd/indexes/app-to-addr?cluster=west"); strings.TrimSpace(a.raw) != `[{"targets":["w1:80"],"labels":{"__meta_metasync_cluster":"west","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}}]` {
 		t.Fatalf("http_sd narrowed to west: %d %s", a.code, a.raw)
 	}
+	// The gRPC resolver through the daemon: the home cluster's backend
+	// while it has one, the other cluster's when it has none, home again.
+	homeB, otherB := routingtest.StartBackend(t), routingtest.StartBackend(t)
+	backend := func(e *testenv.Env, name, addr string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": "grpc", "addr": addr}}
+		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backend(env, "grpc-east", homeB.Addr)
+	backend(west, "grpc-west", otherB.Addr)
+	conn := routingtest.Dial(t, "metasync:///indexes/app-to-addr/grpc", grpcresolver.NewRemoteBuilder(base, grpcresolver.WithLogger(slog.New(slog.DiscardHandler))))
+	routingtest.Within(t, 10*time.Second, "calls stay in the home cluster", func() bool {
+		return routingtest.Spread(t, conn, 20, homeB, otherB)[homeB] == 20
+	})
+	if err := env.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), "grpc-east", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routingtest.Within(t, 10*time.Second, "calls go to the other cluster", func() bool {
+		return routingtest.Spread(t, conn, 20, homeB, otherB)[otherB] == 20
+	})
+	backend(env, "grpc-east", homeB.Addr)
+	routingtest.Within(t, 10*time.Second, "calls come back home", func() bool {
+		return routingtest.Spread(t, conn, 20, homeB, otherB)[homeB] == 20
+	})
+	conn.Close()
+	for _, e := range []*testenv.Env{env, west} {
+		for _, name := range []string{"grpc-east", "grpc-west"} {
+			_ = e.Kube.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	}
+	testenv.Eventually(t, "the backends' entries gone", func() string {
+		if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/grpc"); !strings.Contains(a.raw, `"values":[]`) {
+			return a.raw
+		}
+		return ""
+	})
+
 	// A route that does not narrow by cluster refuses to seem to.
 	for _, path := range []string{"/v1/indexes?cluster=west", "/v1/indexes/app-to-addr/keys?cluster=west", "/v1/clusters?cluster=west"} {
 		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers only") {
