@@ -51,6 +51,7 @@ func listIn(t *testing.T, w *watcher, rv string, apps ...string) {
 }
 
 func TestSnapshotOfClusters(t *testing.T) {
+	t.Skip("warm start with several clusters is refused until snapshots carry the parts indexes")
 	e := testEngine(t, clustersConfig("east", "west"))
 	listIn(t, partOf(t, e, "east"), "100", "e1", "e2")
 	listIn(t, partOf(t, e, "west"), "7", "w1")
@@ -132,6 +133,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 // some of its objects: its objects are left out, and so are the tables,
 // which hold them; the rest restores from its objects.
 func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
+	t.Skip("warm start with several clusters is refused until snapshots carry the parts indexes")
 	e := testEngine(t, clustersConfig("east", "west"))
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	west := partOf(t, e, "west")

@@ -70,7 +70,10 @@ func (s *Server) sdChain(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	route := "chains/" + chain + "?cluster=" + strings.Join(clusters, ",")
+	route := "chains/" + chain
+	if len(clusters) > 0 {
+		route += "?cluster=" + strings.Join(clusters, ",")
+	}
 	gen := s.engine.StaleChanged()
 	if s.sdCache.hit(w, s, route, chain) {
 		return
@@ -97,7 +100,10 @@ func (s *Server) sdIndex(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	route := "indexes/" + index + "?cluster=" + strings.Join(clusters, ",")
+	route := "indexes/" + index
+	if len(clusters) > 0 {
+		route += "?cluster=" + strings.Join(clusters, ",")
+	}
 	gen := s.engine.StaleChanged()
 	if s.sdCache.hit(w, s, route, index) {
 		return
