@@ -35,8 +35,8 @@ type Options struct {
 	// snapshot in it (see RestoreSnapshot) if there is one written for the
 	// same resource entries, and Start writes one every SnapshotInterval
 	// and once more when it stops (see WriteSnapshot). The folder must
-	// exist and be the engine's alone. With several clusters, each
-	// cluster's part is kept, restored and checked on its own.
+	// exist and be the engine's alone. A plan that reads several clusters
+	// is refused with a SnapshotDir (not supported yet).
 	SnapshotDir string
 	// SnapshotInterval: default DefaultSnapshotInterval.
 	SnapshotInterval time.Duration
