@@ -95,7 +95,8 @@ func TestFakeClusterPart(t *testing.T) {
 	plan, err := schema.Compile(&schema.Config{
 		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/nowhere/kubeconfig"}},
 		Resources: []schema.Resource{{Name: "apps", Version: "v1", Resource: "configmaps",
-			Indexes: []schema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}}}},
+			Indexes: []schema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"},
+				{Name: "app-owner", Key: "data.app", Value: "data.owner", Unique: true}}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +114,24 @@ func TestFakeClusterPart(t *testing.T) {
 		a := fake.Answer(msync.Target{Index: "app-to-addr", Key: "shop", Cluster: cluster})
 		if !slices.Equal(a.Values, want) || !a.Synced {
 			t.Errorf("%s's part: %+v, want %q", cluster, a, want)
+		}
+	}
+
+	// A unique key claimed in both clusters, as many values each: the
+	// answer is one claimant's (east's, the first cluster by name), and
+	// west's part of it is empty, not east's value under west's name.
+	owned := func(name, owner string) string {
+		return `{"metadata":{"name":"` + name + `","namespace":"ns"},"data":{"app":"store","owner":"` + owner + `"}}`
+	}
+	must(t, fake.Apply("apps", owned("c", "team-a")))
+	must(t, fake.In("west").Apply("apps", owned("c", "team-b")))
+	if got := fake.Lookup("app-owner", "store"); !slices.Equal(got, []string{"team-a"}) {
+		t.Fatalf("unique answer = %q, want team-a", got)
+	}
+	for cluster, want := range map[string][]string{"east": {"team-a"}, "west": nil} {
+		a := fake.Answer(msync.Target{Index: "app-owner", Key: "store", Cluster: cluster})
+		if !slices.Equal(a.Values, want) {
+			t.Errorf("%s's part of the unique key: %q, want %q", cluster, a.Values, want)
 		}
 	}
 }

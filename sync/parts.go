@@ -119,9 +119,10 @@ func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []
 		tagged = snap.Lookup(pr.fallback, key)
 	}
 	part := runOf(tagged, cluster, values)
-	if pr.unique && len(part) > 0 && len(part) != len(values) {
+	if pr.unique && len(part) > 0 {
 		// A unique key answers one claimant's values: the cluster's
-		// part is what of those its objects give.
+		// part is what of those its objects give. (When part is values
+		// itself, nothing is deleted, and the shared slice is kept.)
 		part = slices.DeleteFunc(part, func(v string) bool {
 			_, ok := slices.BinarySearch(values, v)
 			return !ok
@@ -147,7 +148,7 @@ func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []
 }
 
 // runOf returns the values of tagged ("CLUSTER\tVALUE", sorted) of
-// cluster, without the tag: values itself when they are all of values.
+// cluster, without the tag: values itself when the run is values.
 func runOf(tagged []string, cluster string, values []string) []string {
 	from, _ := slices.BinarySearchFunc(tagged, cluster, func(t, c string) int {
 		name, _, _ := strings.Cut(t, "\t")
@@ -157,10 +158,10 @@ func runOf(tagged []string, cluster string, values []string) []string {
 	for to < len(tagged) && len(tagged[to]) > len(cluster) && tagged[to][len(cluster)] == '\t' && strings.HasPrefix(tagged[to], cluster) {
 		to++
 	}
-	switch {
-	case to == from:
+	if to == from {
 		return nil
-	case to-from == len(values):
+	}
+	if to-from == len(values) && sameRun(tagged[from:to], len(cluster)+1, values) {
 		return values
 	}
 	out := make([]string, to-from)
@@ -168,6 +169,19 @@ func runOf(tagged []string, cluster string, values []string) []string {
 		out[i] = tagged[from+i][len(cluster)+1:]
 	}
 	return out
+}
+
+// sameRun reports whether run, each without its first skip bytes, is
+// values. Of most indexes a run as long as the answer is the answer, but
+// not of a unique one: there the answer is one claimant's values, and
+// another cluster may give as many others.
+func sameRun(run []string, skip int, values []string) bool {
+	for i, t := range run {
+		if t[skip:] != values[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // partOf reads t's values (a key or a chain key) of t.Cluster's part
