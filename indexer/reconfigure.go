@@ -140,7 +140,8 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 			names[name] = ids[i]
 			live[ids[i]] = true
 		}
-		changes = append(changes, src.relayout(next, ids, spec.Objects, unique)...)
+		changes = append(changes, src.relayout(next, ids, spec.Objects || spec.Parts, unique)...)
+		src.tellParts = spec.Parts
 	}
 	for name, id := range s.srcName {
 		if _, stays := srcNames[name]; stays {

@@ -76,6 +76,12 @@ type SourceSpec struct {
 	// behind it (Snapshot.Objects). It costs memory; leave it off unless
 	// the objects' payloads are read by index key.
 	Objects bool
+	// Parts makes a commit tell (Store.OnCommit) a key whose givers
+	// changed, even when its values did not: an object came to give, or
+	// stopped giving, a value that another object gives too. A reader of
+	// some objects' part of a key (Snapshot.Part) hears of it so. It needs
+	// Objects.
+	Parts bool
 	// Fallbacks maps an index of the source to another of its indexes, its
 	// fallback: a lookup of a key that has no values in the first answers
 	// the key's values in its fallback (see Index.Lookup). Both are
@@ -156,6 +162,7 @@ type Source struct {
 	// changes the indexes (what it prepares is then never written).
 	width       atomic.Int32
 	withObjects bool
+	tellParts   bool // SourceSpec.Parts (under mu)
 	removed     bool // by a Reconfigure: writes change nothing (under mu)
 
 	// Writer state, guarded by mu. objects holds each object's

@@ -17,6 +17,10 @@ type Txn struct {
 	work     []map[string]*work // per source index: pending changes by index key
 	payloads map[string]any     // object key -> new payload (nil: none)
 	count    int                // change in the number of objects
+	// touched, of a source that tells parts (SourceSpec.Parts): per
+	// source index, the keys (copies) of entries that another object
+	// gives too, added or withdrawn: their values stay, their givers not.
+	touched []map[string]struct{}
 }
 
 // work collects a transaction's pending changes to one index key.
@@ -286,6 +290,7 @@ func (t *Txn) addValue(i int, e Entry) {
 		// The count is behind a pointer so that it changes without
 		// storing e again: a map assignment would replace the stored key
 		// with e, whose strings belong to an encoding.
+		t.touch(i, e.Key)
 		dups := t.src.dups[i]
 		if d := dups[e]; d != nil {
 			*d++
@@ -304,6 +309,7 @@ func (t *Txn) addValue(i int, e Entry) {
 func (t *Txn) removeValue(i int, e Entry) {
 	dups := t.src.dups[i]
 	if d := dups[e]; d != nil {
+		t.touch(i, e.Key)
 		if *d == 1 {
 			delete(dups, e)
 			t.src.dups[i] = shrunk(dups, &t.src.dupsPeak[i])
@@ -314,6 +320,24 @@ func (t *Txn) removeValue(i int, e Entry) {
 	}
 	w := t.workFor(i, e.Key)
 	toggle(&w.remV, &w.addV, e.Value)
+}
+
+// touch notes, of a source that tells parts, that key's givers changed.
+func (t *Txn) touch(i int, key string) {
+	if !t.src.tellParts || t.src.s.commitHook() == nil {
+		return
+	}
+	if t.touched == nil {
+		t.touched = make([]map[string]struct{}, len(t.src.indexes))
+	}
+	m := t.touched[i]
+	if m == nil {
+		m = map[string]struct{}{}
+		t.touched[i] = m
+	}
+	if _, ok := m[key]; !ok {
+		m[strings.Clone(key)] = struct{}{} // key is a part of a record
+	}
 }
 
 // interner copies the strings that one write publishes, each distinct
@@ -386,15 +410,21 @@ func (t *Txn) Commit() {
 	var in interner
 	var changes []Change
 	for i, m := range t.work {
-		if len(m) == 0 {
+		touched := i < len(t.touched) && len(t.touched[i]) > 0
+		if len(m) == 0 && !touched {
 			continue
 		}
-		if states == nil {
-			states = make([]*indexSnap, len(src.indexes))
-		}
 		id := src.indexes[i]
-		is, keys := t.commitIndex(i, m, old.indexes[id], &in)
-		states[i] = is
+		var keys []string
+		if len(m) > 0 {
+			if states == nil {
+				states = make([]*indexSnap, len(src.indexes))
+			}
+			states[i], keys = t.commitIndex(i, m, old.indexes[id], &in)
+		}
+		if touched {
+			keys = t.withTouched(i, keys)
+		}
 		if len(keys) > 0 {
 			changes = append(changes, Change{Index: s.handle(id), Keys: keys})
 		}
@@ -405,6 +435,24 @@ func (t *Txn) Commit() {
 	}
 	s.publishSource(src, states, ss, changes)
 	src.tellConflicts()
+}
+
+// withTouched returns keys with the keys of index i whose givers changed
+// (see touch) that it lacks.
+func (t *Txn) withTouched(i int, keys []string) []string {
+	if len(t.touched[i]) == 0 {
+		return keys
+	}
+	had := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		had[k] = struct{}{}
+	}
+	for k := range t.touched[i] {
+		if _, ok := had[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // commitIndex is the table of index i after the work m on was, and the

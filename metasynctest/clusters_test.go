@@ -1,9 +1,11 @@
 package metasynctest_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
@@ -115,6 +117,32 @@ func TestFakeClusterPart(t *testing.T) {
 		if !slices.Equal(a.Values, want) || !a.Synced {
 			t.Errorf("%s's part: %+v, want %q", cluster, a, want)
 		}
+	}
+
+	// West comes to give a value that east gives: the whole answer stays
+	// the same, west's part changes, and a subscription narrowed to west
+	// hears of it; and again when west withdraws it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sub, err := fake.Subscribe(ctx, msync.Target{Index: "app-to-addr", Key: "shop", Cluster: "west"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	next := func(want ...string) {
+		t.Helper()
+		ev, err := sub.Next(ctx)
+		if err != nil || !slices.Equal(ev.Values, want) {
+			t.Fatalf("west's stream: %+v, %v; want %q", ev, err, want)
+		}
+	}
+	next("10.0.0.2:80")
+	must(t, fake.In("west").Apply("apps", cm("c", "10.0.0.1:80")))
+	next("10.0.0.1:80", "10.0.0.2:80")
+	must(t, fake.In("west").Delete("apps", "ns/c"))
+	next("10.0.0.2:80")
+	if got := fake.Lookup("app-to-addr", "shop"); !slices.Equal(got, []string{"10.0.0.1:80", "10.0.0.2:80"}) {
+		t.Fatalf("union = %q", got)
 	}
 
 	// A unique key claimed in both clusters, as many values each: the

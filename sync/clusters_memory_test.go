@@ -16,14 +16,31 @@ import (
 //	go test -run XXX -bench ClustersMemory -benchtime 1x ./sync/
 func BenchmarkClustersMemory(b *testing.B) {
 	const n = 20000
-	for _, clusters := range []int{1, 2} {
-		b.Run(fmt.Sprintf("clusters=%d", clusters), func(b *testing.B) {
+	for _, fields := range []bool{true, false} {
+		for _, clusters := range []int{1, 2} {
+			name := fmt.Sprintf("clusters=%d", clusters)
+			if !fields {
+				name = "nofields/" + name
+			}
+			benchClustersMemory(b, name, n, clusters, fields)
+		}
+	}
+}
+
+// benchClustersMemory is one case of BenchmarkClustersMemory: fields, the
+// reference setup's projection, or none (then only a config of several
+// clusters keeps the object keys behind each index key).
+func benchClustersMemory(b *testing.B, name string, n, clusters int, fields bool) {
+	{
+		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				cfg := &schema.Config{Resources: []schema.Resource{{
 					Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
-					Fields:  map[string]string{"type": "spec.type", "version": "spec.version", "models": "spec.models"},
 					Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
 				}}}
+				if fields {
+					cfg.Resources[0].Fields = map[string]string{"type": "spec.type", "version": "spec.version", "models": "spec.models"}
+				}
 				if clusters > 1 {
 					cfg.Clusters = []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/unused"}}
 				}
@@ -44,7 +61,7 @@ func BenchmarkClustersMemory(b *testing.B) {
 					}
 				}
 				after := heap()
-				b.ReportMetric(float64(after-before)/n, "B/object")
+				b.ReportMetric(float64(after-before)/float64(n), "B/object")
 				runtime.KeepAlive(e)
 			}
 		})

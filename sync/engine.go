@@ -35,8 +35,7 @@ type Options struct {
 	// snapshot in it (see RestoreSnapshot) if there is one written for the
 	// same resource entries, and Start writes one every SnapshotInterval
 	// and once more when it stops (see WriteSnapshot). The folder must
-	// exist and be the engine's alone. A plan that reads several clusters
-	// is refused with a SnapshotDir (not supported yet).
+	// exist and be the engine's alone.
 	SnapshotDir string
 	// SnapshotInterval: default DefaultSnapshotInterval.
 	SnapshotInterval time.Duration
@@ -360,11 +359,6 @@ func newEngine(plan *compiled.Plan, opts Options, conns *connections, clusterID 
 	if _, err := e.apply(plan, false); err != nil {
 		return nil, err
 	}
-	if opts.SnapshotDir != "" && len(plan.Clusters) > 0 {
-		// Each index of several clusters has a parts index beside it
-		// (parts.go), which the snapshot's tables do not carry yet.
-		return nil, errors.New("a snapshot (Options.SnapshotDir) of a config that reads several clusters is not supported yet")
-	}
 	if opts.SnapshotDir != "" {
 		e.warm.dir, e.warm.interval = opts.SnapshotDir, opts.SnapshotInterval
 		if e.warm.interval <= 0 {
@@ -601,7 +595,9 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	var specs []indexer.SourceSpec
 	for _, r := range plan.Resources {
 		// Object keys per index key serve typed access, which needs fields.
-		spec := indexer.SourceSpec{Name: r.Name, Objects: len(r.Fields) > 0}
+		// Of several clusters, they also tell each cluster's part (parts.go).
+		several := len(plan.Clusters) > 0
+		spec := indexer.SourceSpec{Name: r.Name, Objects: len(r.Fields) > 0 || several, Parts: several}
 		for _, ix := range r.Indexes {
 			spec.Indexes = append(spec.Indexes, ix.Name)
 			if ix.Fallback != "" {
@@ -618,11 +614,6 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 					spec.Hints = map[string]string{}
 				}
 				spec.Hints[ix.Name] = ix.Hints
-			}
-		}
-		if len(plan.Clusters) > 0 {
-			for _, i := range partIndexes(r) {
-				spec.Indexes = append(spec.Indexes, partsName(r.Indexes[i].Name))
 			}
 		}
 		specs = append(specs, spec)

@@ -10,64 +10,24 @@ import (
 
 // Which cluster gives each value, on a read's path.
 //
-// Of a plan that reads several clusters, each index (and fallback) of a
-// resource has a hidden companion, its parts index (partsName): under
-// each key of the index, "CLUSTER\tVALUE" for every value that some
-// object of CLUSTER gives the key. The watchers write it with the index,
-// from the same entries, so that it is always the index's own state.
-// A cluster's part of a key is then one lookup in the parts index and a
-// binary search for the cluster's run of values (they sort together);
-// when the cluster gives every value of the key, the answer's own slice
-// is answered, and nothing is allocated. A change of one cluster's part
-// is a change of the parts index's key even when the union stays the
-// same: a subscription narrowed to a cluster registers there, and hears
-// of it. A plan without clusters has no parts index: its reads and
-// writes are the same as ever.
-
-// partsName is the name of the parts index of the index named index: a
-// name that no index of a config can have.
-func partsName(index string) string { return index + "/clusters" }
-
-// partIndexes returns the positions, among r's indexes, of those that
-// have a parts index (every one but hints), in order: the parts indexes
-// follow r's indexes in its source, in this order.
-func partIndexes(r *compiled.Resource) []int {
-	var out []int
-	for i, ix := range r.Indexes {
-		if ix.HintsOf == "" {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// tagParts appends to entries, which holds one slice per index of the
-// watcher's resource, those of the parts indexes: each value of an index
-// with a parts index, preceded by the watcher's cluster and a tab.
-func (w *watcher) tagParts(entries [][]indexer.Entry) [][]indexer.Entry {
-	for _, i := range w.partsAt {
-		es := entries[i]
-		if len(es) == 0 {
-			entries = append(entries, nil)
-			continue
-		}
-		tagged := make([]indexer.Entry, len(es))
-		for j, e := range es {
-			tagged[j] = indexer.Entry{Key: e.Key, Value: w.clusterName + "\t" + e.Value}
-		}
-		entries = append(entries, tagged)
-	}
-	return entries
-}
+// Of a plan that reads several clusters, each object key begins with its
+// cluster's name and a colon, and each source keeps the object keys
+// behind each index key (SourceSpec.Objects and Parts): a cluster's part
+// of a key is read from those (indexer.Snapshot.Part). When every object
+// behind the key is of the cluster, the answer's own slice is its part,
+// and when none is, nothing: one lookup more, nothing allocated. Only a
+// key that several clusters give reads the cluster's objects behind it.
+// Its source tells a change of who gives a key even when the union stays
+// the same: a subscription narrowed to a cluster hears of it. A plan
+// without clusters keeps no more than before: its reads and writes are
+// the same as ever.
 
 // partRead is what reads one index's cluster parts in a view.
 type partRead struct {
-	ix, parts indexer.Index
-	// fallback is the parts index of the index's fallback; hasFallback
-	// when it has one.
+	ix indexer.Index
+	// fallback is the index's fallback; hasFallback when it has one.
 	fallback    indexer.Index
 	hasFallback bool
-	unique      bool
 }
 
 // partReads returns how to read the cluster parts of each index of
@@ -82,11 +42,10 @@ func partReads(plan *compiled.Plan, snap *indexer.Snapshot) map[string]partRead 
 			if ix.Hidden() {
 				continue
 			}
-			pr := partRead{unique: ix.Unique}
+			var pr partRead
 			pr.ix, _ = snap.Index(ix.Name)
-			pr.parts, _ = snap.Index(partsName(ix.Name))
 			if ix.Fallback != "" {
-				pr.fallback, pr.hasFallback = snap.Index(partsName(ix.Fallback))
+				pr.fallback, pr.hasFallback = snap.Index(ix.Fallback)
 			}
 			out[ix.Name] = pr
 		}
@@ -97,40 +56,25 @@ func partReads(plan *compiled.Plan, snap *indexer.Snapshot) map[string]partRead 
 // indexes are those a subscription to a key of the index registers on:
 // a change of any may change a cluster's part.
 func (pr partRead) indexes() []indexer.Index {
-	out := []indexer.Index{pr.ix, pr.parts}
 	if pr.hasFallback {
-		out = append(out, pr.fallback)
+		return []indexer.Index{pr.ix, pr.fallback}
 	}
-	return out
+	return []indexer.Index{pr.ix}
 }
 
 // lookup returns the values of key that cluster's objects give, of the
 // answer that a lookup gives (those of the fallback when the index has
-// none of its own), narrowed by prefer as LookupPreferring narrows: to
-// the preferred values of the cluster's part when some are, else the
-// whole part. Distinct and sorted; shared when it is the whole answer.
+// none of its own; of a unique key, the chosen claimant's), narrowed by
+// prefer as LookupPreferring narrows: to the preferred values of the
+// cluster's part when some are, else the whole part. Distinct and sorted;
+// shared when it is the whole answer.
 func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []string) []string {
-	values := snap.Lookup(pr.ix, key)
-	if len(values) == 0 {
-		return nil
-	}
-	tagged := snap.Lookup(pr.parts, key)
-	if len(tagged) == 0 && pr.hasFallback {
-		tagged = snap.Lookup(pr.fallback, key)
-	}
-	part := runOf(tagged, cluster, values)
-	if pr.unique && len(part) > 0 {
-		// A unique key answers one claimant's values: the cluster's
-		// part is what of those its objects give. (When part is values
-		// itself, nothing is deleted, and the shared slice is kept.)
-		part = slices.DeleteFunc(part, func(v string) bool {
-			_, ok := slices.BinarySearch(values, v)
-			return !ok
-		})
-	}
+	prefix := cluster + ":"
+	part := snap.Part(pr.ix, key, func(object string) bool { return strings.HasPrefix(object, prefix) })
 	if len(prefer) == 0 || len(part) == 0 {
 		return part
 	}
+	values := snap.Lookup(pr.ix, key)
 	near := snap.LookupPreferring(pr.ix, key, prefer...)
 	if len(near) == len(values) {
 		return part // no hint applies: every value
@@ -145,43 +89,6 @@ func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []
 		return part
 	}
 	return both
-}
-
-// runOf returns the values of tagged ("CLUSTER\tVALUE", sorted) of
-// cluster, without the tag: values itself when the run is values.
-func runOf(tagged []string, cluster string, values []string) []string {
-	from, _ := slices.BinarySearchFunc(tagged, cluster, func(t, c string) int {
-		name, _, _ := strings.Cut(t, "\t")
-		return strings.Compare(name, c)
-	})
-	to := from
-	for to < len(tagged) && len(tagged[to]) > len(cluster) && tagged[to][len(cluster)] == '\t' && strings.HasPrefix(tagged[to], cluster) {
-		to++
-	}
-	if to == from {
-		return nil
-	}
-	if to-from == len(values) && sameRun(tagged[from:to], len(cluster)+1, values) {
-		return values
-	}
-	out := make([]string, to-from)
-	for i := range out {
-		out[i] = tagged[from+i][len(cluster)+1:]
-	}
-	return out
-}
-
-// sameRun reports whether run, each without its first skip bytes, is
-// values. Of most indexes a run as long as the answer is the answer, but
-// not of a unique one: there the answer is one claimant's values, and
-// another cluster may give as many others.
-func sameRun(run []string, skip int, values []string) bool {
-	for i, t := range run {
-		if t[skip:] != values[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // partOf reads t's values (a key or a chain key) of t.Cluster's part

@@ -35,7 +35,7 @@ func (w *watcher) project(raw string) *object {
 		key = meta[1].Str + "/" + meta[0].Str
 	}
 	o.ix.Key = w.keyPrefix + key
-	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes), len(w.plan.Indexes)+len(w.partsAt))
+	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
 	// The rules of an object read one Doc: an EndpointSlice is read once
 	// for all its indexes.
 	doc := compiled.Doc{JSON: raw}
@@ -93,9 +93,6 @@ func (w *watcher) project(raw string) *object {
 			}
 		}
 		o.ix.Entries[i] = es
-	}
-	if len(w.partsAt) > 0 {
-		o.ix.Entries = w.tagParts(o.ix.Entries)
 	}
 	if len(w.plan.Fields) > 0 {
 		var over error

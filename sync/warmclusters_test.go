@@ -51,7 +51,6 @@ func listIn(t *testing.T, w *watcher, rv string, apps ...string) {
 }
 
 func TestSnapshotOfClusters(t *testing.T) {
-	t.Skip("warm start with several clusters is refused until snapshots carry the parts indexes")
 	e := testEngine(t, clustersConfig("east", "west"))
 	listIn(t, partOf(t, e, "east"), "100", "e1", "e2")
 	listIn(t, partOf(t, e, "west"), "7", "w1")
@@ -80,6 +79,12 @@ func TestSnapshotOfClusters(t *testing.T) {
 		<-w.loaded
 		if !w.restored || w.resumeRV != want.rv || int(w.count.Load()) != want.objects || !w.stale() {
 			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.restored, w.resumeRV, w.count.Load(), w.stale())
+		}
+	}
+	// Each cluster's part, read through the parts index made again.
+	for cluster, want := range map[string][]string{"east": {"e1", "e2"}, "west": {"w1"}} {
+		if got := r.Answer(Target{Index: "model-to-app", Key: "m-shared", Cluster: cluster}).Values; !slices.Equal(got, want) {
+			t.Errorf("restored %s's part: %q, want %q", cluster, got, want)
 		}
 	}
 	cs := r.ClusterStates(KeyOf("model-to-app", "m-shared"))
@@ -133,7 +138,6 @@ func TestSnapshotOfClusters(t *testing.T) {
 // some of its objects: its objects are left out, and so are the tables,
 // which hold them; the rest restores from its objects.
 func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
-	t.Skip("warm start with several clusters is refused until snapshots carry the parts indexes")
 	e := testEngine(t, clustersConfig("east", "west"))
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	west := partOf(t, e, "west")

@@ -55,10 +55,6 @@ type watcher struct {
 	// before the watcher is used.
 	clusterName, keyPrefix string
 	required               bool
-	// partsAt are the positions of the indexes whose values the watcher
-	// also writes, tagged with its cluster, to their parts indexes
-	// (partIndexes); nil without clusters.
-	partsAt []int
 	// count is the number of the watcher's objects, kept where the
 	// source holds other watchers' objects too (clusterName != "").
 	count atomic.Int64
@@ -193,13 +189,10 @@ var (
 func newWatcher(plan *compiled.Resource, cluster string, log *slog.Logger) *watcher {
 	log = log.With("resource", plan.Name)
 	prefix := ""
-	var partsAt []int
 	if cluster != "" {
 		log, prefix = log.With("cluster", cluster), cluster+":"
-		partsAt = partIndexes(plan)
 	}
 	return &watcher{
-		partsAt:     partsAt,
 		plan:        plan,
 		clusterName: cluster,
 		keyPrefix:   prefix,

@@ -83,7 +83,6 @@ func clusterLoads(e *msync.Engine) map[string]string {
 // and with a cluster the snapshot lacks: west's part is not restored,
 // the new cluster starts cold alone.
 func TestWarmStartPerCluster(t *testing.T) {
-	t.Skip("warm start with several clusters is refused until snapshots carry the parts indexes")
 	testenv.Need(t, env)
 	west, err := testenv.Start()
 	if err != nil {
