@@ -81,7 +81,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.restored, w.resumeRV, w.count.Load(), w.stale())
 		}
 	}
-	// Each cluster's part, read through the parts index made again.
+	// Each cluster's part, read from the restored object keys behind each key.
 	for cluster, want := range map[string][]string{"east": {"e1", "e2"}, "west": {"w1"}} {
 		if got := r.Answer(Target{Index: "model-to-app", Key: "m-shared", Cluster: cluster}).Values; !slices.Equal(got, want) {
 			t.Errorf("restored %s's part: %q, want %q", cluster, got, want)
