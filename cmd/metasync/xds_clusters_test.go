@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,7 @@ func TestXDSHomeClusterFirst(t *testing.T) {
 
 	addr, xdsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	config := filepath.Join(t.TempDir(), "config.yaml")
+	westKubeconfig, eastKubeconfig := west.WriteKubeconfig(t, ""), env.WriteKubeconfig(t, "")
 	body := fmt.Sprintf(`clusters:
   - name: east
   - name: west
@@ -103,11 +105,11 @@ resources:
       - name: service-to-endpoints
         key: 'metadata.labels.kubernetes\.io/service-name'
         value: '@endpoints:{"port":"http"}'
-`, west.WriteKubeconfig(t, ""), ns)
+`, westKubeconfig, ns)
 	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""), "--listen", addr, "--xds-listen", xdsAddr)
+	d := start(t, nil, "--config", config, "--kubeconfig", eastKubeconfig, "--listen", addr, "--xds-listen", xdsAddr)
 	waitHTTP(t, d, addr)
 
 	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":"home-first","locality":{"zone":"z"}}}`, xdsAddr)
@@ -185,6 +187,16 @@ resources:
 	only("calls fail over to the other cluster's backend", other)
 	setReady(true)
 	only("calls come back to the home cluster", home)
+
+	// A reload makes west the home (east now read through a kubeconfig
+	// of its own): calls go to west's backend, and none fails meanwhile.
+	_, resources, _ := strings.Cut(body, "resources:")
+	body = fmt.Sprintf("clusters:\n  - name: east\n    kubeconfig: %s\n  - name: west\n    kubeconfig: %s\n    home: true\nresources:%s",
+		eastKubeconfig, westKubeconfig, resources)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	only("calls go to the new home's backend after the reload", other)
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n != 0 {

@@ -113,8 +113,10 @@ func (ca *cache) unfollow(c *client, e *entry) {
 }
 
 // restartEnded starts again the entries whose subscriptions ended (their
-// target was unknown, or a reload removed it), once per close of the
-// engine's StaleChanged channel ch.
+// target was unknown, or a reload removed it), and those that follow
+// another home cluster than the engine's now (a reload changed it), once
+// per close of the engine's StaleChanged channel ch. An entry restarted
+// keeps its assignment published until its new runs publish theirs.
 func (ca *cache) restartEnded(ch <-chan struct{}) {
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
@@ -122,8 +124,9 @@ func (ca *cache) restartEnded(ch <-chan struct{}) {
 		return
 	}
 	ca.reloaded = ch
+	home := ca.engine.HomeCluster()
 	for _, e := range ca.entries {
-		if e.ended {
+		if e.ended || e.home != home {
 			e.cancel()
 			e.start()
 		}
@@ -185,9 +188,15 @@ func (e *entry) homePart(home string) msync.Target {
 // home's part too when home is not "".
 func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target, home string) {
 	whole := t.At == (msync.Locality{}) && t.Cluster == ""
+	// The home's part ends when a reload removes the home cluster; the
+	// entry goes on with the other runs until restartEnded starts it
+	// again without it: its assignment is not emptied meanwhile.
+	homePart := t.Cluster != ""
 	sub, err := e.c.engine.Subscribe(ctx, t)
 	if err != nil {
-		e.end(ctx) // an unknown target: it has no Listener either
+		if !homePart {
+			e.end(ctx) // an unknown target: it has no Listener either
+		}
 		return
 	}
 	defer sub.Close()
@@ -205,7 +214,9 @@ func (e *entry) run(ctx context.Context, answered *atomic.Bool, t msync.Target, 
 				e.update(ctx, home)
 			}
 		case msync.EventGone:
-			e.end(ctx)
+			if !homePart {
+				e.end(ctx)
+			}
 			return
 		}
 	}
