@@ -56,6 +56,17 @@ func TestFakeClusters(t *testing.T) {
 	if want := []string{"east east:ns/a", "west west:ns/a", "west west:ns/b"}; !slices.Equal(seen, want) {
 		t.Fatalf("explained objects %q, want %q", seen, want)
 	}
+	// Narrowed to west: west's part, west's objects, west's state.
+	x = fake.Explain(msync.Target{Index: "app-to-addr", Key: "shop", Cluster: "west"})
+	seen = nil
+	for _, o := range x.Steps[0].Objects {
+		seen = append(seen, o.Key+" "+strings.Join(o.Values, ","))
+	}
+	slices.Sort(seen)
+	if want := []string{"west:ns/a 10.0.0.2:80", "west:ns/b 10.0.0.1:80"}; !slices.Equal(seen, want) ||
+		!slices.Equal(x.Values, []string{"10.0.0.1:80", "10.0.0.2:80"}) || len(x.Clusters) != 1 || !x.Clusters["west"].Synced || !x.Synced {
+		t.Fatalf("explained in west: objects %q, %+v", seen, x.Answer)
+	}
 
 	// West relists without b, then deletes a: east's part stays.
 	must(t, fake.In("west").Replace("apps", cm("a", "10.0.0.3:80")))

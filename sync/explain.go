@@ -90,7 +90,8 @@ type ExplainedObject struct {
 }
 
 // Explain reads a target as Answer does (a key of an index, or of a
-// chain; narrowed by t.At), and tells for each step which objects gave its
+// chain; narrowed by t.At, and by t.Cluster to that cluster's part and
+// objects), and tells for each step which objects gave its
 // values, with their resourceVersions, from one state of the indexes.
 // Unknown index or chain: a step with ExplainUnknownIndex.
 //
@@ -123,6 +124,13 @@ func (e *Engine) Explain(t Target) Explanation {
 			steps, names = []indexer.Index{ix}, []string{t.Index}
 			out.Answer.Synced = v.indexSynced(t.Index)
 		}
+		if len(v.plan.Clusters) > 0 {
+			out.Answer.Clusters = v.clusterStatesOf(t)
+		}
+		if t.Cluster != "" {
+			cs, ok := out.Answer.Clusters[t.Cluster]
+			out.Answer.Synced, out.Answer.Stale = ok && cs.Synced, cs.Stale
+		}
 		prefer := t.At.prefer()
 		keys := []string{t.Key}
 		for i, ix := range steps {
@@ -130,10 +138,20 @@ func (e *Engine) Explain(t Target) Explanation {
 			w := v.byIndex[names[i]]
 			st.Synced = w != nil && w.indexSynced(names[i])
 			st.Stale = w != nil && w.stale()
+			if t.Cluster != "" {
+				cs, ok := v.clusterStates(names[i])[t.Cluster]
+				st.Synced, st.Stale = ok && cs.Synced, cs.Stale
+			}
 			var values []string
 			answers := make(map[string][]string, len(keys)) // what each key answers
 			for _, k := range keys {
-				answers[k] = snap.LookupPreferring(ix, k, prefer...)
+				if t.Cluster != "" {
+					if pr, ok := v.parts[names[i]]; ok {
+						answers[k] = pr.lookup(snap, k, t.Cluster, prefer)
+					}
+				} else {
+					answers[k] = snap.LookupPreferring(ix, k, prefer...)
+				}
 				values = append(values, answers[k]...)
 			}
 			slices.Sort(values)
@@ -152,6 +170,9 @@ func (e *Engine) Explain(t Target) Explanation {
 					st.Conflicts = append(st.Conflicts, k)
 				}
 				for _, c := range claims[k] {
+					if t.Cluster != "" && v.clusterOf(c.Object) != t.Cluster {
+						continue // another cluster's: not of this part
+					}
 					o := ExplainedObject{Resource: resource, Key: c.Object, Cluster: v.clusterOf(c.Object), ResourceVersion: c.Meta.Version,
 						IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
 					if c.Meta.Created > 0 {

@@ -87,6 +87,21 @@ resources:
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere"); a.code != 400 || !strings.Contains(a.raw, `unknown cluster \"nowhere\" (known: east, west)`) {
 		t.Fatalf("an unknown cluster: %d %s", a.code, a.raw)
 	}
+	// Explained, narrowed to west: west's part and west's objects only;
+	// not narrowed: both, with every cluster's state.
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west&explain=true"); a.code != 200 ||
+		!strings.Contains(a.raw, `"values":["w1:80"]`) || !strings.Contains(a.raw, `"key":"west:`+ns+`/w1"`) || strings.Contains(a.raw, `east:`) ||
+		!strings.Contains(a.raw, `"clusters":{"west":{"synced":true,"stale":false}}`) {
+		t.Fatalf("explained, narrowed to west: %d %s", a.code, a.raw)
+	}
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?explain=true"); a.code != 200 ||
+		!strings.Contains(a.raw, `"key":"west:`+ns+`/w1"`) || !strings.Contains(a.raw, `"key":"east:`+ns+`/e1"`) ||
+		!strings.Contains(a.raw, `"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":false}}`) {
+		t.Fatalf("explained: %d %s", a.code, a.raw)
+	}
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west&explain=true&watch=true"); a.code != 400 {
+		t.Fatalf("explained stream narrowed to west: %d %s", a.code, a.raw)
+	}
 	// Prometheus' http_sd: one group per key and cluster, labelled.
 	if a := getRaw(t, "GET", base+"/v1/sd/indexes/app-to-addr"); strings.TrimSpace(a.raw) != `[{"targets":["e1:80"],"labels":{"__meta_metasync_cluster":"east","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}},{"targets":["w1:80"],"labels":{"__meta_metasync_cluster":"west","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}}]` {
 		t.Fatalf("http_sd of two clusters: %d %s", a.code, a.raw)

@@ -342,7 +342,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.inCluster(w, r, t, explain) {
+	if s.inCluster(w, r, &t, explain) {
 		return
 	}
 	if watching(r) {
@@ -417,7 +417,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.inCluster(w, r, t, explain) {
+	if s.inCluster(w, r, &t, explain) {
 		return
 	}
 	if watching(r) {

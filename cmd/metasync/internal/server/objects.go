@@ -158,24 +158,28 @@ func (s *Server) clusterParam(w http.ResponseWriter, r *http.Request) (cluster s
 
 // inCluster answers a lookup or chain lookup narrowed by ?cluster=NAME
 // to one cluster's part, or streams it with ?watch=true, and reports
-// whether the request had one. The part reads as a lookup reads
+// whether it answered. The part reads as a lookup reads
 // (Target.Cluster); with ?zone= or ?node=, it is narrowed by the hints
-// too.
-func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t msync.Target, explain bool) bool {
+// too. With explain, it narrows *t to the cluster and leaves the answer
+// to the caller's explain (which checks access and budget first).
+func (s *Server) inCluster(w http.ResponseWriter, r *http.Request, t *msync.Target, explain bool) bool {
 	cluster, given, ok := s.clusterParam(w, r)
 	if !given {
 		return false
 	}
 	switch {
 	case !ok:
+	case explain && watching(r):
+		writeError(w, http.StatusBadRequest, "explain=true and watch=true: explain answers once; drop one of them")
 	case explain:
-		writeError(w, http.StatusBadRequest, "cluster= narrows an answer: with explain=true it is not supported (explain names each object's cluster)")
+		t.Cluster = cluster
+		return false
 	case watching(r):
 		t.Cluster = cluster
-		s.stream(w, r, t)
+		s.stream(w, r, *t)
 	default:
 		t.Cluster = cluster
-		ans := s.engine.Answer(t)
+		ans := s.engine.Answer(*t)
 		values := nonNil(ans.Values)
 		writeJSON(w, http.StatusOK, wire.Lookup{Index: t.Index, Chain: t.Chain, Key: t.Key, Values: &values,
 			Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters)})
