@@ -259,8 +259,12 @@ func TestValidateClusters(t *testing.T) {
 	const ns = "validate-clusters"
 	env.Namespace(t, ns)
 	dir := t.TempDir()
-	write := func(kubeconfig string) string {
+	write := func(kubeconfig string, only ...string) string {
 		config := filepath.Join(dir, "config.yaml")
+		narrowed := ""
+		if len(only) > 0 {
+			narrowed = "\n    clusters: [" + strings.Join(only, ", ") + "]"
+		}
 		body := fmt.Sprintf(`clusters:
   - name: east
   - name: west
@@ -269,11 +273,11 @@ resources:
   - name: configmaps
     version: v1
     resource: configmaps
-    namespace: %s
+    namespace: %s%s
     indexes:
       - name: app-to-addr
         key: data.app
-`, kubeconfig, ns)
+`, kubeconfig, ns, narrowed)
 		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -286,5 +290,16 @@ resources:
 	out, errOut, code := metasync(t, "validate", "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""), write(env.WriteKubeconfig(t, "")))
 	if code != 0 || !strings.Contains(out, "valid: 1 resource, 1 index, 0 chains (checked against the cluster)") {
 		t.Fatalf("validate --cluster of two clusters: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// West's user may read nothing: an entry read in west is a problem
+	// there; one narrowed to east is not checked in west.
+	nobody, _ := env.UserKubeconfig(t, "validate-nobody")
+	_, errOut, code = metasync(t, "validate", "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""), write(nobody))
+	if code != 1 || !strings.Contains(errOut, "cluster west: resources[0]") {
+		t.Fatalf("validate --cluster, west may read nothing: exit %d\n%s", code, errOut)
+	}
+	out, errOut, code = metasync(t, "validate", "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""), write(nobody, "east"))
+	if code != 0 || strings.Contains(errOut, "cluster west") {
+		t.Fatalf("validate --cluster, the entry narrowed to east: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

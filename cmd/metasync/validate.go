@@ -111,7 +111,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		for _, c := range checks {
-			n, err := cluster.CheckCluster(ctx, plan, c.cfg, crds)
+			n, err := cluster.CheckClusterNamed(ctx, plan, c.name, c.cfg, crds)
 			if c.name != "" {
 				for i := range n {
 					n[i] = "cluster " + c.name + ": " + n[i]

@@ -86,12 +86,24 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*CRD, timeout tim
 // (CheckPaths, by the caller), not against the cluster's copy, and the
 // caller must be allowed to apply CRDs.
 func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, files []*CRD) (notes []string, err error) {
+	return CheckClusterNamed(ctx, plan, "", cfg, files)
+}
+
+// CheckClusterNamed is CheckCluster for the cluster of the plan's
+// clusters: list named name, reached through cfg: the resource entries
+// not read in it (an entry's own clusters: that leaves it out) are not
+// checked there. name "" checks every entry.
+func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg *rest.Config, files []*CRD) (notes []string, err error) {
 	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	var p problems
-	for i, r := range mplan.Of(plan).Resources {
+	mp := mplan.Of(plan)
+	for i, r := range mp.Resources {
+		if name != "" && !slices.Contains(mp.ClustersOf(r), name) {
+			continue // not read in this cluster
+		}
 		at := fmt.Sprintf("resources[%d]", i)
 		gv := r.GVR.GroupVersion().String()
 		apiPath := kubejson.Path("apis", r.GVR.Group, r.GVR.Version)
