@@ -29,7 +29,9 @@ import (
 // at a gRPC server of its own; grpc-go's xDS client calls east's backend
 // only (priority 0). East's endpoint not ready: calls go to west's
 // (priority 1, grpc-go's failover); ready again: calls come back to
-// east. A caller calling all along sees no call fail.
+// east. A reload makes west the home: calls go to west's; another
+// removes west: calls go to east's. A caller calling all along sees no
+// call fail.
 func TestXDSHomeClusterFirst(t *testing.T) {
 	testenv.Need(t, env)
 	ip := localIPv4()
@@ -197,6 +199,14 @@ resources:
 		t.Fatal(err)
 	}
 	only("calls go to the new home's backend after the reload", other)
+
+	// A reload removes west, the home: east's backend takes the calls,
+	// none failing (the assignments are never emptied meanwhile).
+	body = fmt.Sprintf("clusters:\n  - name: east\n    kubeconfig: %s\nresources:%s", eastKubeconfig, resources)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	only("calls go to east's backend once the home is removed", home)
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n != 0 {
