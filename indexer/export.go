@@ -106,15 +106,17 @@ type SavedIndex struct {
 // closed once they can write. The tables only speed
 // up the first answers: what stays is what the objects say.
 //
-// A source that is not empty, or was removed, is written by Replace
-// instead, at once.
+// A source that is not empty, or was removed, or has a unique index or
+// Parts, is written by Replace instead, at once.
 func (src *Source) Load(strs []string, indexes []SavedIndex, objectCount int, payloads func(f func(key string, payload any)), objects func() []Object) <-chan struct{} {
 	done := make(chan struct{})
 	s := src.s
 	src.mu.Lock()
 	// A unique index answers what its claims choose, which its saved
-	// table alone cannot tell: such a source is built from its objects.
-	if src.removed || src.objects.Len() > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) {
+	// table alone cannot tell, and a part of a key (Snapshot.Part) is
+	// read from the objects behind it, which are not there until the
+	// rebuild: such a source is built from its objects at once.
+	if src.removed || src.objects.Len() > 0 || len(indexes) != len(src.indexes) || slices.Contains(src.unique, true) || src.tellParts {
 		src.mu.Unlock()
 		src.Replace(objects())
 		close(done)

@@ -139,3 +139,42 @@ func BenchmarkPart(b *testing.B) {
 		})
 	}
 }
+
+// TestPartAfterLoad: a source with Parts, loaded from a saved image,
+// answers each part of a key that objects of two parts give as soon as
+// Load returns: it is built from its objects at once (its parts are
+// read from them), not answered from the saved tables first.
+func TestPartAfterLoad(t *testing.T) {
+	spec := SourceSpec{Name: "eps", Indexes: []string{"ready"}, Parts: true}
+	a, err := New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := a.Source("eps")
+	tx := src.Begin()
+	tx.Put(Object{Key: "east:ns/a", Entries: [][]Entry{{e("shop", "10.0.0.1")}}})
+	tx.Put(Object{Key: "west:ns/a", Entries: [][]Entry{{e("shop", "10.1.0.1")}}})
+	tx.Commit()
+	sv := save(src.Image())
+
+	b, _ := New(spec)
+	loaded := false
+	done := b.Source("eps").Load(sv.strs, sv.indexes, sv.count, func(func(string, any)) {}, func() []Object {
+		loaded = true
+		out := make([]Object, len(sv.objs))
+		for i, o := range sv.objs {
+			out[i] = Object{Key: o.Key, Entries: norm(o.Entries)}
+		}
+		return out
+	})
+	if !loaded {
+		t.Fatal("Load returned before it read the objects")
+	}
+	ready, _ := b.Index("ready")
+	snap := b.Snapshot()
+	of := func(c string) func(string) bool { return func(o string) bool { return strings.HasPrefix(o, c+":") } }
+	if east, west := snap.Part(ready, "shop", of("east")), snap.Part(ready, "shop", of("west")); !slices.Equal(east, []string{"10.0.0.1"}) || !slices.Equal(west, []string{"10.1.0.1"}) {
+		t.Errorf("parts once Load returned: east %q, west %q", east, west)
+	}
+	<-done
+}

@@ -174,3 +174,37 @@ func TestFakeClusterPart(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeClusterPartHints: a cluster's part narrowed by a node and a
+// zone: the node's endpoints are all east's (so the whole answer at n1
+// is east's), none west's; west's part is then narrowed by the zone, as
+// at the zone alone, not left whole.
+func TestFakeClusterPartHints(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{
+		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/nowhere"}},
+		Resources: []schema.Resource{{Name: "endpointslices", Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices",
+			Indexes: []schema.Index{{Name: "svc", Key: "metadata.labels.svc", Value: `@endpoints`, Hints: `@endpoints:{"hints":true}`}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, fake.In("east").Apply("endpointslices", `{"metadata":{"name":"e","namespace":"ns","labels":{"svc":"s"}},
+"endpoints":[{"addresses":["10.0.0.1"],"hints":{"forZones":[{"name":"z1"}],"forNodes":[{"name":"n1"}]}}]}`))
+	must(t, fake.In("west").Apply("endpointslices", `{"metadata":{"name":"w","namespace":"ns","labels":{"svc":"s"}},
+"endpoints":[{"addresses":["10.1.0.1"],"hints":{"forZones":[{"name":"z1"}],"forNodes":[{"name":"n2"}]}},
+             {"addresses":["10.1.0.2"],"hints":{"forZones":[{"name":"z2"}],"forNodes":[{"name":"n3"}]}}]}`))
+	at := msync.Locality{Zone: "z1", Node: "n1"}
+	whole := fake.Answer(msync.Target{Index: "svc", Key: "s", At: at}).Values
+	west := fake.Answer(msync.Target{Index: "svc", Key: "s", At: at, Cluster: "west"}).Values
+	westZone := fake.Answer(msync.Target{Index: "svc", Key: "s", At: msync.Locality{Zone: "z1"}, Cluster: "west"}).Values
+	if !slices.Equal(whole, []string{"10.0.0.1"}) {
+		t.Errorf("whole answer at node n1 = %q, want east's [10.0.0.1]", whole)
+	}
+	if !slices.Equal(west, []string{"10.1.0.1"}) {
+		t.Errorf("west's part at node n1, zone z1 = %q, want [10.1.0.1] (west's z1 endpoint, as at zone z1 alone: %q)", west, westZone)
+	}
+}

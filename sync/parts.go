@@ -74,21 +74,26 @@ func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []
 	if len(prefer) == 0 || len(part) == 0 {
 		return part
 	}
+	// Tag by tag, in prefer's order: the first that picks some of the
+	// part's values narrows it (a node's endpoints may all be another
+	// cluster's: then the zone's may still narrow this part).
 	values := snap.Lookup(pr.ix, key)
-	near := snap.LookupPreferring(pr.ix, key, prefer...)
-	if len(near) == len(values) {
-		return part // no hint applies: every value
-	}
-	var both []string
-	for _, v := range part {
-		if _, ok := slices.BinarySearch(near, v); ok {
-			both = append(both, v)
+	for _, tag := range prefer {
+		near := snap.LookupPreferring(pr.ix, key, tag)
+		if len(near) == len(values) {
+			continue // the tag does not apply: every value
+		}
+		var both []string
+		for _, v := range part {
+			if _, ok := slices.BinarySearch(near, v); ok {
+				both = append(both, v)
+			}
+		}
+		if len(both) > 0 {
+			return both
 		}
 	}
-	if len(both) == 0 {
-		return part
-	}
-	return both
+	return part
 }
 
 // partOf reads t's values (a key or a chain key) of t.Cluster's part

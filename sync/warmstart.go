@@ -372,7 +372,10 @@ func (e *SnapshotError) Unwrap() error { return e.Err }
 // the config no longer reads (for that resource) is not restored; a
 // cluster that the snapshot lacks starts cold. A snapshot of one cluster
 // is refused for a config that reads several, and the other way round:
-// their object keys differ.
+// their object keys differ. With several clusters, each resource is built
+// from its objects before RestoreSnapshot returns (a cluster's part is
+// read from the objects behind a key), not answered from the snapshot's
+// tables first.
 func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 	if e.started.Load() {
 		return time.Time{}, errors.New("RestoreSnapshot after Start")
