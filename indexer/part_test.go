@@ -97,6 +97,20 @@ func TestPart(t *testing.T) {
 	if got := s.Snapshot().Part(ready, "shop", of("west")); !slices.Equal(got, []string{"10.0.0.2", "10.1.0.1"}) {
 		t.Errorf("west's part back = %q", got)
 	}
+
+	// One transaction moves "solo"'s value from east's c to west's d:
+	// the answer stays, its giver changes, and the commit tells it.
+	told = nil
+	tx := src.Begin()
+	tx.Delete("east:ns/c")
+	tx.Put(Object{Key: "west:ns/d", Meta: Meta{Created: 5}, Entries: [][]Entry{{e("solo", "10.0.0.7")}, nil, nil}})
+	tx.Commit()
+	if !slices.ContainsFunc(told, func(keys []string) bool { return slices.Contains(keys, "solo") }) {
+		t.Errorf("told %q, want solo's givers changed", told)
+	}
+	if got := s.Snapshot().Part(ready, "solo", of("west")); !slices.Equal(got, []string{"10.0.0.7"}) {
+		t.Errorf("west's part of solo = %q", got)
+	}
 }
 
 // BenchmarkPart reads one cluster's part of a key that 3 objects of each

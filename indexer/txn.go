@@ -303,6 +303,11 @@ func (t *Txn) addValue(i int, e Entry) {
 		}
 		return
 	}
+	if _, back := w.remV[e.Value]; back {
+		// Withdrawn and given again in one transaction: the value stays,
+		// maybe from another object.
+		t.touch(i, e.Key)
+	}
 	toggle(&w.addV, &w.remV, e.Value)
 }
 
@@ -319,6 +324,9 @@ func (t *Txn) removeValue(i int, e Entry) {
 		return
 	}
 	w := t.workFor(i, e.Key)
+	if _, back := w.addV[e.Value]; back {
+		t.touch(i, e.Key) // given and withdrawn in one transaction
+	}
 	toggle(&w.remV, &w.addV, e.Value)
 }
 
