@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,5 +302,111 @@ resources:
 	out, errOut, code = metasync(t, "validate", "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""), write(nobody, "east"))
 	if code != 0 || strings.Contains(errOut, "cluster west") {
 		t.Fatalf("validate --cluster, the entry narrowed to east: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestServeTwoClustersWarm: `metasync serve --snapshot-dir` of two
+// clusters (two control planes) stops and starts again while west cannot
+// be reached: it answers at once from the snapshot, both clusters' parts,
+// west's marked stale while east's catches up and is not; west's part
+// alone answers ?cluster=west; once west is back, a change made there
+// while the daemon was down is in the answer, and nothing is stale.
+func TestServeTwoClustersWarm(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	westAddr := testenv.FreeAddr(t)
+	westTarget := strings.TrimSuffix(strings.TrimPrefix(west.Config.Host, "https://"), "/")
+	proxy, err := testenv.NewProxy(westAddr, westTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { proxy.Close() }()
+	const ns = "serve-two-clusters-warm"
+	env.Namespace(t, ns)
+	west.Namespace(t, ns)
+	put := func(e *testenv.Env, name, app string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
+		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(env, "e1", "shop")
+	put(west, "w1", "shop")
+	addr := testenv.FreeAddr(t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	body := fmt.Sprintf(`server:
+  listen: %s
+clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: configmaps
+    version: v1
+    resource: configmaps
+    namespace: %s
+    indexes:
+      - name: app-to-addr
+        key: data.app
+        value: data.addr
+`, addr, west.WriteKubeconfig(t, westAddr), ns)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snapDir := filepath.Join(t.TempDir(), "snapshots")
+	args := []string{"--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""), "--stale-after", "1s", "--snapshot-dir", snapDir}
+	d := start(t, nil, args...)
+	waitHTTP(t, d, addr)
+	base := "http://" + addr
+	both := `"values":["e1:80","w1:80"]`
+	testenv.Eventually(t, "the union of both clusters", func() string {
+		if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop"); !strings.Contains(a.raw, both) || strings.Contains(a.raw, `"stale":true`) {
+			return a.raw
+		}
+		return ""
+	})
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	<-d.done
+	if d.err != nil || !strings.Contains(d.stderr.String(), `"msg":"snapshot written"`) {
+		t.Fatalf("serve exited with %v, snapshot written: %v\n%s", d.err, strings.Contains(d.stderr.String(), `"msg":"snapshot written"`), d.stderr)
+	}
+
+	// While it is down, west gains w2; then west cannot be reached.
+	put(west, "w2", "shop")
+	proxy.Close()
+	d = start(t, nil, args...)
+	waitHTTP(t, d, addr)
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop"); !strings.Contains(a.raw, both) {
+		t.Fatalf("right after the warm start: %s", a.raw)
+	}
+	testenv.Eventually(t, "east caught up, west stale", func() string {
+		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
+		if !strings.Contains(a.raw, both) || !strings.Contains(a.raw, `"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":true}}`) {
+			return a.raw
+		}
+		return ""
+	})
+	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west"); !strings.Contains(a.raw, `"values":["w1:80"]`) || !strings.Contains(a.raw, `"stale":true`) {
+		t.Fatalf("west's part from the snapshot: %s", a.raw)
+	}
+
+	// West is back: its change while the daemon was down comes in.
+	if proxy, err = testenv.NewProxy(westAddr, westTarget); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "west caught up", func() string {
+		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
+		if !strings.Contains(a.raw, `"values":["e1:80","w1:80","w2:80"]`) || strings.Contains(a.raw, `"stale":true`) {
+			return a.raw
+		}
+		return ""
+	})
+	if log := d.stderr.String(); !strings.Contains(log, `"msg":"warm start from the snapshot"`) {
+		t.Errorf("no warm start logged:\n%s", log)
 	}
 }
