@@ -337,11 +337,12 @@ func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.C
 }
 
 // AnswerIn is Answer narrowed to one cluster's part of a key or a chain
-// key: the values that the whole answer gives and that come from that
-// cluster's objects (at each step of a chain, from the keys the cluster's
-// part of the step before gave). Synced and Stale are that cluster's.
-// It reads as Explain does (every object of each step's resource), not
-// as a lookup: it is for people and for checks, not for a hot path.
+// key (Target.Cluster): the values that the whole answer gives and that
+// come from that cluster's objects (at each step of a chain, from the
+// keys the cluster's part of the step before gave), with that cluster's
+// Synced and Stale. Unlike Answer with Target.Cluster, it tells an
+// unknown cluster, or a target that a cluster does not narrow, as an
+// error.
 func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
 	names := e.ClusterNames()
 	if !slices.Contains(names, cluster) {
@@ -350,34 +351,9 @@ func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
 		}
 		return Answer{}, fmt.Errorf("unknown cluster %q (known: %s)", cluster, strings.Join(names, ", "))
 	}
-	if t.Key == "" && t.Chain == "" || t.Index != "" && t.Chain != "" {
+	if t.Key == "" && t.Chain == "" || t.Index != "" && t.Chain != "" || t.All {
 		return Answer{}, errors.New("a cluster narrows a key's or a chain key's answer")
 	}
-	// The flags before the values: never "synced" of values read before.
-	cs := e.ClusterStates(t)[cluster]
-	x := e.Explain(t)
-	prefix := cluster + ":"
-	keys := map[string]bool{t.Key: true}
-	for _, st := range x.Steps {
-		next := map[string]bool{}
-		for _, o := range st.Objects {
-			if !strings.HasPrefix(o.Key, prefix) || !keys[o.IndexKey] {
-				continue
-			}
-			for _, v := range o.Values {
-				if !slices.Contains(o.Unanswered, v) {
-					next[v] = true
-				}
-			}
-		}
-		keys = next
-	}
-	a := x.Answer
-	a.Values = nil
-	if len(keys) > 0 {
-		a.Values = slices.Sorted(maps.Keys(keys))
-	}
-	a.Synced, a.Stale = cs.Synced, cs.Stale
-	a.Clusters = map[string]ClusterState{cluster: cs}
-	return a, nil
+	t.Cluster = cluster
+	return e.Answer(t), nil
 }

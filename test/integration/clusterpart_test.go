@@ -65,9 +65,13 @@ func TestClusterPart(t *testing.T) {
 			if !slices.Equal(a.Values, want) || !a.Synced || len(a.Clusters) != 1 || !a.Clusters[tg.Cluster].Synced {
 				return fmt.Sprintf("%+v", a)
 			}
-			// The same as AnswerIn, which reads as explain does.
+			// The same as AnswerIn, and as the cluster's objects say
+			// (read from the whole answer's explanation).
 			if b, err := e.AnswerIn(msync.Target{Index: tg.Index, Chain: tg.Chain, Key: tg.Key}, tg.Cluster); err != nil || !slices.Equal(b.Values, want) {
 				return fmt.Sprintf("AnswerIn %+v %v", b, err)
+			}
+			if got := partFromObjects(e, tg); !slices.Equal(got, want) {
+				return fmt.Sprintf("from the objects: %q", got)
 			}
 			return ""
 		})
@@ -107,4 +111,35 @@ func TestClusterPart(t *testing.T) {
 	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "east"), "e1:80", "e2:80", "same:80")
 	putConfigMap(t, west.Kube, ns, "w1", "cart")
 	next("w2:80")
+}
+
+// partFromObjects computes a cluster's part of tg's answer from the
+// objects that the whole answer's explanation lists: at each step, the
+// values that the cluster's objects give the keys its part of the step
+// before gave, and that the step answers.
+func partFromObjects(e *msync.Engine, tg msync.Target) []string {
+	cluster := tg.Cluster
+	tg.Cluster = ""
+	x := e.Explain(tg)
+	keys := map[string]bool{tg.Key: true}
+	for _, st := range x.Steps {
+		next := map[string]bool{}
+		for _, o := range st.Objects {
+			if o.Cluster != cluster || !keys[o.IndexKey] {
+				continue
+			}
+			for _, v := range o.Values {
+				if !slices.Contains(o.Unanswered, v) {
+					next[v] = true
+				}
+			}
+		}
+		keys = next
+	}
+	var out []string
+	for k := range keys {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
