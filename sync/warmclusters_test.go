@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/schema"
@@ -162,5 +163,21 @@ func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
 	}
 	if w := partOf(t, r, "west"); w.restored {
 		t.Errorf("west restored")
+	}
+}
+
+// TestSnapshotStatusColdOnceNoClusterIsWarm: a warm start of several
+// clusters whose every part is dropped (each cluster's identity changed)
+// is a cold start, as one cluster's is; while one part stays, it is warm.
+func TestSnapshotStatusColdOnceNoClusterIsWarm(t *testing.T) {
+	st := SnapshotStatus{Load: "warm", WrittenAt: time.Now(),
+		Clusters: []ClusterLoad{{Name: "east", Load: "warm"}, {Name: "west", Load: "warm"}}}
+	st.setCluster("west", "cold", "cluster")
+	if st.Load != "warm" || st.WrittenAt.IsZero() {
+		t.Fatalf("one part dropped: %+v", st)
+	}
+	st.setCluster("east", "cold", "cluster")
+	if st.Load != "cold" || st.LoadReason != "cluster" || !st.WrittenAt.IsZero() {
+		t.Fatalf("every part dropped: %+v", st)
 	}
 }

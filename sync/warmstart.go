@@ -64,14 +64,18 @@ type ClusterLoad struct {
 }
 
 // setCluster records how a cluster's part started.
+// Once no cluster's part is warm, the whole start is cold ("cluster"),
+// as a start of one cluster whose identity changed is.
 func (st *SnapshotStatus) setCluster(name, load, reason string) {
-	for i := range st.Clusters {
-		if st.Clusters[i].Name == name {
-			st.Clusters[i].Load, st.Clusters[i].LoadReason = load, reason
-			return
-		}
+	i := slices.IndexFunc(st.Clusters, func(c ClusterLoad) bool { return c.Name == name })
+	if i < 0 {
+		st.Clusters = append(st.Clusters, ClusterLoad{Name: name})
+		i = len(st.Clusters) - 1
 	}
-	st.Clusters = append(st.Clusters, ClusterLoad{Name: name, Load: load, LoadReason: reason})
+	st.Clusters[i].Load, st.Clusters[i].LoadReason = load, reason
+	if st.Load == "warm" && !slices.ContainsFunc(st.Clusters, func(c ClusterLoad) bool { return c.Load == "warm" }) {
+		st.Load, st.LoadReason, st.WrittenAt = "cold", "cluster", time.Time{}
+	}
 }
 
 // warmFiles is the state of the engine's warm-start files (--snapshot-dir).

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -71,8 +72,15 @@ func TestMain(m *testing.M) {
 	if resolved, err = xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap)); err != nil {
 		panic(err)
 	}
+	// What runs now (the engine, the server) stays; what a test starts
+	// must be gone once the tests end.
+	ignore := goleak.IgnoreCurrent()
 	code := m.Run()
 	srv.Close()
+	if err := goleak.Find(ignore); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines left running by the tests:", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 

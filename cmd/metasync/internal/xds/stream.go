@@ -186,8 +186,11 @@ func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request,
 			// Targets a reload added or brought back: their entries
 			// subscribe again, and Listeners and Clusters are answered
 			// anew.
+			// The next signal first: a reload that comes while the
+			// entries restart (one that flips the home back) is heard.
+			next := s.engine.StaleChanged()
 			s.cache.restartEnded(reloaded)
-			reloaded = s.engine.StaleChanged()
+			reloaded = next
 			err = c.pushChanged()
 		}
 		if err != nil {
