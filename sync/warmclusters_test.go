@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,7 +29,7 @@ func clustersConfig(clusters ...string) *schema.Config {
 }
 
 // partOf returns the watcher of the cluster.
-func partOf(t *testing.T, e *Engine, cluster string) *watcher {
+func partOf(t testing.TB, e *Engine, cluster string) *watcher {
 	t.Helper()
 	for _, w := range watchersOf(e) {
 		if w.clusterName == cluster {
@@ -179,5 +181,39 @@ func TestSnapshotStatusColdOnceNoClusterIsWarm(t *testing.T) {
 	st.setCluster("east", "cold", "cluster")
 	if st.Load != "cold" || st.LoadReason != "cluster" || !st.WrittenAt.IsZero() {
 		t.Fatalf("every part dropped: %+v", st)
+	}
+}
+
+// BenchmarkRestoreSnapshotClusters is BenchmarkRestoreSnapshot of two
+// clusters, METASYNC_BENCH_OBJECTS/2 objects each (default 5,000): a
+// source of several clusters is built from its objects before
+// RestoreSnapshot returns.
+func BenchmarkRestoreSnapshotClusters(b *testing.B) {
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("METASYNC_BENCH_OBJECTS")); err == nil && v > 0 {
+		n = v
+	}
+	e := testEngine(b, clustersConfig("east", "west"))
+	for _, cluster := range []string{"east", "west"} {
+		w := partOf(b, e, cluster)
+		list := make([]any, n/2)
+		for i := range list {
+			list[i] = w.project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
+		}
+		if err := w.replace(list, "4711"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := e.WriteSnapshot(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(buf.Len()))
+	for b.Loop() {
+		r := testEngine(b, clustersConfig("east", "west"))
+		if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
