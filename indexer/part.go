@@ -24,7 +24,7 @@ import (
 // sorted; the answer's own slice when every object behind the key is
 // accepted, nil when none is. It needs the object keys behind each key,
 // which a source keeps with SourceSpec.Objects or Parts: without them,
-// nil. The strings are parts of what the source keeps (see Claim).
+// nil. A part that is not the whole answer is the caller's own.
 func (snap *Snapshot) Part(ix Index, key string, owns func(objectKey string) bool) []string {
 	values, fromFallback := snap.lookupTier(ix, key)
 	if len(values) == 0 {
@@ -87,11 +87,16 @@ func (snap *Snapshot) Part(ix Index, key string, owns func(objectKey string) boo
 		}
 		out = mergeSorted(out, run)
 	}
+	// The values are parts of records: copies, so that an answer kept
+	// (a subscription's last) never keeps an object's old record.
+	for i, v := range out {
+		out[i] = strings.Clone(v)
+	}
 	return out
 }
 
 // mergeSorted returns the distinct strings of a and b, both sorted and
-// distinct, sorted: a itself, grown, when b adds nothing.
+// distinct, sorted: a itself when b is empty, else a new slice.
 func mergeSorted(a, b []string) []string {
 	if len(b) == 0 {
 		return a

@@ -341,8 +341,8 @@ func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.C
 // come from that cluster's objects (at each step of a chain, from the
 // keys the cluster's part of the step before gave), with that cluster's
 // Synced and Stale. Unlike Answer with Target.Cluster, it tells an
-// unknown cluster, or a target that a cluster does not narrow, as an
-// error.
+// unknown cluster, index or chain, or a target that a cluster does not
+// narrow, as an error.
 func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
 	names := e.ClusterNames()
 	if !slices.Contains(names, cluster) {
@@ -353,6 +353,13 @@ func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
 	}
 	if t.Key == "" && t.Chain == "" || t.Index != "" && t.Chain != "" || t.All {
 		return Answer{}, errors.New("a cluster narrows a key's or a chain key's answer")
+	}
+	v, _ := e.view()
+	if _, ok := v.chains[t.Chain]; t.Chain != "" && !ok {
+		return Answer{}, fmt.Errorf("unknown chain %q", t.Chain)
+	}
+	if _, ok := v.parts[t.Index]; t.Chain == "" && !ok {
+		return Answer{}, fmt.Errorf("unknown index %q", t.Index)
 	}
 	t.Cluster = cluster
 	return e.Answer(t), nil

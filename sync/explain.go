@@ -48,6 +48,10 @@ const (
 	// ExplainStale: the index answers from a snapshot its watch has not
 	// caught up with.
 	ExplainStale = "the index answers from a snapshot not caught up with the apiserver"
+	// ExplainNotInCluster: of an explanation narrowed to a cluster
+	// (Target.Cluster), no object of that cluster gives the keys a
+	// value (another cluster's objects may).
+	ExplainNotInCluster = "no object of this cluster gives this key a value"
 	// ExplainUnknownIndex: no index (or chain) of that name.
 	ExplainUnknownIndex = "no index of that name"
 	// ExplainYounger: a claimant of a key in conflict whose values are
@@ -201,6 +205,8 @@ func (e *Engine) Explain(t Target) Explanation {
 					st.Empty = ExplainNotSynced
 				case st.Stale:
 					st.Empty = ExplainStale
+				case t.Cluster != "":
+					st.Empty = ExplainNotInCluster
 				default:
 					st.Empty = ExplainUnknownKey
 				}

@@ -105,7 +105,11 @@ func (v *view) partOf(snap *indexer.Snapshot, t Target) ([]string, map[indexer.I
 	path := map[indexer.Index]map[string]struct{}{}
 	names := []string{t.Index}
 	if t.Chain != "" {
-		names = v.chains[t.Chain].indexes
+		ch, ok := v.chains[t.Chain]
+		if !ok {
+			return nil, path // no chain of that name: no answer
+		}
+		names = ch.indexes
 	}
 	keys := []string{t.Key}
 	for _, name := range names {

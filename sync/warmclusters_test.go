@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,5 +216,31 @@ func BenchmarkRestoreSnapshotClusters(b *testing.B) {
 		if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestClusterPartEdges: AnswerIn tells an unknown chain or index as an
+// error, and Answer of one narrowed to a cluster has no values; an
+// explanation narrowed to a cluster whose objects do not give the key
+// says so.
+func TestClusterPartEdges(t *testing.T) {
+	e := testEngine(t, clustersConfig("east", "west"))
+	listIn(t, partOf(t, e, "east"), "100", "e1")
+	listIn(t, partOf(t, e, "west"), "7", "w1")
+	for _, tg := range []Target{{Chain: "nope", Key: "m-e1"}, {Index: "nope", Key: "m-e1"}} {
+		if _, err := e.AnswerIn(tg, "east"); err == nil || !strings.Contains(err.Error(), `unknown`) {
+			t.Errorf("AnswerIn(%+v) = %v, want an unknown index or chain", tg, err)
+		}
+		tg.Cluster = "east"
+		if a := e.Answer(tg); len(a.Values) != 0 {
+			t.Errorf("Answer(%+v) = %q", tg, a.Values)
+		}
+	}
+	if a, err := e.AnswerIn(KeyOf("model-to-app", "m-e1"), "east"); err != nil || !slices.Equal(a.Values, []string{"e1"}) {
+		t.Errorf("AnswerIn of east's key: %+v, %v", a, err)
+	}
+	x := e.Explain(Target{Index: "model-to-app", Key: "m-e1", Cluster: "west"})
+	if len(x.Steps) != 1 || x.Steps[0].Empty != ExplainNotInCluster || len(x.Steps[0].Objects) != 0 {
+		t.Errorf("explained in west: %+v", x.Steps)
 	}
 }

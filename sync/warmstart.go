@@ -31,7 +31,10 @@ const DefaultSnapshotInterval = time.Minute
 // SnapshotStatus is the state of an engine's snapshots.
 type SnapshotStatus struct {
 	// Load is how the engine started: "warm" (from a snapshot), "cold"
-	// (LoadReason says why), or "" when no snapshot was asked for.
+	// (LoadReason says why), or "" when no snapshot was asked for. With
+	// several clusters it is warm while some cluster's part is (see
+	// Clusters): cold "missing" when the snapshot has none of theirs,
+	// cold "cluster" once every part restored was dropped.
 	Load       string `json:"load,omitempty"`
 	LoadReason string `json:"loadReason,omitempty"`
 	// WrittenAt is when the newest snapshot written or loaded was
@@ -641,6 +644,10 @@ func (e *Engine) loadWarmFile() {
 				}
 			}
 			clusters = append(clusters, cl)
+		}
+		if outcome == "warm" && !slices.ContainsFunc(clusters, func(c ClusterLoad) bool { return c.Load == "warm" }) {
+			// A snapshot of none of the clusters the config reads.
+			outcome, reason, writtenAt = "cold", "missing", time.Time{}
 		}
 	}
 	e.warm.mu.Lock()

@@ -100,8 +100,9 @@ func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg 
 	}
 	var p problems
 	mp := mplan.Of(plan)
+	reads := func(i int) bool { return name == "" || slices.Contains(mp.ClustersOf(mp.Resources[i]), name) }
 	for i, r := range mp.Resources {
-		if name != "" && !slices.Contains(mp.ClustersOf(r), name) {
+		if !reads(i) {
 			continue // not read in this cluster
 		}
 		at := fmt.Sprintf("resources[%d]", i)
@@ -162,7 +163,7 @@ func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg 
 			}
 		}
 	}
-	crds, crdNotes := installedCRDs(ctx, kube, plan, files)
+	crds, crdNotes := installedCRDs(ctx, kube, plan, files, reads)
 	notes = append(notes, crdNotes...)
 	if len(files) > 0 {
 		for _, verb := range []string{"get", "create", "patch"} {
@@ -175,7 +176,7 @@ func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg 
 			}
 		}
 	}
-	pathNotes, pathErr := CheckPaths(plan, crds)
+	pathNotes, pathErr := checkPaths(plan, crds, reads)
 	notes = append(notes, pathNotes...)
 	for _, e := range schema.Problems(pathErr) {
 		p.list.Add(e)
@@ -197,7 +198,7 @@ func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Confi
 	if err != nil {
 		return nil, err
 	}
-	crds, notes := installedCRDs(ctx, kube, plan, files)
+	crds, notes := installedCRDs(ctx, kube, plan, files, func(int) bool { return true })
 	pathNotes, err := CheckPaths(plan, crds)
 	return append(notes, pathNotes...), err
 }
@@ -206,9 +207,9 @@ func CheckInstalledPaths(ctx context.Context, plan *schema.Plan, cfg *rest.Confi
 // resources whose group may be a CRD's (it has a dot) and that no CRD of
 // files defines. A CRD that is not installed is left out; one that cannot
 // be read yields a note.
-func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan, files []*CRD) (crds []*CRD, notes []string) {
+func installedCRDs(ctx context.Context, kube *kubejson.Client, plan *schema.Plan, files []*CRD, reads func(i int) bool) (crds []*CRD, notes []string) {
 	for i, r := range mplan.Of(plan).Resources {
-		if r.GVR.Group == "" || !strings.Contains(r.GVR.Group, ".") || CRDOf(files, r.GVR.Group, r.GVR.Resource) != nil {
+		if !reads(i) || r.GVR.Group == "" || !strings.Contains(r.GVR.Group, ".") || CRDOf(files, r.GVR.Group, r.GVR.Resource) != nil {
 			continue
 		}
 		if CRDOf(crds, r.GVR.Group, r.GVR.Resource) != nil {

@@ -63,8 +63,17 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 // past a gjson query or modifier, cannot be checked and yield a note.
 // Resources that no CRD in crds defines are not checked.
 func CheckPaths(p *schema.Plan, crds []*CRD) (notes []string, err error) {
+	return checkPaths(p, crds, func(int) bool { return true })
+}
+
+// checkPaths is CheckPaths of the resource entries that reads accepts
+// (by position): those read in the cluster whose CRDs crds are.
+func checkPaths(p *schema.Plan, crds []*CRD, reads func(i int) bool) (notes []string, err error) {
 	probs := problems{where: "in the config"}
 	for i, r := range plan.Of(p).Resources {
+		if !reads(i) {
+			continue
+		}
 		crd := CRDOf(crds, r.GVR.Group, r.GVR.Resource)
 		if crd == nil {
 			continue
