@@ -181,6 +181,10 @@ func TestTwoClustersUnderFaults(t *testing.T) {
 			}
 			if !control {
 				eastStale(t, e, true)
+			} else {
+				// As long as east takes to turn stale: the first write
+				// after a pause is the slowest, in either run.
+				time.Sleep(3 * time.Second)
 			}
 			for range 10 {
 				faulted[fault] = append(faulted[fault], probe())
@@ -221,6 +225,10 @@ func TestTwoClustersUnderFaults(t *testing.T) {
 			}
 			if !control {
 				eastStale(t, e, true)
+			} else {
+				// As long as east takes to turn stale: the first write
+				// after a pause is the slowest, in either run.
+				time.Sleep(3 * time.Second)
 			}
 			for range 10 {
 				faulted[fault] = append(faulted[fault], probe())
