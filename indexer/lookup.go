@@ -93,25 +93,17 @@ func (snap *Snapshot) lookupTier(ix Index, key string) (values []string, fromFal
 // serving terminating one.
 func (snap *Snapshot) LookupPreferring(ix Index, key string, prefer ...string) []string {
 	is := snap.index(ix)
-	if len(prefer) == 0 || is.preferred == nil {
-		values := is.values.lookup(snap.s.seed, key)
-		if len(values) == 0 {
-			if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
-				return snap.indexAt(fb).values.lookup(snap.s.seed, key)
-			}
-		}
-		return values
-	}
-	// Both tables of one seed: the key is hashed once.
-	h := hashKey(snap.s.seed, key)
-	values := is.values.lookupHashed(h, key)
+	values := is.values.lookup(snap.s.seed, key)
 	if len(values) == 0 {
 		if fb, _ := snap.conf.companions(ix.id); fb >= 0 {
-			return snap.indexAt(fb).values.lookupHashed(h, key)
+			return snap.indexAt(fb).values.lookup(snap.s.seed, key)
 		}
 		return values
 	}
-	return pick(snap.s.seed, is.preferred.t.lookupHashed(h, key), values, prefer)
+	if len(prefer) == 0 || is.preferred == nil {
+		return values
+	}
+	return pick(snap.s.seed, is.preferred.t.lookup(snap.s.seed, key), values, prefer)
 }
 
 // indexAt returns the state of index id in snap (see index).

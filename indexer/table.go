@@ -157,31 +157,6 @@ func (t *table) lookup(hs hashSeed, key string) []string {
 	}
 }
 
-// lookupHashed is lookup of a key whose hash h (hashKey's) the caller
-// has: a read of two tables of one seed (an index's and its preferred
-// answers') hashes the key once.
-func (t *table) lookupHashed(h uint64, key string) []string {
-	pi := h >> (63 - t.bits) >> 1
-	p := t.dir[pi>>chunkBits][pi&(1<<chunkBits-1)]
-	c := ctrlOf(uint32(h))
-	i := int(uint64(uint32(h)) * uint64(len(p)) >> 32)
-	for {
-		g := &p[i]
-		for m := matches(g.ctrl, c); m != 0; m &= m - 1 {
-			s := &g.slots[bits.TrailingZeros64(m)>>3]
-			if sameKey(s, key) {
-				return valuesOf(s)
-			}
-		}
-		if empties(g.ctrl) != 0 {
-			return nil
-		}
-		if i++; i == len(p) {
-			i = 0
-		}
-	}
-}
-
 // sameKey reports whether s holds key. Keys of 8 to 16 bytes are
 // compared with two loads each, without a call.
 func sameKey(s *slot, key string) bool {
