@@ -41,37 +41,12 @@ func TestServeTwoClusters(t *testing.T) {
 	const ns = "serve-two-clusters"
 	env.Namespace(t, ns)
 	west.Namespace(t, ns)
-	put := func(e *testenv.Env, name, app string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
-		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(e *testenv.Env, name, app string) { t.Helper(); putAddr(t, e, ns, name, app) }
 	put(env, "e1", "shop")
 	put(west, "w1", "shop")
 
 	addr := testenv.FreeAddr(t)
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	body := fmt.Sprintf(`server:
-  listen: %s
-clusters:
-  - name: east
-  - name: west
-    kubeconfig: %s
-resources:
-  - name: configmaps
-    version: v1
-    resource: configmaps
-    namespace: %s
-    indexes:
-      - name: app-to-addr
-        key: data.app
-        value: data.addr
-`, addr, west.WriteKubeconfig(t, proxy.Addr()), ns)
-	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeTwoClusters(t, addr, west.WriteKubeconfig(t, proxy.Addr()), ns)
 	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""), "--stale-after", "2s")
 	waitHTTP(t, d, addr)
 	base := "http://" + addr
@@ -328,36 +303,11 @@ func TestServeTwoClustersWarm(t *testing.T) {
 	const ns = "serve-two-clusters-warm"
 	env.Namespace(t, ns)
 	west.Namespace(t, ns)
-	put := func(e *testenv.Env, name, app string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
-		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(e *testenv.Env, name, app string) { t.Helper(); putAddr(t, e, ns, name, app) }
 	put(env, "e1", "shop")
 	put(west, "w1", "shop")
 	addr := testenv.FreeAddr(t)
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	body := fmt.Sprintf(`server:
-  listen: %s
-clusters:
-  - name: east
-  - name: west
-    kubeconfig: %s
-resources:
-  - name: configmaps
-    version: v1
-    resource: configmaps
-    namespace: %s
-    indexes:
-      - name: app-to-addr
-        key: data.app
-        value: data.addr
-`, addr, west.WriteKubeconfig(t, westAddr), ns)
-	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeTwoClusters(t, addr, west.WriteKubeconfig(t, westAddr), ns)
 	snapDir := filepath.Join(t.TempDir(), "snapshots")
 	args := []string{"--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""), "--stale-after", "1s", "--snapshot-dir", snapDir}
 	d := start(t, nil, args...)
@@ -409,4 +359,41 @@ resources:
 	if log := d.stderr.String(); !strings.Contains(log, `"msg":"warm start from the snapshot"`) {
 		t.Errorf("no warm start logged:\n%s", log)
 	}
+}
+
+// putAddr creates ConfigMap name in ns of e, of app, at address name:80.
+func putAddr(t *testing.T, e *testenv.Env, ns, name, app string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"app": app, "addr": name + ":80"}}
+	if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeTwoClusters writes a config that serves on addr and reads the
+// ConfigMaps of ns in east (the daemon's own connection) and west
+// (westKubeconfig), indexed app-to-addr; it returns its path.
+func writeTwoClusters(t *testing.T, addr, westKubeconfig, ns string) string {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	body := fmt.Sprintf(`server:
+  listen: %s
+clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: configmaps
+    version: v1
+    resource: configmaps
+    namespace: %s
+    indexes:
+      - name: app-to-addr
+        key: data.app
+        value: data.addr
+`, addr, westKubeconfig, ns)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config
 }
