@@ -22,9 +22,9 @@ var layers = []struct {
 	folders []string
 }{
 	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/warmfile", "internal/wire", "internal/tlsfiles", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
-	{"config: loading, validation, compilation", []string{"schema", "schema/cluster", "internal/feed"}},
+	{"config: loading, validation, compilation", []string{"schema", "schema/cluster"}},
 	{"engine", []string{"sync"}},
-	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "internal/testenv", "internal/routingtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},
+	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "test/testenv", "test/routingtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},
 	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "hack/xdsload", "hack/xdspeer", "test/chaos", "test/integration", "deploy", "."}},
 }
 
@@ -34,7 +34,7 @@ var layers = []struct {
 var libraries = []string{"indexer", "schema", "sync", "grpcresolver", "metasynctest"}
 
 // TestLibraryTestsNeedNoControlPlane: the tests of the library packages
-// import neither internal/testenv nor envtest (those tests live in test/).
+// import neither test/testenv nor envtest (those tests live in test/).
 func TestLibraryTestsNeedNoControlPlane(t *testing.T) {
 	for _, dir := range libraries {
 		pkg, err := build.ImportDir(dir, 0)
@@ -42,7 +42,7 @@ func TestLibraryTestsNeedNoControlPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, imp := range append(pkg.TestImports, pkg.XTestImports...) {
-			if imp == module+"internal/testenv" || strings.HasPrefix(imp, "sigs.k8s.io/controller-runtime") {
+			if imp == module+"test/testenv" || strings.HasPrefix(imp, "sigs.k8s.io/controller-runtime") {
 				t.Errorf("a test of %s imports %s: move it to test/integration", dir, imp)
 			}
 		}

@@ -28,9 +28,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var env *testenv.Env

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestImageNameAgrees: the image that `make image` builds by default is

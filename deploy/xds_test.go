@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestXDSClientOfTheDaemonSet: the DaemonSet overlay serves xDS on its

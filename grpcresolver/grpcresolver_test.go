@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/routingtest"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/test/routingtest"
 )
 
 func TestFollowsTheAnswer(t *testing.T) {
@@ -67,7 +67,7 @@ func TestBarePortAndTargets(t *testing.T) {
 	b := routingtest.StartBackend(t)
 	_, port, _ := net.SplitHostPort(b.Addr)
 	js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "base"}, "addresses": []string{"127.0.0.1"}})
-	if err := f.Apply("backends", js); err != nil {
+	if err := f.Apply("backends", string(js)); err != nil {
 		t.Fatal(err)
 	}
 	builder := grpcresolver.NewBuilder(e)

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/routingtest"
 	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/test/routingtest"
 )
 
 // TestHomeClusterFirst: of a config that reads two clusters, the resolver

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/routingtest"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/routingtest"
 )
 
 // TestWithLocality: a client that says where it runs gets the backends

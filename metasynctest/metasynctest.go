@@ -45,7 +45,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -54,7 +53,7 @@ import (
 type Fake struct {
 	msync.Reader
 	engine *msync.Engine
-	feed   feed.Feeder
+	feed   *msync.Feed
 }
 
 // Answer is the engine's Answer: a target's values with whether they are
@@ -80,6 +79,16 @@ func (f *Fake) Reload(plan *schema.Plan) (schema.Changes, error) {
 // claimant's; give objects a metadata.creationTimestamp to order them,
 // else they are ordered by object key). Explain names the claimants.
 func (f *Fake) Conflicts() []msync.Conflict { return f.engine.Conflicts() }
+
+// Engine is the engine under the Fake, for code that takes a
+// *sync.Engine (or an interface of its methods) rather than a Reader: the
+// daemon's HTTP API and xDS server are tested on it. What the test applies
+// to the Fake, the engine answers.
+func (f *Fake) Engine() *msync.Engine { return f.engine }
+
+// Feed writes into the Fake as the apiserver would, objects given as JSON
+// rather than YAML manifests (see sync.Feed), for tests that build many.
+func (f *Fake) Feed() *msync.Feed { return f.feed }
 
 // HomeCluster is the engine's HomeCluster: of a config that reads several
 // clusters, the home cluster's name ("" otherwise).
@@ -111,11 +120,11 @@ func New(plan *schema.Plan, opts ...Option) (*Fake, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	e, f, err := feed.New(plan, slog.New(slog.NewTextHandler(io.Discard, nil)), o.unsynced...)
+	e, f, err := msync.NewOffline(plan, slog.New(slog.NewTextHandler(io.Discard, nil)), o.unsynced...)
 	if err != nil {
 		return nil, err
 	}
-	return &Fake{Reader: e.(*msync.Engine), engine: e.(*msync.Engine), feed: f}, nil
+	return &Fake{Reader: e, engine: e, feed: f}, nil
 }
 
 // Load builds a Fake of the config file at path (see schema.LoadPlan).
@@ -187,7 +196,7 @@ func (f *Fake) Replace(resource, manifests string) error {
 // config reads several clusters (see Fake.In).
 type Cluster struct {
 	name string
-	feed feed.Feeder
+	feed *msync.Feed
 }
 
 // In returns the named cluster's part of the Fake: its Apply, Delete and

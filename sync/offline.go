@@ -14,55 +14,66 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/iidp/metasync/internal/feed"
 	compiled "github.com/iidp/metasync/internal/plan"
 	mschema "github.com/iidp/metasync/schema"
 )
 
-func init() {
-	feed.New = func(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (any, feed.Feeder, error) {
-		if plan == nil {
-			return nil, nil, errors.New("no plan")
-		}
-		cp := compiled.Of(plan)
-		if cp == nil {
-			return nil, nil, errEmptyPlan
-		}
-		e, err := newEngine(cp, Options{Logger: log}, nil, nil)
-		if err != nil {
+// NewOffline builds an engine of plan that never talks to a cluster, and
+// the Feed that fills it: objects go in as the apiserver would list and
+// watch them, through the same projection, rules and indexes as a watch's.
+// Every resource starts empty and synced, but those named in unsynced,
+// which are synced by their first Replace (a first list). It is the seam
+// under package metasynctest, for tests and benchmarks that feed JSON.
+func NewOffline(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (*Engine, *Feed, error) {
+	if plan == nil {
+		return nil, nil, errors.New("no plan")
+	}
+	cp := compiled.Of(plan)
+	if cp == nil {
+		return nil, nil, errEmptyPlan
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e, err := newEngine(cp, Options{Logger: log}, nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, _ := e.view()
+	for _, name := range unsynced {
+		if _, err := (&Feed{e: e}).watcher(name); err != nil {
 			return nil, nil, err
 		}
-		v, _ := e.view()
-		for _, name := range unsynced {
-			if _, err := (offline{e: e}).watcher(name); err != nil {
-				return nil, nil, err
-			}
-		}
-		for _, w := range v.watchers {
-			w.reportSkipped = true
-			if slices.Contains(unsynced, w.plan.Name) {
-				continue
-			}
-			if err := w.replace(nil, ""); err != nil {
-				return nil, nil, err
-			}
-		}
-		return e, offline{e: e}, nil
 	}
+	for _, w := range v.watchers {
+		w.reportSkipped = true
+		if slices.Contains(unsynced, w.plan.Name) {
+			continue
+		}
+		if err := w.replace(nil, ""); err != nil {
+			return nil, nil, err
+		}
+	}
+	return e, &Feed{e: e}, nil
 }
 
-// offline feeds an engine that has no cluster (see package feed): with a
-// plan of several clusters, cluster's part of each resource ("" for the
-// home's, or the entry's first cluster when the home does not read it).
-type offline struct {
+// Feed writes objects, as JSON, into an engine built by NewOffline. An
+// object that its resource entry's namespace or selectors exclude is not
+// seen, as the apiserver would not send it; one that stops matching is
+// removed. With a plan of several clusters a Feed writes one cluster's part
+// of each resource: NewOffline's the home cluster's (or the entry's first
+// cluster when the home does not read it), In's the named one's, whose
+// object keys are those of the cluster, without its name. A Feed is safe
+// for concurrent use.
+type Feed struct {
 	e       *Engine
 	cluster string
 }
 
 // In feeds the named cluster's part of each resource.
-func (f offline) In(cluster string) feed.Feeder { return offline{f.e, cluster} }
+func (f *Feed) In(cluster string) *Feed { return &Feed{f.e, cluster} }
 
-func (f offline) watcher(resource string) (*watcher, error) {
+func (f *Feed) watcher(resource string) (*watcher, error) {
 	v, _ := f.e.view()
 	res, ok := v.byName[resource]
 	if !ok {
@@ -108,7 +119,7 @@ func (f offline) watcher(resource string) (*watcher, error) {
 
 // project checks one object as the apiserver would and projects it; nil
 // when the resource's namespace or selectors exclude it.
-func (f offline) project(w *watcher, raw []byte) (o *object, key string, err error) {
+func (f *Feed) project(w *watcher, raw []byte) (o *object, key string, err error) {
 	if !gjson.ValidBytes(raw) || !gjson.ParseBytes(raw).IsObject() {
 		return nil, "", errors.New("not a JSON object")
 	}
@@ -136,7 +147,7 @@ var offlineVersions atomic.Uint64
 
 // stamp gives raw a metadata.resourceVersion when it has none, for
 // Explain to tell which write an answer came from.
-func (offline) stamp(raw []byte) string {
+func (*Feed) stamp(raw []byte) string {
 	if gjson.GetBytes(raw, "metadata.resourceVersion").Exists() {
 		return string(raw)
 	}
@@ -152,7 +163,7 @@ func (offline) stamp(raw []byte) string {
 // matches reports whether the apiserver would send the object to a watch
 // of r: its namespace, label selector and field selector (whose fields are
 // read as paths into the object).
-func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls gjson.Result) bool {
+func (*Feed) matches(r *compiled.Resource, raw []byte, namespace string, lbls gjson.Result) bool {
 	if r.Namespace != "" && namespace != r.Namespace {
 		return false
 	}
@@ -177,8 +188,10 @@ func (offline) matches(r *compiled.Resource, raw []byte, namespace string, lbls 
 	return true
 }
 
-// Reload reloads the engine (see feed.Feeder.Reload).
-func (f offline) Reload(plan *mschema.Plan) (mschema.Changes, error) {
+// Reload switches the engine to plan, as a config reload does: the
+// resources it keeps keep their objects; those it starts or restarts begin
+// empty and synced (no cluster to list them from: feed them).
+func (f *Feed) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 	ch, err := f.e.Reload(plan)
 	if err != nil {
 		return ch, err
@@ -210,7 +223,7 @@ type projected struct {
 // one, naming it, before anything is written. skipped reports, one line
 // each, the rules that skipped an object: it is written all the same, as a
 // watch writes it, without those indexes' entries.
-func (f offline) projectAll(w *watcher, objects [][]byte) (out []projected, skipped error, err error) {
+func (f *Feed) projectAll(w *watcher, objects [][]byte) (out []projected, skipped error, err error) {
 	out = make([]projected, 0, len(objects))
 	var rules *multierror.Error
 	for i, raw := range objects {
@@ -232,7 +245,7 @@ func (f offline) projectAll(w *watcher, objects [][]byte) (out []projected, skip
 	return out, skipped, nil
 }
 
-// ruleErrors is what the offline feed returns when a rule skipped an
+// ruleErrors is what a Feed returns when a rule skipped an
 // object it wrote: one error per object and index (metasynctest's Fake
 // turns it into its RuleErrors).
 type ruleErrors struct{ err *multierror.Error }
@@ -250,9 +263,12 @@ func ruleErrorLines(errs []error) string {
 	return fmt.Sprintf("%d rule error(s), the object(s) written without those entries:\n\t%s", len(errs), strings.Join(lines, "\n\t"))
 }
 
-// Apply projects every object first, so that a bad one changes nothing,
-// then applies them in one transaction: readers see all or none.
-func (f offline) Apply(resource string, objects ...[]byte) error {
+// Apply adds or replaces objects of the named resource entry. It projects
+// every object first, so that a bad one changes nothing, then applies them
+// in one transaction: readers see all or none. An object that a rule
+// skips is written without that index's entries, as a watch writes it, and
+// the error returned names each skip.
+func (f *Feed) Apply(resource string, objects ...[]byte) error {
 	w, err := f.watcher(resource)
 	if err != nil {
 		return err
@@ -282,7 +298,9 @@ func (f offline) Apply(resource string, objects ...[]byte) error {
 	return skipped
 }
 
-func (f offline) Delete(resource string, objectKeys ...string) error {
+// Delete removes objects by object key (namespace/name, or name), in one
+// transaction.
+func (f *Feed) Delete(resource string, objectKeys ...string) error {
 	w, err := f.watcher(resource)
 	if err != nil {
 		return err
@@ -299,7 +317,10 @@ func (f offline) Delete(resource string, objectKeys ...string) error {
 	return nil
 }
 
-func (f offline) Replace(resource string, objects ...[]byte) error {
+// Replace makes the objects the resource's whole content, as a relist
+// does: what they lack is removed. The first Replace of a resource that
+// NewOffline left unsynced syncs it.
+func (f *Feed) Replace(resource string, objects ...[]byte) error {
 	w, err := f.watcher(resource)
 	if err != nil {
 		return err

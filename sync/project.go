@@ -188,7 +188,7 @@ func (o *object) fail(index string, err error) {
 	o.failed = append(o.failed, ruleFailure{index: index, err: err.Error()})
 }
 
-// skip records, for the offline feed, that a rule of ix skipped the
+// skip records, for the Feed (NewOffline), that a rule of ix skipped the
 // object: once per index, its fallback's and hints' rules named as such;
 // a key rule that failed for the index and its companions (they share
 // it) once for the three.

@@ -426,7 +426,7 @@ func TestReloadRemovedIsGone(t *testing.T) {
 		t.Fatalf("%d subscriptions open, want %d", got, open-4)
 	}
 	// The kept index still works and still notifies.
-	must(t, offline{e: e}.Apply("apps", appJSON("b", "m1")))
+	must(t, (&Feed{e: e}).Apply("apps", appJSON("b", "m1")))
 	want(t, otherSub, "key m1 after a write", EventUpdate, "a", "b")
 }
 
@@ -465,9 +465,9 @@ func TestReloadChainSwitches(t *testing.T) {
 	quiet(t, same, "chain m1, whose answer did not change")
 
 	// The subscriptions follow the new steps only.
-	must(t, offline{e: e}.Apply("slices", sliceJSON("a-1", "a", "10.0.0.7")))
+	must(t, (&Feed{e: e}).Apply("slices", sliceJSON("a-1", "a", "10.0.0.7")))
 	quiet(t, same, "chain m1 after a write to the old step")
-	must(t, offline{e: e}.Apply("services", serviceJSON("a-svc", "a", "10.0.0.8")))
+	must(t, (&Feed{e: e}).Apply("services", serviceJSON("a-svc", "a", "10.0.0.8")))
 	want(t, same, "chain m1 after a write to the new step", EventUpdate, "10.0.0.8")
 }
 
@@ -521,7 +521,7 @@ func TestReloadIndexMovesResource(t *testing.T) {
 		}
 	}
 	quiet(t, sub, "x m1 after its new answer")
-	must(t, offline{e: e}.Delete("services", "t"))
+	must(t, (&Feed{e: e}).Delete("services", "t"))
 	want(t, sub, "x m1 after a delete in its new resource", EventUpdate)
 }
 
@@ -1000,7 +1000,7 @@ func TestReloadWindowBeforeTheHubMarks(t *testing.T) {
 	must(t, err)
 	defer sub.Close()
 	want(t, sub, "snapshot", EventSnapshot, "a")
-	must(t, offline{e: e}.Apply("apps", appJSON("b", "m1"))) // not delivered yet: [a b]
+	must(t, (&Feed{e: e}).Apply("apps", appJSON("b", "m1"))) // not delivered yet: [a b]
 
 	var inWindow Event
 	testHookPublished = func() {

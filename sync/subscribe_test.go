@@ -18,7 +18,7 @@ import (
 )
 
 // routingEngine is an engine without a cluster of models -> apps -> addresses.
-func routingEngine(tb testing.TB) (*Engine, offline) {
+func routingEngine(tb testing.TB) (*Engine, *Feed) {
 	tb.Helper()
 	e := testEngine(tb, &schema.Config{
 		Resources: []schema.Resource{
@@ -34,7 +34,7 @@ func routingEngine(tb testing.TB) (*Engine, offline) {
 			tb.Fatal(err)
 		}
 	}
-	return e, offline{e: e}
+	return e, &Feed{e: e}
 }
 
 func appJSON(name string, models ...string) []byte {

@@ -61,7 +61,7 @@ type watcher struct {
 	// contact: unix nanos when the apiserver was last heard from (see
 	// lastContact).
 	contact atomic.Int64
-	// reportSkipped: the offline feed reads which rules skipped an
+	// reportSkipped: the Feed (NewOffline) reads which rules skipped an
 	// object (object.skipped); set before the watcher is used.
 	reportSkipped bool
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -20,10 +20,11 @@ import (
 // nothing; bad combinations of flags are refused.
 func TestGetExplain(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, f, err := feed.New(appmodelsPlan(t), quiet)
+	fake, err := metasynctest.New(appmodelsPlan(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	e, f := fake.Engine(), fake.Feed()
 	app := func(name, created string, models ...string) []byte {
 		b, _ := json.Marshal(map[string]any{
 			"metadata": map[string]any{"name": name, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"},
@@ -39,7 +40,7 @@ func TestGetExplain(t *testing.T) {
 	if err := f.Replace("endpointslices", []byte(slice)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e, quiet))
 	defer srv.Close()
 
 	out, errOut, code := cli("get", "--server", srv.URL, "--explain", "--chain", "model-to-addresses", "model1")

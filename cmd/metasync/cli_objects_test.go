@@ -9,8 +9,7 @@ import (
 	"testing"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
-	"github.com/iidp/metasync/internal/feed"
-	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/metasynctest"
 )
 
 // TestGetObjects: `get --resource` prints an object's fields and `get
@@ -94,11 +93,12 @@ func TestGetObjectsOfAnyKey(t *testing.T) {
 // printed as they are, and stderr says what an empty answer means then.
 func TestGetNotesNotSynced(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, _, err := feed.New(appmodelsPlan(t), quiet, "appmodels")
+	fake, err := metasynctest.New(appmodelsPlan(t), metasynctest.Unsynced("appmodels"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
+	e := fake.Engine()
+	srv := httptest.NewServer(server.New(e, quiet))
 	t.Cleanup(srv.Close)
 	for _, args := range [][]string{
 		{"get", "model-to-app", "model1", "--server", srv.URL},
@@ -117,11 +117,12 @@ func TestGetNotesNotSynced(t *testing.T) {
 // again once the object is fixed.
 func TestIndexesShowsFailingRules(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, f, err := feed.New(appmodelsPlan(t), quiet)
+	fake, err := metasynctest.New(appmodelsPlan(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
+	e, f := fake.Engine(), fake.Feed()
+	srv := httptest.NewServer(server.New(e, quiet))
 	t.Cleanup(srv.Close)
 	bad, _ := json.Marshal(map[string]any{
 		"apiVersion": "iidp.com/v1", "kind": "AppModel",

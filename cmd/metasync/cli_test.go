@@ -16,9 +16,8 @@ import (
 	"testing"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
-	msync "github.com/iidp/metasync/sync"
 )
 
 // oddKeys are keys that a URL path mangles unless they are escaped with
@@ -45,10 +44,11 @@ func appmodelsPlan(t *testing.T) *schema.Plan {
 func apiServer(t *testing.T, keys []string) *httptest.Server {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, f, err := feed.New(appmodelsPlan(t), quiet)
+	fake, err := metasynctest.New(appmodelsPlan(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	e, f := fake.Engine(), fake.Feed()
 	var objs [][]byte
 	for i, k := range keys {
 		objs = append(objs, appModelJSON(t, appName(i), k))
@@ -56,7 +56,7 @@ func apiServer(t *testing.T, keys []string) *httptest.Server {
 	if err := f.Replace("appmodels", objs...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e.(*msync.Engine), quiet))
+	srv := httptest.NewServer(server.New(e, quiet))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/routingtest"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/routingtest"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestServeTwoClusters runs the daemon on a config of two clusters, two

@@ -13,7 +13,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestConsulTokenAuth: the Consul facade with --auth=tokenreview on the

@@ -17,7 +17,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // consulDaemon starts `serve` on the fixture of xdsFixture in ns, with

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // shellLines returns the lines of every sh block of a page, a leading

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/internal/wire"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // applyYAML applies manifests with server-side apply (kubeapply), as the

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // limitsConfig is a config of AppModels and EndpointSlices of the e2e

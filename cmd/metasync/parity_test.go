@@ -17,7 +17,7 @@ import (
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var widgetsGVR = k8sschema.GroupVersionResource{Group: "late.iidp.com", Version: "v1", Resource: "widgets"}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // pathCheckConfig is a config of AppModels in namespace ns whose index

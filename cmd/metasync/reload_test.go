@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // configMapDir is a folder laid out as the kubelet lays out a ConfigMap

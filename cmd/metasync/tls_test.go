@@ -28,7 +28,7 @@ import (
 
 	"github.com/iidp/metasync/grpcresolver"
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestValidateReportsEveryProblem: `metasync validate` prints every problem

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // followCLI runs `metasync get --watch ARGS` until the test ends, then

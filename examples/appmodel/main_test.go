@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var env *testenv.Env

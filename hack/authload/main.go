@@ -39,7 +39,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 func main() {

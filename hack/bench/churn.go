@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/iidp/metasync/internal/feed"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -72,15 +71,15 @@ func runLookupsOnly() error {
 	return nil
 }
 
-// fedEngine is an engine holding the N AppModels, fed through package feed
+// fedEngine is an engine holding the N AppModels, fed through sync.NewOffline
 // (the projection and the indexer that a watch event goes through) instead
 // of an apiserver.
-func fedEngine() (*msync.Engine, feed.Feeder, error) {
+func fedEngine() (*msync.Engine, *msync.Feed, error) {
 	p, err := plan()
 	if err != nil {
 		return nil, nil, err
 	}
-	e, f, err := feed.New(p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e, f, err := msync.NewOffline(p, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,11 +94,11 @@ func fedEngine() (*msync.Engine, feed.Feeder, error) {
 	if err := f.Replace("appmodels", raw...); err != nil {
 		return nil, nil, err
 	}
-	return e.(*msync.Engine), f, nil
+	return e, f, nil
 }
 
-// churnLookupRows measures both sides: the engine fed through package
-// feed (the projection and the indexer a watch event goes through, without
+// churnLookupRows measures both sides: the engine fed through
+// sync.NewOffline (the projection and the indexer a watch event goes through, without
 // the apiserver, which could not take 1,000 writes/s beside the rest on
 // this machine) and a cache.Indexer with the informer's index func, each
 // written by one goroutine at churnRate updates a second (an AppModel's

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // root is the repository's root folder, where `make run` runs devcluster.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // walkThrough returns the lines of the sh block under docs/xds.md's

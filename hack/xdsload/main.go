@@ -91,7 +91,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 const ns = "xdsload"

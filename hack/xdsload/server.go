@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // server is the xDS server measured: the daemon or the peer, a child

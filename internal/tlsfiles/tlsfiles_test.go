@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestCertificateReload: a rotated pair is served from the next handshake

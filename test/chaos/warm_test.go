@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/internal/warmfile"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // listCounter counts the LIST requests of the watched resources.

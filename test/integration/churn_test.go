@@ -17,7 +17,7 @@ import (
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // envInt reads a number from the environment, or def.

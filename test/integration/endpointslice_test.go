@@ -20,8 +20,8 @@ import (
 
 	"github.com/iidp/metasync/grpcresolver"
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // ep is one endpoint of a crafted EndpointSlice: conditions nil leaves

@@ -1,5 +1,5 @@
 // Package integration_test holds the tests of package sync that need a real
-// control plane (envtest, through internal/testenv). They live here, not in
+// control plane (envtest, through test/testenv). They live here, not in
 // sync/, so that a library user's go mod tidy, which loads the tests of the
 // packages it imports, does not pull envtest's modules (controller-runtime,
 // etcd, prometheus, grpc, zap) into the user's go.sum. They use only sync's
@@ -27,7 +27,7 @@ import (
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var env *testenv.Env

@@ -11,9 +11,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // rvOf reads an AppModel's resourceVersion from the apiserver.

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/metasynctest"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // The test double of package metasynctest against a real engine on the

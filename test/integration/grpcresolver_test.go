@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // podServer is a gRPC server on one loopback address (127.0.0.x), as a

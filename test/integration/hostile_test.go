@@ -16,7 +16,7 @@ import (
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var gatewayGVR = schema.GroupVersionResource{Group: "net.iidp.com", Version: "v1alpha1", Resource: "gateways"}

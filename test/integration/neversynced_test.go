@@ -10,7 +10,7 @@ import (
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestNeverServedIsNotCleared: a resource whose plural is misspelled was

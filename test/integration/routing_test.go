@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/iidp/metasync/internal/kubeapply"
-	"github.com/iidp/metasync/internal/testenv"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 var sliceGVR = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}

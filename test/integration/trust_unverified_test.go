@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/internal/testenv"
 	"github.com/iidp/metasync/internal/warmfile"
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // listBlocker holds every LIST of AppModels until its request ends.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -20,20 +20,21 @@ import (
 // facade serves the Consul facade of index service-to-endpoints of
 // examples/appmodel's config over an engine without a cluster, on its
 // limited listener, as serve does; engine wraps the engine (nil: as is).
-func facade(t *testing.T, wrap func(*msync.Engine) Engine) (base string, f feed.Feeder, s *Server) {
+func facade(t *testing.T, wrap func(*msync.Engine) Engine) (base string, f *msync.Feed, s *Server) {
 	t.Helper()
 	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	e, f, err := feed.New(plan, quiet)
+	fake, err := metasynctest.New(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var engine Engine = e.(*msync.Engine)
+	e, f := fake.Engine(), fake.Feed()
+	var engine Engine = e
 	if wrap != nil {
-		engine = wrap(e.(*msync.Engine))
+		engine = wrap(e)
 	}
 	s = New(engine, []Source{{"indexes", "service-to-endpoints"}}, quiet, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 
 	"k8s.io/client-go/rest"
 
@@ -48,10 +48,11 @@ func fedServer(t testing.TB, apps map[string][]string) *Server {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, f, err := feed.New(plan, quiet)
+	fake, err := metasynctest.New(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e, f := fake.Engine(), fake.Feed()
 	for name, models := range apps {
 		b, _ := json.Marshal(map[string]any{
 			"metadata": map[string]any{"name": name, "namespace": "meta-test", "labels": map[string]string{"iidp": "iidp"}},
@@ -61,7 +62,7 @@ func fedServer(t testing.TB, apps map[string][]string) *Server {
 			t.Fatal(err)
 		}
 	}
-	return New(e.(*msync.Engine), quiet)
+	return New(e, quiet)
 }
 
 func TestOfflineAnswers(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // audienceToken is a fresh token of ServiceAccount sa issued for

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // TestAuthAccessFloodKeepsKnownCallers: callers with valid tokens and no

@@ -20,10 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/iidp/metasync/internal/feed"
-	"github.com/iidp/metasync/internal/testenv"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // refusal checks a refusal at a limit: the status, the API's JSON error
@@ -166,18 +166,19 @@ func TestStreamLimitsPerIdentity(t *testing.T) {
 
 // limitedServer serves examples/appmodel's config over an engine without a
 // cluster, as serve does with limits: HTTPServer on the limited Listener.
-func limitedServer(t testing.TB, l Limits) (base string, f feed.Feeder, s *Server) {
+func limitedServer(t testing.TB, l Limits) (base string, f *msync.Feed, s *Server) {
 	t.Helper()
 	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	e, f, err := feed.New(plan, quiet)
+	fake, err := metasynctest.New(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s = New(e.(*msync.Engine), quiet)
+	e, f := fake.Engine(), fake.Feed()
+	s = New(e, quiet)
 	s.SetHeartbeat(time.Hour)
 	s.SetLimits(l)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

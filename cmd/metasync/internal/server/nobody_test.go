@@ -14,9 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
-	msync "github.com/iidp/metasync/sync"
 )
 
 // probe sends one GET on a connection of its own and returns the status
@@ -54,11 +53,12 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, _, err := feed.New(plan, quiet)
+			fake, err := metasynctest.New(plan)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := New(e.(*msync.Engine), quiet)
+			e := fake.Engine()
+			s := New(e, quiet)
 			s.SetLimits(Limits{Connections: limit, Streams: 6, StreamsPerCaller: 2})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

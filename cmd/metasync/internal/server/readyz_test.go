@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iidp/metasync/internal/testenv"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // startedOffline is the offline API with its engine running against an

@@ -10,8 +10,8 @@ import (
 
 	"github.com/iidp/metasync/cmd/metasync/internal/server"
 	"github.com/iidp/metasync/grpcresolver"
-	"github.com/iidp/metasync/internal/routingtest"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/routingtest"
 )
 
 // TestRemoteBuilder: the remote resolver (grpcresolver.NewRemoteBuilder)

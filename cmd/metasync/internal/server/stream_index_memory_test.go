@@ -60,7 +60,7 @@ func openIndexStream(addr string, read bool) (net.Conn, error) {
 // TestIndexStreamMemory measures what an idle stream of a whole index
 // costs the server at 20,000 and 100,000 keys: streams that read the
 // initial state and then idle, and streams whose client reads nothing. The
-// server and its engine (without a cluster: internal/feed) run in this
+// server and its engine (without a cluster: metasynctest) run in this
 // process, each client is a bare TCP connection; live heap after two GCs
 // and goroutine stacks, before and after opening 8 of each, divided by 8
 // (after a first stream, which makes what all of them share: the index's

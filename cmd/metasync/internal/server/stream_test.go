@@ -15,26 +15,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iidp/metasync/internal/feed"
 	"github.com/iidp/metasync/internal/wire"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
 
 // streamServer serves examples/appmodel's config over an engine without a
 // cluster, on a real listener with the daemon's timeouts.
-func streamServer(t *testing.T, heartbeat time.Duration, writeTimeout ...time.Duration) (base string, f feed.Feeder, srv *http.Server, s *Server) {
+func streamServer(t *testing.T, heartbeat time.Duration, writeTimeout ...time.Duration) (base string, f *msync.Feed, srv *http.Server, s *Server) {
 	t.Helper()
 	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	e, f, err := feed.New(plan, quiet)
+	fake, err := metasynctest.New(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s = New(e.(*msync.Engine), quiet)
+	e, f := fake.Engine(), fake.Feed()
+	s = New(e, quiet)
 	s.SetHeartbeat(heartbeat)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds" // the xds:/// resolver and its balancers
 
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -38,7 +38,7 @@ import (
 var (
 	engine   *msync.Engine
 	plan     *schema.Plan // examples/appmodel's
-	feeder   feed.Feeder
+	feeder   *msync.Feed
 	xdsSrv   *Server
 	resolved resolver.Builder // grpc-go's xds resolver, with the bootstrap
 	xdsAddr  string           // where the server listens
@@ -51,11 +51,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, f, err := feed.New(plan, quiet)
+	fake, err := metasynctest.New(plan)
 	if err != nil {
 		panic(err)
 	}
-	feeder, engine = f, e.(*msync.Engine)
+	e, f := fake.Engine(), fake.Feed()
+	feeder, engine = f, e
 	xdsSrv = New(engine, quiet, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -8,7 +8,6 @@ package routingtest
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 
-	"github.com/iidp/metasync/internal/feed"
+	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -73,41 +72,39 @@ func Config(chains ...schema.Chain) *schema.Config {
 }
 
 // Engine is an engine without a cluster: model -> app -> addresses
-// (host:port strings), fed by the test through the Feeder.
-func Engine(t *testing.T) (*msync.Engine, feed.Feeder) {
+// (host:port strings), under the Fake that the test feeds (the engine is
+// the Fake's, as users' tests get it).
+func Engine(t *testing.T) (*msync.Engine, *metasynctest.Fake) {
 	t.Helper()
-	plan, err := schema.Compile(Config(Chain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, f, err := feed.New(plan, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e.(*msync.Engine), f
+	return fake(t, Config(Chain))
 }
 
 // HintedEngine is Engine whose backends' addresses carry zone hints
 // (index app-to-addresses has hints: the "hints" field; see
 // SetHintedBackends).
-func HintedEngine(t *testing.T) (*msync.Engine, feed.Feeder) {
+func HintedEngine(t *testing.T) (*msync.Engine, *metasynctest.Fake) {
 	t.Helper()
 	cfg := Config(Chain)
 	cfg.Resources[1].Indexes[0].Hints = "hints"
+	return fake(t, cfg)
+}
+
+func fake(t *testing.T, cfg *schema.Config) (*msync.Engine, *metasynctest.Fake) {
+	t.Helper()
 	plan, err := schema.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, f, err := feed.New(plan, slog.New(slog.DiscardHandler))
+	f, err := metasynctest.New(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.(*msync.Engine), f
+	return f.Engine(), f
 }
 
 // SetHintedBackends makes bs the addresses of app on a HintedEngine,
 // bs[i] hinted for zones[i]; with no zones, none is hinted.
-func SetHintedBackends(t *testing.T, f feed.Feeder, app string, bs []*Backend, zones ...string) {
+func SetHintedBackends(t *testing.T, f *metasynctest.Fake, app string, bs []*Backend, zones ...string) {
 	t.Helper()
 	addrs, hints := []string{}, []string{}
 	for i, b := range bs {
@@ -117,29 +114,29 @@ func SetHintedBackends(t *testing.T, f feed.Feeder, app string, bs []*Backend, z
 		}
 	}
 	js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app}, "addresses": addrs, "hints": hints})
-	if err := f.Apply("backends", js); err != nil {
+	if err := f.Apply("backends", string(js)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // SetApp makes app serve models.
-func SetApp(t *testing.T, f feed.Feeder, app string, models ...string) {
+func SetApp(t *testing.T, f *metasynctest.Fake, app string, models ...string) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app}, "spec": map[string]any{"models": models}})
-	if err := f.Apply("apps", b); err != nil {
+	if err := f.Apply("apps", string(b)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // SetBackends makes bs the addresses of app.
-func SetBackends(t *testing.T, f feed.Feeder, app string, bs ...*Backend) {
+func SetBackends(t *testing.T, f *metasynctest.Fake, app string, bs ...*Backend) {
 	t.Helper()
 	addrs := []string{}
 	for _, b := range bs {
 		addrs = append(addrs, b.Addr)
 	}
 	js, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": app}, "addresses": addrs})
-	if err := f.Apply("backends", js); err != nil {
+	if err := f.Apply("backends", string(js)); err != nil {
 		t.Fatal(err)
 	}
 }
