@@ -28,7 +28,7 @@ type object struct {
 	// (the projected fields as compact JSON, a string), already prepared.
 	ix indexer.Object
 	// skipped holds what the rules that skipped the object said, for the
-	// offline feed, which reports them (a watch logs and counts them, and
+	// Feed (NewOffline), which reports them (a watch logs and counts them, and
 	// records nothing here).
 	skipped []error
 	// failed holds the rules that fail for the object, for the set of
@@ -210,117 +210,13 @@ const (
 // transfer, and the page is never held whole in memory. project must copy
 // whatever it keeps: the buffer is reused.
 func streamList(r io.Reader, project func(string) *object) (*objectList, error) {
-	list := &objectList{}
-	var (
-		buf      = make([]byte, 0, 256<<10)
-		chunk    = make([]byte, 128<<10)
-		sc       bracketScanner // depth and strings, up to pos
-		keyStart int            // start of the last string at depth 1
-		lastKey  listKey
-		valStart = -1 // start of the current value at depth 1 (metadata)
-		inItems  bool // inside the top-level "items" array
-		itemFrom = -1 // start of the current item
-		sawItems bool
-		sawMeta  bool
-		pos      int
-	)
+	ls := listScan{list: &objectList{}, project: project, buf: make([]byte, 0, 256<<10), valStart: -1, itemFrom: -1}
+	chunk := make([]byte, 128<<10)
 	for {
 		n, rerr := r.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		for {
-			// The keys and values of the response are at depth 1, its
-			// items at depth 2: deeper bytes are skipped by the scanner.
-			limit := 1
-			if inItems {
-				limit = 2
-			}
-			if pos = sc.scan(buf, pos, limit); pos == len(buf) {
-				break
-			}
-			switch c := buf[pos]; c {
-			case '"':
-				switch {
-				case sc.inString: // opens
-					if sc.depth == 1 {
-						keyStart = pos
-					}
-				case sc.depth == 1 && valStart < 0:
-					switch unsafeString(buf[keyStart+1 : pos]) {
-					case "":
-						lastKey = keyNone
-					case "items":
-						lastKey = keyItems
-					case "metadata":
-						lastKey = keyMetadata
-					default:
-						lastKey = keyOther
-					}
-				}
-			case '{', '[':
-				// sc.depth is already inside the bracket.
-				if sc.depth == 2 && lastKey != keyNone && valStart < 0 && !inItems {
-					if lastKey == keyItems && c == '[' {
-						inItems, sawItems = true, true
-					} else {
-						valStart = pos
-					}
-				}
-				if sc.depth == 3 && inItems && c == '{' {
-					itemFrom = pos
-				}
-			case '}', ']':
-				switch {
-				case sc.depth == 2 && inItems && itemFrom >= 0:
-					list.Items = append(list.Items, project(unsafeString(buf[itemFrom:pos+1])))
-					itemFrom = -1
-				case sc.depth == 1 && inItems:
-					inItems, lastKey = false, keyNone
-				case sc.depth == 1 && valStart >= 0:
-					if lastKey == keyMetadata {
-						meta := gjson.GetManyBytes(buf[valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
-						list.ResourceVersion = meta[0].Str
-						list.Continue = meta[1].Str
-						if meta[2].Exists() {
-							rc := meta[2].Int()
-							list.RemainingItemCount = &rc
-						}
-						sawMeta = true
-					}
-					valStart, lastKey = -1, keyNone
-				}
-			case ',':
-				if sc.depth == 1 {
-					valStart, lastKey = -1, keyNone
-				}
-			}
-			pos++
-		}
-		// Keep only what a pending item, key or value still needs.
-		keep := pos
-		switch {
-		case itemFrom >= 0:
-			keep = itemFrom
-		case valStart >= 0:
-			keep = valStart
-		case sc.inString && sc.depth == 1:
-			keep = keyStart
-		}
-		// Compact only when that frees at least half the buffer, so that
-		// small reads cost no more than large ones.
-		if keep > 0 && keep >= len(buf)/2 {
-			rest := copy(buf, buf[keep:])
-			buf = buf[:rest]
-			pos -= keep
-			if itemFrom >= 0 {
-				itemFrom -= keep
-			}
-			if valStart >= 0 {
-				valStart -= keep
-			}
-			if keyStart >= keep {
-				keyStart -= keep
-			}
-		}
+		ls.buf = append(ls.buf, chunk[:n]...)
+		ls.scan()
+		ls.compact()
 		if rerr == io.EOF {
 			break
 		}
@@ -328,14 +224,142 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 			return nil, rerr
 		}
 	}
-	if sc.depth != 0 || sc.inString {
+	list := ls.list
+	if ls.sc.depth != 0 || ls.sc.inString {
 		return nil, errors.New("list response ends before its JSON does")
 	}
-	if !sawMeta || list.ResourceVersion == "" {
+	if !ls.sawMeta || list.ResourceVersion == "" {
 		return nil, errors.New("list response has no metadata.resourceVersion")
 	}
-	if !sawItems && list.Items == nil {
+	if !ls.sawItems && list.Items == nil {
 		list.Items = []runtime.Object{}
 	}
 	return list, nil
+}
+
+// listScan is streamList's state between reads: the bytes not yet
+// consumed and where the scanner stands in them.
+type listScan struct {
+	list     *objectList
+	project  func(string) *object
+	buf      []byte
+	sc       bracketScanner // depth and strings, up to pos
+	keyStart int            // start of the last string at depth 1
+	lastKey  listKey
+	valStart int  // start of the current value at depth 1 (metadata), or -1
+	inItems  bool // inside the top-level "items" array
+	itemFrom int  // start of the current item, or -1
+	sawItems bool
+	sawMeta  bool
+	pos      int
+}
+
+// scan reads buf from pos to its end: the keys and values of the response
+// are at depth 1, its items at depth 2; deeper bytes are skipped by the
+// scanner.
+func (ls *listScan) scan() {
+	buf := ls.buf
+	for {
+		limit := 1
+		if ls.inItems {
+			limit = 2
+		}
+		if ls.pos = ls.sc.scan(buf, ls.pos, limit); ls.pos == len(buf) {
+			return
+		}
+		pos := ls.pos
+		switch c := buf[pos]; c {
+		case '"':
+			switch {
+			case ls.sc.inString: // opens
+				if ls.sc.depth == 1 {
+					ls.keyStart = pos
+				}
+			case ls.sc.depth == 1 && ls.valStart < 0:
+				switch unsafeString(buf[ls.keyStart+1 : pos]) {
+				case "":
+					ls.lastKey = keyNone
+				case "items":
+					ls.lastKey = keyItems
+				case "metadata":
+					ls.lastKey = keyMetadata
+				default:
+					ls.lastKey = keyOther
+				}
+			}
+		case '{', '[':
+			// sc.depth is already inside the bracket.
+			if ls.sc.depth == 2 && ls.lastKey != keyNone && ls.valStart < 0 && !ls.inItems {
+				if ls.lastKey == keyItems && c == '[' {
+					ls.inItems, ls.sawItems = true, true
+				} else {
+					ls.valStart = pos
+				}
+			}
+			if ls.sc.depth == 3 && ls.inItems && c == '{' {
+				ls.itemFrom = pos
+			}
+		case '}', ']':
+			ls.closed(pos)
+		case ',':
+			if ls.sc.depth == 1 {
+				ls.valStart, ls.lastKey = -1, keyNone
+			}
+		}
+		ls.pos++
+	}
+}
+
+// closed handles a bracket that closes at pos: an item ends, the items
+// end, or the metadata ends.
+func (ls *listScan) closed(pos int) {
+	switch {
+	case ls.sc.depth == 2 && ls.inItems && ls.itemFrom >= 0:
+		ls.list.Items = append(ls.list.Items, ls.project(unsafeString(ls.buf[ls.itemFrom:pos+1])))
+		ls.itemFrom = -1
+	case ls.sc.depth == 1 && ls.inItems:
+		ls.inItems, ls.lastKey = false, keyNone
+	case ls.sc.depth == 1 && ls.valStart >= 0:
+		if ls.lastKey == keyMetadata {
+			meta := gjson.GetManyBytes(ls.buf[ls.valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
+			ls.list.ResourceVersion = meta[0].Str
+			ls.list.Continue = meta[1].Str
+			if meta[2].Exists() {
+				rc := meta[2].Int()
+				ls.list.RemainingItemCount = &rc
+			}
+			ls.sawMeta = true
+		}
+		ls.valStart, ls.lastKey = -1, keyNone
+	}
+}
+
+// compact keeps only what a pending item, key or value still needs, and
+// only when that frees at least half the buffer, so that small reads cost
+// no more than large ones.
+func (ls *listScan) compact() {
+	keep := ls.pos
+	switch {
+	case ls.itemFrom >= 0:
+		keep = ls.itemFrom
+	case ls.valStart >= 0:
+		keep = ls.valStart
+	case ls.sc.inString && ls.sc.depth == 1:
+		keep = ls.keyStart
+	}
+	if keep == 0 || keep < len(ls.buf)/2 {
+		return
+	}
+	rest := copy(ls.buf, ls.buf[keep:])
+	ls.buf = ls.buf[:rest]
+	ls.pos -= keep
+	if ls.itemFrom >= 0 {
+		ls.itemFrom -= keep
+	}
+	if ls.valStart >= 0 {
+		ls.valStart -= keep
+	}
+	if ls.keyStart >= keep {
+		ls.keyStart -= keep
+	}
 }

@@ -1,15 +1,10 @@
 package sync
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -98,247 +93,6 @@ func (e *Engine) SnapshotStatus() SnapshotStatus {
 	return st
 }
 
-// WriteSnapshot writes what the indexes hold to out, with each resource's
-// resourceVersion and the cluster's identity, for RestoreSnapshot: every
-// resource that has data to answer with. One that a reload restarted and
-// that has not listed since is written as it answers, from its previous
-// definition, marked to be listed rather than resumed when its data is
-// not the current definition's: a snapshot never knows less than the
-// one it replaces, even when a reload comes during an outage. Those still
-// waiting for their first list are left out. It runs beside lookups and
-// writes, each resource's writer stopped only while its object table is
-// copied. It returns how many objects it wrote.
-//
-// With several clusters, each resource is written with each cluster's
-// part (its objects, the resourceVersion it resumes from) and the
-// snapshot records each cluster's identity: a part is restored, and
-// checked, on its own (see RestoreSnapshot).
-func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
-	v, _ := e.view()
-	if v.plan == nil {
-		return 0, errEmptyPlan
-	}
-	if len(v.plan.Clusters) > 0 {
-		return e.writeClusters(out, v)
-	}
-	// The identity first: the data written after it is of that cluster
-	// (checkCluster drops another cluster's before it tells).
-	cluster := e.clusterForSnapshot("")
-	verified := e.verified("")
-	type resource struct {
-		w      *watcher
-		rv     string
-		relist bool
-	}
-	var rs []resource
-	var ws []*watcher
-	for _, w := range v.watchers {
-		if rv, relist, ok := w.forSnapshot(verified); ok {
-			rs = append(rs, resource{w, rv, relist})
-			ws = append(ws, w)
-		}
-	}
-	if len(rs) == 0 {
-		return 0, ErrNothingToSnapshot
-	}
-	enc := warmfile.NewEncoder(out, v.plan.DataHash(), cluster, snapshotAge(ws), len(rs))
-	total := 0
-	for _, r := range rs {
-		total += writeResource(enc, r.w.src, r.w.plan, nil, func(names, strs []string, _ bool) {
-			enc.Resource(r.w.plan.Name, r.rv, r.relist, names, strs)
-		})
-	}
-	return total, enc.Close()
-}
-
-// forSnapshot returns what a snapshot records of the watcher's data: the
-// resourceVersion it is as of, and whether it must be listed rather than
-// resumed; ok false when it has no data to write (not synced yet, or
-// dropped). verified: the snapshot's cluster was found to be the
-// watcher's (see Engine.verified).
-func (w *watcher) forSnapshot(verified bool) (rv string, relist, ok bool) {
-	// The resourceVersion first: the objects exported after it are as
-	// of it or newer, and a watch that resumes from it misses nothing
-	// (events it repeats change nothing).
-	rv = w.resourceVersion()
-	// Objects whose rule fails are not in the snapshot's data: a
-	// resource with any is listed at the next start, so that they
-	// are found failing again (a resumed watch would not see them).
-	// Data read through a connection not listed through yet may be
-	// another cluster's (see rotate): listed too.
-	failing := w.failing.any() || w.reconnected.Load()
-	switch c := w.carried; {
-	case rv == "":
-	case w.listed1():
-		return rv, failing, true
-	case w.warm():
-		// Data of a snapshot whose cluster was not found to be this
-		// one: listed, never resumed, at the next start.
-		return rv, w.restoredRelist || !verified || failing, true
-	case c != nil && !w.dropped.Load():
-		return c.rv, c.relist || c.unverified && !verified || failing, true
-	}
-	return "", false, false
-}
-
-// snapshotAge returns when a snapshot of the data of ws written now is
-// as of: now, or when the oldest data it holds was written, that of a
-// resource that still answers from the snapshot it was restored from.
-func snapshotAge(ws []*watcher) time.Time {
-	at := time.Now()
-	for _, w := range ws {
-		if w.stale() && !w.restoredAt.IsZero() && w.restoredAt.Before(at) {
-			at = w.restoredAt
-		}
-	}
-	return at
-}
-
-// writeClusters is WriteSnapshot for a plan that reads several clusters:
-// for each resource, the parts of the clusters that have data to write,
-// each with its resourceVersion; for each cluster, its identity.
-func (e *Engine) writeClusters(out io.Writer, v *view) (int, error) {
-	// The identities first: the data written after them is of those
-	// clusters (checkCluster drops another cluster's before it tells).
-	ids := map[string]string{}
-	verified := map[string]bool{}
-	for _, c := range v.plan.Clusters {
-		ids[c.Name], verified[c.Name] = e.clusterForSnapshot(c.Name), e.verified(c.Name)
-	}
-	type entry struct {
-		res   *resource
-		parts []warmfile.Part
-		ws    []*watcher
-	}
-	var rs []entry
-	var all []*watcher
-	written := map[string]bool{}
-	for _, r := range v.plan.Resources {
-		res := v.byName[r.Name]
-		if res == nil {
-			continue
-		}
-		one := entry{res: res}
-		for _, w := range res.parts {
-			if rv, relist, ok := w.forSnapshot(verified[w.clusterName]); ok {
-				one.parts = append(one.parts, warmfile.Part{Cluster: w.clusterName, ResourceVersion: rv, Relist: relist})
-				one.ws = append(one.ws, w)
-				all = append(all, w)
-				written[w.clusterName] = true
-			}
-		}
-		if len(one.parts) > 0 {
-			rs = append(rs, one)
-		}
-	}
-	if len(rs) == 0 {
-		return 0, ErrNothingToSnapshot
-	}
-	var clusters []warmfile.Cluster
-	for _, c := range v.plan.Clusters {
-		if written[c.Name] {
-			clusters = append(clusters, warmfile.Cluster{Name: c.Name, Identity: ids[c.Name]})
-		}
-	}
-	enc := warmfile.NewClustersEncoder(out, v.plan.DataHash(), clusters, snapshotAge(all), len(rs))
-	total := 0
-	for _, r := range rs {
-		// Only the objects of the parts written: a cluster without data
-		// to write (not synced yet, dropped) may hold some meanwhile.
-		var keep func(string) bool
-		if len(r.parts) < len(r.res.parts) {
-			prefixes := make([]string, len(r.ws))
-			for i, w := range r.ws {
-				prefixes[i] = w.keyPrefix
-			}
-			keep = func(key string) bool {
-				return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
-			}
-		}
-		total += writeResource(enc, r.res.src, r.res.plan, keep, func(names, strs []string, tables bool) {
-			enc.ClusterResource(r.res.plan.Name, r.parts, tables, names, strs)
-		})
-	}
-	return total, enc.Close()
-}
-
-// writeResource writes one resource of plan from src: its tables (keys
-// with their values and object keys as numbers in a table of strings,
-// each once), then its objects; start begins the resource. Data carried
-// over a reload is in the current definition's layout too: the store's
-// Reconfigure kept each index by name, and laid out the objects' entries
-// anew. keep, when not nil, says which objects to write: when it leaves
-// any out, the tables (which hold every object's entries) are left out
-// too, and the resource is built from its objects when restored. It
-// returns the number of objects written.
-func writeResource(enc *warmfile.Encoder, src *indexer.Source, plan *compiled.Resource, keep func(key string) bool, start func(names, strs []string, tables bool)) int {
-	img := src.Image()
-	names := make([]string, len(plan.Indexes))
-	for i, ix := range plan.Indexes {
-		names[i] = ix.Name
-	}
-	if img.Indexes() != len(names) {
-		names = names[:0] // removed by a reload meanwhile: nothing to write
-	}
-	tables := true
-	if keep != nil {
-		img.Keys(func(key string) {
-			if !keep(key) {
-				tables = false
-			}
-		})
-	}
-	ids := map[string]uint32{}
-	var strs []string
-	intern := func(s string) {
-		if _, ok := ids[s]; !ok {
-			ids[s] = uint32(len(strs))
-			strs = append(strs, s)
-		}
-	}
-	for i := range names {
-		if !tables {
-			break
-		}
-		img.Table(i, func(_ string, values, objects []string) {
-			for _, v := range values {
-				intern(v)
-			}
-			for _, o := range objects {
-				intern(o)
-			}
-		})
-	}
-	start(names, strs, tables)
-	var vids, oids []uint32
-	for i := range names {
-		if !tables {
-			break
-		}
-		enc.Table(img.WithObjects())
-		img.Table(i, func(key string, values, objects []string) {
-			vids, oids = vids[:0], oids[:0]
-			for _, v := range values {
-				vids = append(vids, ids[v])
-			}
-			for _, o := range objects {
-				oids = append(oids, ids[o])
-			}
-			enc.Key(key, vids, oids)
-		})
-	}
-	n := 0
-	img.Objects(func(key string, meta indexer.Meta, entries [][]indexer.Entry, payload any) {
-		if keep != nil && !keep(key) {
-			return
-		}
-		p, ok := payload.(string)
-		enc.Object(key, p, ok, meta, entries[:min(len(entries), len(names))])
-		n++
-	})
-	return n
-}
-
 // ErrNothingToSnapshot: no resource has synced yet, WriteSnapshot wrote
 // nothing.
 var ErrNothingToSnapshot = errors.New("no resource has synced yet: nothing to snapshot")
@@ -411,35 +165,52 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 		return time.Time{}, &SnapshotError{"config", errors.New("written for other resource entries (GVR, namespace, selectors, fields or index rules differ)")}
 	}
 	// Check everything before writing anything.
-	type restore struct {
-		r   *warmfile.Resource
-		res *resource
-		// parts: the watchers restored and what each resumes from: one of
-		// no cluster, or one per cluster of the snapshot that the config
-		// reads for the resource; partial: the snapshot holds parts of
-		// clusters that are not restored.
-		parts   []*watcher
-		rvs     []warmfile.Part
-		partial bool
+	todo, err := restoresOf(f, v, several)
+	if err != nil {
+		return time.Time{}, err
 	}
+	e.restoreIdentities(f, v, several)
+	for _, t := range todo {
+		t.load(f.WrittenAt)
+	}
+	return f.WrittenAt, nil
+}
+
+// restore is one resource of a snapshot, checked against the config.
+type restore struct {
+	r   *warmfile.Resource
+	res *resource
+	// parts: the watchers restored and what each resumes from: one of
+	// no cluster, or one per cluster of the snapshot that the config
+	// reads for the resource; partial: the snapshot holds parts of
+	// clusters that are not restored.
+	parts   []*watcher
+	rvs     []warmfile.Part
+	partial bool
+}
+
+// restoresOf checks each resource of snapshot f against the view's config
+// (its indexes, their bounds, each part's resourceVersion), and returns
+// what to restore, or why the snapshot cannot be used.
+func restoresOf(f *warmfile.File, v *view, several bool) ([]restore, error) {
 	var todo []restore
 	var bounds error
 	for i := range f.Resources {
 		r := &f.Resources[i]
 		res := v.byName[r.Name]
 		if res == nil {
-			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q is not in the config", r.Name)}
+			return nil, &SnapshotError{"config", fmt.Errorf("resource %q is not in the config", r.Name)}
 		}
 		if slices.ContainsFunc(todo, func(t restore) bool { return t.res == res }) {
-			return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("resource %q twice", r.Name)}
+			return nil, &SnapshotError{"corrupt", fmt.Errorf("resource %q twice", r.Name)}
 		}
 		p := res.plan
 		if len(r.Indexes) != len(p.Indexes) {
-			return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: %d indexes, the config has %d", r.Name, len(r.Indexes), len(p.Indexes))}
+			return nil, &SnapshotError{"config", fmt.Errorf("resource %q: %d indexes, the config has %d", r.Name, len(r.Indexes), len(p.Indexes))}
 		}
 		for i, name := range r.Indexes {
 			if name != p.Indexes[i].Name {
-				return time.Time{}, &SnapshotError{"config", fmt.Errorf("resource %q: index %q where the config has %q", r.Name, name, p.Indexes[i].Name)}
+				return nil, &SnapshotError{"config", fmt.Errorf("resource %q: index %q where the config has %q", r.Name, name, p.Indexes[i].Name)}
 			}
 		}
 		for i, ix := range p.Indexes {
@@ -463,7 +234,7 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 				if several {
 					what += fmt.Sprintf(", cluster %q", part.Cluster)
 				}
-				return time.Time{}, &SnapshotError{"corrupt", fmt.Errorf("%s: resourceVersion %q", what, part.ResourceVersion)}
+				return nil, &SnapshotError{"corrupt", fmt.Errorf("%s: resourceVersion %q", what, part.ResourceVersion)}
 			}
 			i := slices.IndexFunc(res.parts, func(w *watcher) bool { return w.clusterName == part.Cluster })
 			if i < 0 {
@@ -475,57 +246,65 @@ func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
 		todo = append(todo, t)
 	}
 	if bounds != nil {
-		return time.Time{}, &SnapshotError{"corrupt", bounds}
+		return nil, &SnapshotError{"corrupt", bounds}
 	}
-	if several {
-		for _, c := range f.Clusters {
-			// The config's name: c's strings alias the snapshot's data,
-			// which may be unmapped once loaded.
-			i := slices.IndexFunc(v.plan.Clusters, func(pc compiled.Cluster) bool { return pc.Name == c.Name })
-			if i < 0 {
-				e.log.Info("the snapshot's part of a cluster that the config no longer reads is not restored", "clusterName", strings.Clone(c.Name))
-				continue
-			}
-			id := e.identOf(v.plan.Clusters[i].Name)
-			id.mu.Lock()
-			id.snapshot = strings.Clone(c.Identity)
-			id.mu.Unlock()
-		}
-	} else {
+	return todo, nil
+}
+
+// restoreIdentities keeps the identity of each cluster that snapshot f was
+// written from, for each watch to check before it resumes.
+func (e *Engine) restoreIdentities(f *warmfile.File, v *view, several bool) {
+	if !several {
 		e.ident.mu.Lock()
 		e.ident.snapshot = strings.Clone(f.Cluster)
 		e.ident.mu.Unlock()
+		return
 	}
-	for _, t := range todo {
-		if len(t.parts) == 0 {
+	for _, c := range f.Clusters {
+		// The config's name: c's strings alias the snapshot's data,
+		// which may be unmapped once loaded.
+		i := slices.IndexFunc(v.plan.Clusters, func(pc compiled.Cluster) bool { return pc.Name == c.Name })
+		if i < 0 {
+			e.log.Info("the snapshot's part of a cluster that the config no longer reads is not restored", "clusterName", strings.Clone(c.Name))
 			continue
 		}
-		var keep func(key string) bool
-		if t.partial {
-			prefixes := make([]string, len(t.parts))
-			for i, w := range t.parts {
-				prefixes[i] = w.keyPrefix
-			}
-			keep = func(key string) bool {
-				return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
-			}
-		}
-		loaded := restoreFrom(t.res.src, t.r, len(t.res.plan.Fields) > 0, keep, t.parts[0].log)
+		id := e.identOf(v.plan.Clusters[i].Name)
+		id.mu.Lock()
+		id.snapshot = strings.Clone(c.Identity)
+		id.mu.Unlock()
+	}
+}
+
+// load fills the resource's source from the snapshot and tells each
+// restored watcher where it resumes from.
+func (t restore) load(writtenAt time.Time) {
+	if len(t.parts) == 0 {
+		return
+	}
+	var keep func(key string) bool
+	if t.partial {
+		prefixes := make([]string, len(t.parts))
 		for i, w := range t.parts {
-			part := t.rvs[i]
-			w.loaded = loaded
-			rv := strings.Clone(part.ResourceVersion)
-			w.restored, w.restoredRelist, w.resumeRV, w.restoredAt = true, part.Relist, rv, f.WrittenAt
-			if part.Relist {
-				// An earlier definition's data: answered, stale, until a list.
-				w.resumeRV = ""
-			}
-			w.rv.Store(&rv)
-			w.count.Store(int64(part.Objects))
-			w.log.Info("restored from the snapshot", "objects", part.Objects, "resourceVersion", rv, "relist", part.Relist)
+			prefixes[i] = w.keyPrefix
+		}
+		keep = func(key string) bool {
+			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 		}
 	}
-	return f.WrittenAt, nil
+	loaded := restoreFrom(t.res.src, t.r, len(t.res.plan.Fields) > 0, keep, t.parts[0].log)
+	for i, w := range t.parts {
+		part := t.rvs[i]
+		w.loaded = loaded
+		rv := strings.Clone(part.ResourceVersion)
+		w.restored, w.restoredRelist, w.resumeRV, w.restoredAt = true, part.Relist, rv, writtenAt
+		if part.Relist {
+			// An earlier definition's data: answered, stale, until a list.
+			w.resumeRV = ""
+		}
+		w.rv.Store(&rv)
+		w.count.Store(int64(part.Objects))
+		w.log.Info("restored from the snapshot", "objects", part.Objects, "resourceVersion", rv, "relist", part.Relist)
+	}
 }
 
 // restoreFrom loads a resource of a snapshot into its source: its tables
@@ -578,180 +357,6 @@ func restoreFrom(src *indexer.Source, r *warmfile.Resource, fields bool, keep fu
 		return objs
 	}
 	return src.Load(r.Strings, indexes, r.Objects, payloads, objects)
-}
-
-// loadWarmFile restores the snapshot of Options.SnapshotDir, if there is
-// one that fits, and records how.
-func (e *Engine) loadWarmFile() {
-	path := filepath.Join(e.warm.dir, SnapshotFile)
-	e.removeTemporaries()
-	start := time.Now()
-	outcome, reason := "warm", ""
-	var writtenAt time.Time
-	data, release, err := mapFile(path)
-	read := time.Since(start)
-	if err == nil {
-		writtenAt, err = e.RestoreSnapshot(data)
-		// The restored sources read data until they can be written.
-		v, _ := e.view()
-		var loading []<-chan struct{}
-		for _, w := range v.watchers {
-			if w.loaded != nil {
-				loading = append(loading, w.loaded)
-			}
-		}
-		go func() {
-			for _, ch := range loading {
-				<-ch
-			}
-			release()
-		}()
-	} else if errors.Is(err, fs.ErrNotExist) {
-		err = &SnapshotError{"missing", fmt.Errorf("no snapshot at %s", path)}
-	} else {
-		err = &SnapshotError{"unreadable", err}
-	}
-	if err != nil {
-		outcome, reason = "cold", "corrupt"
-		var se *SnapshotError
-		if errors.As(err, &se) {
-			reason = se.Reason
-		}
-		// No snapshot is what a first start finds: normal, so INFO; one
-		// that cannot be used is worth a WARN.
-		if reason == "missing" {
-			e.log.Info("no snapshot yet: cold start (a first start; snapshots are written from now on)", "path", path)
-		} else {
-			e.log.Warn("snapshot ignored: cold start", "path", path, "reason", reason, "error", err.Error())
-		}
-	} else {
-		e.log.Info("warm start from the snapshot", "path", path, "bytes", len(data), "writtenAt", writtenAt.UTC().Format(time.RFC3339),
-			"age", time.Since(writtenAt).Round(time.Millisecond).String(), "took", time.Since(start).Round(time.Microsecond).String(),
-			"read", read.Round(time.Microsecond).String())
-	}
-	// Each cluster's part, of a config that reads several: warm when
-	// restored, cold when the snapshot has none of it.
-	var clusters []ClusterLoad
-	if v, _ := e.view(); v.plan != nil && len(v.plan.Clusters) > 0 {
-		for _, c := range v.plan.Clusters {
-			cl := ClusterLoad{Name: c.Name, Load: "cold", LoadReason: reason}
-			if outcome == "warm" {
-				cl.LoadReason = "missing"
-				if slices.ContainsFunc(v.watchers, func(w *watcher) bool { return w.clusterName == c.Name && w.restored }) {
-					cl.Load, cl.LoadReason = "warm", ""
-				} else {
-					e.log.Info("the snapshot has no part of the cluster: it starts cold", "clusterName", c.Name)
-				}
-			}
-			clusters = append(clusters, cl)
-		}
-		if outcome == "warm" && !slices.ContainsFunc(clusters, func(c ClusterLoad) bool { return c.Load == "warm" }) {
-			// A snapshot of none of the clusters the config reads.
-			outcome, reason, writtenAt = "cold", "missing", time.Time{}
-		}
-	}
-	e.warm.mu.Lock()
-	e.warm.status.Load, e.warm.status.LoadReason = outcome, reason
-	e.warm.status.Clusters = clusters
-	if !writtenAt.IsZero() {
-		e.warm.status.WrittenAt = writtenAt
-	}
-	e.warm.mu.Unlock()
-}
-
-// removeTemporaries removes the temporary files that writes killed
-// midway left in Options.SnapshotDir (the folder is the engine's alone).
-func (e *Engine) removeTemporaries() {
-	tmps, _ := filepath.Glob(filepath.Join(e.warm.dir, warmFileTemp))
-	for _, p := range tmps {
-		if err := os.Remove(p); err != nil {
-			e.log.Warn("cannot remove a snapshot's temporary file", "path", p, "error", err.Error())
-			continue
-		}
-		e.log.Info("removed the temporary file of an unfinished snapshot write", "path", p)
-	}
-}
-
-// warmFileTemp is the pattern of the temporary files of snapshot writes.
-const warmFileTemp = ".snapshot-*"
-
-// writeWarmFile writes a snapshot to Options.SnapshotDir atomically: a
-// temporary file in the same folder, synced, renamed over the last one.
-func (e *Engine) writeWarmFile() error {
-	e.warm.mu.Lock()
-	defer e.warm.mu.Unlock()
-	start := time.Now()
-	n, size, err := e.writeWarmFileTo(e.warm.dir)
-	st := &e.warm.status
-	if errors.Is(err, ErrNothingToSnapshot) {
-		e.log.Debug("no snapshot written: no resource has synced yet")
-		return err // the last snapshot, if any, stays
-	}
-	if err != nil {
-		st.WriteErrors++
-		st.WriteError = err.Error()
-		e.log.Warn("snapshot not written", "dir", e.warm.dir, "error", err.Error())
-		return err
-	}
-	st.Writes++
-	st.WriteError = ""
-	st.WrittenAt, st.WriteDuration, st.Bytes, st.Objects = start, time.Since(start), size, n
-	e.log.Debug("snapshot written", "objects", n, "bytes", size, "took", st.WriteDuration.String())
-	return nil
-}
-
-func (e *Engine) writeWarmFileTo(dir string) (objects int, size int64, err error) {
-	tmp, err := os.CreateTemp(dir, warmFileTemp) // mode 0600
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 256<<10)
-	if objects, err = e.WriteSnapshot(bw); err != nil {
-		return 0, 0, err
-	}
-	if err = bw.Flush(); err != nil {
-		return 0, 0, err
-	}
-	if err = tmp.Sync(); err != nil {
-		return 0, 0, err
-	}
-	st, err := tmp.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	if err = tmp.Close(); err != nil {
-		return 0, 0, err
-	}
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, SnapshotFile)); err != nil {
-		return 0, 0, err
-	}
-	// The rename is durable once the folder is synced.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return objects, st.Size(), nil
-}
-
-// writeWarmFiles writes a snapshot every interval until ctx ends; Start
-// writes the last one once the watches have stopped.
-func (e *Engine) writeWarmFiles(ctx context.Context) {
-	t := time.NewTicker(e.warm.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = e.writeWarmFile()
-		}
-	}
 }
 
 // Stale reports whether some resource answers from a snapshot and has not
