@@ -35,53 +35,8 @@ import (
 // with it (see Snapshot.Meta). Reconfigure returns the handles of the retired indexes.
 // Nothing is changed when specs are invalid (a name declared twice).
 func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*Source, next *Snapshot) any) (retired []Index, err error) {
-	srcSeen, ixSeen := map[string]bool{}, map[string]bool{}
-	for _, spec := range specs {
-		if srcSeen[spec.Name] {
-			return nil, fmt.Errorf("source %q declared twice", spec.Name)
-		}
-		srcSeen[spec.Name] = true
-		for _, name := range spec.Indexes {
-			if ixSeen[name] {
-				return nil, fmt.Errorf("index %q declared twice", name)
-			}
-			ixSeen[name] = true
-		}
-		backs := map[string]string{}
-		for primary, fb := range spec.Fallbacks {
-			switch {
-			case !slices.Contains(spec.Indexes, primary):
-				return nil, fmt.Errorf("source %q: index %q has a fallback but is not one of its indexes", spec.Name, primary)
-			case !slices.Contains(spec.Indexes, fb):
-				return nil, fmt.Errorf("source %q: fallback %q of index %q is not one of its indexes", spec.Name, fb, primary)
-			case primary == fb:
-				return nil, fmt.Errorf("source %q: index %q is its own fallback", spec.Name, fb)
-			case spec.Fallbacks[fb] != "":
-				return nil, fmt.Errorf("source %q: fallback %q of index %q has a fallback of its own", spec.Name, fb, primary)
-			case backs[fb] != "":
-				return nil, fmt.Errorf("source %q: %q is the fallback of both %q and %q", spec.Name, fb, backs[fb], primary)
-			}
-			backs[fb] = primary
-		}
-		for _, name := range spec.Unique {
-			switch {
-			case !slices.Contains(spec.Indexes, name):
-				return nil, fmt.Errorf("source %q: unique index %q is not one of its indexes", spec.Name, name)
-			case spec.Fallbacks[name] != "" || spec.Hints[name] != "" || backs[name] != "" || slices.Contains(slices.Collect(maps.Values(spec.Hints)), name):
-				return nil, fmt.Errorf("source %q: unique index %q has a fallback or hints, or is one", spec.Name, name)
-			}
-		}
-		for primary, h := range spec.Hints {
-			switch {
-			case !slices.Contains(spec.Indexes, primary):
-				return nil, fmt.Errorf("source %q: index %q has hints but is not one of its indexes", spec.Name, primary)
-			case !slices.Contains(spec.Indexes, h):
-				return nil, fmt.Errorf("source %q: hints %q of index %q is not one of its indexes", spec.Name, h, primary)
-			case primary == h || backs[h] != "" || spec.Fallbacks[h] != "" || spec.Hints[h] != "":
-				return nil, fmt.Errorf("source %q: hints %q of index %q serve another index or have companions of their own", spec.Name, h, primary)
-			}
-			backs[h] = primary
-		}
+	if err := checkSpecs(specs); err != nil {
+		return nil, err
 	}
 
 	s.wide.Lock()
@@ -163,30 +118,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 	}
 	s.srcName = srcNames
 	heads := slices.Clip(slices.Clone(s.heads))
-	next.conf = &config{names: names, heads: heads}
-	for _, spec := range specs {
-		if len(spec.Fallbacks)+len(spec.Hints) > 0 && next.conf.companionOf == nil {
-			next.conf.fallback, next.conf.hints, next.conf.companionOf = map[int]int{}, map[int]int{}, map[int]int{}
-		}
-		for primary, fb := range spec.Fallbacks {
-			next.conf.fallback[names[primary]] = names[fb]
-			next.conf.companionOf[names[fb]] = names[primary]
-		}
-		for primary, h := range spec.Hints {
-			next.conf.hints[names[primary]] = names[h]
-			next.conf.companionOf[names[h]] = names[primary]
-		}
-	}
-	next.conf.served, next.conf.companion = make([]bool, len(heads)), make([]bool, len(heads))
-	for id := range next.conf.companionOf {
-		next.conf.companion[id] = true
-	}
-	for id := range next.conf.fallback {
-		next.conf.served[id] = true
-	}
-	for id := range next.conf.hints {
-		next.conf.served[id] = true
-	}
+	next.conf = configOf(specs, names, heads)
 	if meta != nil {
 		live := make(map[string]*Source, len(srcNames))
 		for name, id := range srcNames {
@@ -199,6 +131,91 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		s.sources[id].tellConflicts()
 	}
 	return retired, nil
+}
+
+// checkSpecs checks a layout before Reconfigure touches anything: names
+// unique, and each fallback, hints and unique index one of its source's
+// indexes, serving one index, with no companions of its own.
+func checkSpecs(specs []SourceSpec) error {
+	srcSeen, ixSeen := map[string]bool{}, map[string]bool{}
+	for _, spec := range specs {
+		if srcSeen[spec.Name] {
+			return fmt.Errorf("source %q declared twice", spec.Name)
+		}
+		srcSeen[spec.Name] = true
+		for _, name := range spec.Indexes {
+			if ixSeen[name] {
+				return fmt.Errorf("index %q declared twice", name)
+			}
+			ixSeen[name] = true
+		}
+		backs := map[string]string{}
+		for primary, fb := range spec.Fallbacks {
+			switch {
+			case !slices.Contains(spec.Indexes, primary):
+				return fmt.Errorf("source %q: index %q has a fallback but is not one of its indexes", spec.Name, primary)
+			case !slices.Contains(spec.Indexes, fb):
+				return fmt.Errorf("source %q: fallback %q of index %q is not one of its indexes", spec.Name, fb, primary)
+			case primary == fb:
+				return fmt.Errorf("source %q: index %q is its own fallback", spec.Name, fb)
+			case spec.Fallbacks[fb] != "":
+				return fmt.Errorf("source %q: fallback %q of index %q has a fallback of its own", spec.Name, fb, primary)
+			case backs[fb] != "":
+				return fmt.Errorf("source %q: %q is the fallback of both %q and %q", spec.Name, fb, backs[fb], primary)
+			}
+			backs[fb] = primary
+		}
+		for _, name := range spec.Unique {
+			switch {
+			case !slices.Contains(spec.Indexes, name):
+				return fmt.Errorf("source %q: unique index %q is not one of its indexes", spec.Name, name)
+			case spec.Fallbacks[name] != "" || spec.Hints[name] != "" || backs[name] != "" || slices.Contains(slices.Collect(maps.Values(spec.Hints)), name):
+				return fmt.Errorf("source %q: unique index %q has a fallback or hints, or is one", spec.Name, name)
+			}
+		}
+		for primary, h := range spec.Hints {
+			switch {
+			case !slices.Contains(spec.Indexes, primary):
+				return fmt.Errorf("source %q: index %q has hints but is not one of its indexes", spec.Name, primary)
+			case !slices.Contains(spec.Indexes, h):
+				return fmt.Errorf("source %q: hints %q of index %q is not one of its indexes", spec.Name, h, primary)
+			case primary == h || backs[h] != "" || spec.Fallbacks[h] != "" || spec.Hints[h] != "":
+				return fmt.Errorf("source %q: hints %q of index %q serve another index or have companions of their own", spec.Name, h, primary)
+			}
+			backs[h] = primary
+		}
+	}
+	return nil
+}
+
+// configOf is the configuration of a layout: index ids by name, and each
+// index's companions (fallback, hints).
+func configOf(specs []SourceSpec, names map[string]int, heads []*atomic.Pointer[indexSnap]) *config {
+	conf := &config{names: names, heads: heads}
+	for _, spec := range specs {
+		if len(spec.Fallbacks)+len(spec.Hints) > 0 && conf.companionOf == nil {
+			conf.fallback, conf.hints, conf.companionOf = map[int]int{}, map[int]int{}, map[int]int{}
+		}
+		for primary, fb := range spec.Fallbacks {
+			conf.fallback[names[primary]] = names[fb]
+			conf.companionOf[names[fb]] = names[primary]
+		}
+		for primary, h := range spec.Hints {
+			conf.hints[names[primary]] = names[h]
+			conf.companionOf[names[h]] = names[primary]
+		}
+	}
+	conf.served, conf.companion = make([]bool, len(heads)), make([]bool, len(heads))
+	for id := range conf.companionOf {
+		conf.companion[id] = true
+	}
+	for id := range conf.fallback {
+		conf.served[id] = true
+	}
+	for id := range conf.hints {
+		conf.served[id] = true
+	}
+	return conf
 }
 
 // lockSources takes the writer lock of every source, by id, and returns

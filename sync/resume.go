@@ -69,44 +69,15 @@ func (w *watcher) resume(ctx context.Context) bool {
 			return true // the resync period is up: list
 		}
 		var err error
+		var list bool
 		if !identified && w.cluster != nil {
-			var verdict clusterVerdict
-			verdict, err = w.cluster(wctx)
-			if err != nil && ctx.Err() == nil {
-				w.fail(fmt.Errorf("read the cluster's identity: %w", err))
-			}
-			switch {
-			case err != nil:
-			case verdict == clusterSame:
-				identified = true
-			default: // logged by checkCluster, once for all resources
+			if identified, list, err = w.identify(ctx, wctx); list {
 				return true
 			}
 		}
 		if err == nil && !checked {
-			var current string
-			current, err = w.currentVersion(wctx)
-			switch {
-			case err == nil:
-				checked, target = true, current
-				if _, perr := strconv.ParseUint(current, 10, 64); perr != nil {
-					// Not an etcd revision: no way to tell when a watch
-					// has reached it.
-					w.log.Info("the apiserver's resourceVersion is not a number: listing", "apiserver", current)
-					return true
-				}
-				if newer(rv, current) {
-					w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
-						"resourceVersion", rv, "apiserver", current)
-					return true
-				}
-				if rv == current {
-					w.caughtUp(rv) // nothing changed since the snapshot
-				}
-			case errors.Is(err, errNoProbe):
-				checked = true // an apiserver without it: caught up at the first bookmark
-				w.log.Info("cannot ask the apiserver for its resourceVersion: stale until the first bookmark", "error", err.Error())
-				err = nil
+			if checked, target, list, err = w.probeVersion(wctx, rv); list {
+				return true
 			}
 		}
 		if err == nil {
@@ -166,6 +137,54 @@ func (w *watcher) resume(ctx context.Context) bool {
 		case <-time.After(delay.Step()):
 		}
 	}
+}
+
+// identify reads the identity of the watcher's cluster: the one the
+// snapshot was written from (same), another (list: the snapshot is not
+// resumed there), or an error, recorded, to try again.
+func (w *watcher) identify(ctx, wctx context.Context) (same, list bool, err error) {
+	verdict, err := w.cluster(wctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.fail(fmt.Errorf("read the cluster's identity: %w", err))
+		}
+		return false, false, err
+	}
+	if verdict == clusterSame {
+		return true, false, nil
+	}
+	return false, true, nil // logged by checkCluster, once for all resources
+}
+
+// probeVersion asks the apiserver for its current resourceVersion: target, which
+// the resumed watch from rv must reach ("" when the apiserver cannot tell:
+// the first bookmark counts). list: the snapshot cannot be resumed. An
+// error (not checked) is tried again.
+func (w *watcher) probeVersion(ctx context.Context, rv string) (checked bool, target string, list bool, err error) {
+	current, err := w.currentVersion(ctx)
+	switch {
+	case err == nil:
+		if _, perr := strconv.ParseUint(current, 10, 64); perr != nil {
+			// Not an etcd revision: no way to tell when a watch has
+			// reached it.
+			w.log.Info("the apiserver's resourceVersion is not a number: listing", "apiserver", current)
+			return true, current, true, nil
+		}
+		if newer(rv, current) {
+			w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
+				"resourceVersion", rv, "apiserver", current)
+			return true, current, true, nil
+		}
+		if rv == current {
+			w.caughtUp(rv) // nothing changed since the snapshot
+		}
+		return true, current, false, nil
+	case errors.Is(err, errNoProbe):
+		// An apiserver without it: caught up at the first bookmark.
+		w.log.Info("cannot ask the apiserver for its resourceVersion: stale until the first bookmark", "error", err.Error())
+		return true, "", false, nil
+	}
+	return false, "", false, err
 }
 
 // errNoProbe: the apiserver cannot tell its current resourceVersion by a

@@ -69,61 +69,16 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		problems = append(problems, schema.Problems(err)...)
 	}
 	// Each cluster's kubeconfig file must be there and name a cluster.
-	clusterConfigs := map[string]*rest.Config{}
-	for i, c := range compiled.Of(plan).Clusters {
-		if c.Kubeconfig == "" {
-			continue
-		}
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
-			&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
-		if err != nil {
-			problems = append(problems, fmt.Errorf("clusters[%d].kubeconfig: %s: %v", i, c.Kubeconfig, err))
-			continue
-		}
-		clusterConfigs[c.Name] = cfg
-	}
+	clusterConfigs, errs := clusterKubeconfigs(plan)
+	problems = append(problems, errs...)
 	if *checkCluster {
 		own, _, err := kube.restConfig()
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
 			return exitError{1}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		checks := []struct {
-			name string
-			cfg  *rest.Config
-		}{{"", own}}
-		if cs := compiled.Of(plan).Clusters; len(cs) > 0 {
-			checks = nil
-			for _, c := range cs {
-				cfg := own
-				if c.Kubeconfig != "" {
-					if cfg = clusterConfigs[c.Name]; cfg == nil {
-						continue // its kubeconfig is a problem already
-					}
-				}
-				checks = append(checks, struct {
-					name string
-					cfg  *rest.Config
-				}{c.Name, cfg})
-			}
-		}
-		for _, c := range checks {
-			n, err := cluster.CheckClusterNamed(ctx, plan, c.name, c.cfg, crds)
-			if c.name != "" {
-				for i := range n {
-					n[i] = "cluster " + c.name + ": " + n[i]
-				}
-				for _, p := range schema.Problems(err) {
-					problems = append(problems, fmt.Errorf("cluster %s: %w", c.name, p))
-				}
-			} else {
-				problems = append(problems, schema.Problems(err)...)
-			}
-			notes = append(notes, n...)
-		}
+		n, errs := checkClusters(plan, own, clusterConfigs, crds)
+		notes, problems = append(notes, n...), append(problems, errs...)
 	}
 	unchecked := 0
 	if !*checkCluster {
@@ -152,6 +107,19 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		}
 		printChanges(stdout, schema.Compare(old, plan))
 	}
+	where := ""
+	switch {
+	case *checkCluster:
+		where = " (checked against the cluster)"
+	case unchecked > 0:
+		where = fmt.Sprintf(" (paths of %s not checked: see the note; --cluster checks them)", plural(unchecked, "resource", "resources"))
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s%s\n", *config, counts(plan), where)
+	return nil
+}
+
+// counts says how many resources, indexes and chains plan has.
+func counts(plan *schema.Plan) string {
 	indexes := 0
 	for _, r := range compiled.Of(plan).Resources {
 		for _, ix := range r.Indexes {
@@ -160,16 +128,69 @@ func validate(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	where := ""
-	switch {
-	case *checkCluster:
-		where = " (checked against the cluster)"
-	case unchecked > 0:
-		where = fmt.Sprintf(" (paths of %s not checked: see the note; --cluster checks them)", plural(unchecked, "resource", "resources"))
+	return fmt.Sprintf("%s, %s, %s", plural(len(compiled.Of(plan).Resources), "resource", "resources"),
+		plural(indexes, "index", "indexes"), plural(len(compiled.Of(plan).Chains), "chain", "chains"))
+}
+
+// clusterKubeconfigs reads the kubeconfig of each cluster that names one:
+// the REST config of each, and a problem for each that cannot be read.
+func clusterKubeconfigs(plan *schema.Plan) (map[string]*rest.Config, []error) {
+	configs := map[string]*rest.Config{}
+	var problems []error
+	for i, c := range compiled.Of(plan).Clusters {
+		if c.Kubeconfig == "" {
+			continue
+		}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+		if err != nil {
+			problems = append(problems, fmt.Errorf("clusters[%d].kubeconfig: %s: %v", i, c.Kubeconfig, err))
+			continue
+		}
+		configs[c.Name] = cfg
 	}
-	fmt.Fprintf(stdout, "%s: valid: %s, %s, %s%s\n", *config, plural(len(compiled.Of(plan).Resources), "resource", "resources"),
-		plural(indexes, "index", "indexes"), plural(len(compiled.Of(plan).Chains), "chain", "chains"), where)
-	return nil
+	return configs, problems
+}
+
+// checkClusters checks plan against each cluster it reads (own, without
+// clusters:), each through its kubeconfig (configs) or own: what each
+// cluster's notes and problems are, prefixed by its name.
+func checkClusters(plan *schema.Plan, own *rest.Config, configs map[string]*rest.Config, crds []*cluster.CRD) (notes []string, problems []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type check struct {
+		name string
+		cfg  *rest.Config
+	}
+	checks := []check{{"", own}}
+	if cs := compiled.Of(plan).Clusters; len(cs) > 0 {
+		checks = nil
+		for _, c := range cs {
+			cfg := own
+			if c.Kubeconfig != "" {
+				if cfg = configs[c.Name]; cfg == nil {
+					continue // its kubeconfig is a problem already
+				}
+			}
+			checks = append(checks, check{c.Name, cfg})
+		}
+	}
+	for _, c := range checks {
+		n, err := cluster.CheckClusterNamed(ctx, plan, c.name, c.cfg, crds)
+		if c.name != "" {
+			for i := range n {
+				n[i] = "cluster " + c.name + ": " + n[i]
+			}
+			for _, p := range schema.Problems(err) {
+				problems = append(problems, fmt.Errorf("cluster %s: %w", c.name, p))
+			}
+		} else {
+			problems = append(problems, schema.Problems(err)...)
+		}
+		notes = append(notes, n...)
+	}
+	return notes, problems
 }
 
 // printChanges prints what a reload does, one line per kind of change.

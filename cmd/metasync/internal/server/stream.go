@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -117,68 +118,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 	// 503 at two checks in a row, a heartbeat period apart, ends: a
 	// caller's streams outlive the last review that worked by at most that
 	// verdict's life and two heartbeat periods (and the reviews' timeouts).
-	var recheck func() int
+	access := streamAccess{heartbeat: s.heartbeat, checked: time.Now()}
 	if c, ok := auth.CallerFrom(r.Context()); ok {
-		recheck = c.Recheck
+		access.recheck = c.Recheck
 	}
-	checked := time.Now()
-	var failingSince time.Time
 	stale := false // the last frame sent said "stale"
 	for {
-		if recheck != nil && time.Since(checked) >= s.heartbeat {
-			checked = time.Now()
-			switch code := recheck(); {
-			case code == 0:
-				failingSince = time.Time{}
-			case code == http.StatusUnauthorized || code == http.StatusForbidden:
-				s.log.Info("stream ended: the caller is no longer authorized", "path", r.URL.Path, "status", code)
-				return
-			case failingSince.IsZero():
-				failingSince = checked
-			case checked.Sub(failingSince) >= s.heartbeat:
-				s.log.Info("stream ended: the caller's access cannot be reviewed", "path", r.URL.Path, "status", code,
-					"failing_for", checked.Sub(failingSince).Round(time.Millisecond).String())
-				return
-			}
+		if !access.still(s.log, r.URL.Path) {
+			return
 		}
-		wait, done := context.WithTimeout(ctx, s.heartbeat)
-		if stale {
-			// The client holds answers marked stale: once the daemon
-			// has caught up, it hears so at once, from a heartbeat
-			// without "stale", not a heartbeat period later.
-			changed := s.engine.StaleChanged()
-			if !s.engine.Stale() {
-				done()
-			} else {
-				go func() {
-					select {
-					case <-changed:
-						done()
-					case <-wait.Done():
-					}
-				}()
-			}
-		}
-		ev, err := sub.Next(wait)
-		done()
-		var f wire.Frame
-		switch {
-		case err == nil:
-			f = s.frameOf(t, ev)
-		case ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
-			f = wire.Frame{Type: wire.FrameHeartbeat, Version: sub.Version()}
-		default:
+		f, ok := s.nextFrame(ctx, sub, t, stale)
+		if !ok {
 			return // the client went, or the server drains
-		}
-		f.Stale = s.engine.Stale()
-		if f.Type != wire.FrameGone {
-			cs := s.engine.ClusterStates(t)
-			if t.Cluster != "" {
-				// One cluster's part: that cluster's stale (cs holds
-				// that cluster alone).
-				f.Stale = cs[t.Cluster].Stale
-			}
-			f.Clusters = wireClusters(cs)
 		}
 		stale = f.Stale
 		buf.Reset()
@@ -200,6 +151,81 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t msync.Target) 
 			return // a reload removed the target
 		}
 	}
+}
+
+// streamAccess re-checks a stream's caller each heartbeat period (see
+// Server.stream).
+type streamAccess struct {
+	recheck      func() int // nil: no --auth
+	heartbeat    time.Duration
+	checked      time.Time
+	failingSince time.Time
+}
+
+// still reports whether the stream may go on, and logs why not.
+func (a *streamAccess) still(log *slog.Logger, path string) bool {
+	if a.recheck == nil || time.Since(a.checked) < a.heartbeat {
+		return true
+	}
+	a.checked = time.Now()
+	switch code := a.recheck(); {
+	case code == 0:
+		a.failingSince = time.Time{}
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		log.Info("stream ended: the caller is no longer authorized", "path", path, "status", code)
+		return false
+	case a.failingSince.IsZero():
+		a.failingSince = a.checked
+	case a.checked.Sub(a.failingSince) >= a.heartbeat:
+		log.Info("stream ended: the caller's access cannot be reviewed", "path", path, "status", code,
+			"failing_for", a.checked.Sub(a.failingSince).Round(time.Millisecond).String())
+		return false
+	}
+	return true
+}
+
+// nextFrame is the stream's next frame: the subscription's next event, or a
+// heartbeat after a heartbeat period without one. A client that holds
+// answers marked stale (stale) hears at once, from a heartbeat without
+// "stale", that the daemon has caught up, not a heartbeat period later.
+// ok is false when the client went or the server drains.
+func (s *Server) nextFrame(ctx context.Context, sub *msync.Subscription, t msync.Target, stale bool) (f wire.Frame, ok bool) {
+	wait, done := context.WithTimeout(ctx, s.heartbeat)
+	if stale {
+		changed := s.engine.StaleChanged()
+		if !s.engine.Stale() {
+			done()
+		} else {
+			go func() {
+				select {
+				case <-changed:
+					done()
+				case <-wait.Done():
+				}
+			}()
+		}
+	}
+	ev, err := sub.Next(wait)
+	done()
+	switch {
+	case err == nil:
+		f = s.frameOf(t, ev)
+	case ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		f = wire.Frame{Type: wire.FrameHeartbeat, Version: sub.Version()}
+	default:
+		return f, false
+	}
+	f.Stale = s.engine.Stale()
+	if f.Type != wire.FrameGone {
+		cs := s.engine.ClusterStates(t)
+		if t.Cluster != "" {
+			// One cluster's part: that cluster's stale (cs holds that
+			// cluster alone).
+			f.Stale = cs[t.Cluster].Stale
+		}
+		f.Clusters = wireClusters(cs)
+	}
+	return f, true
 }
 
 // frameType is the frame of each event.
