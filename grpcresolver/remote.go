@@ -96,12 +96,7 @@ func remoteHome(ctx context.Context, base string, o options) (string, error) {
 	default:
 		return "", fmt.Errorf("GET /v1/clusters: %s", resp.Status)
 	}
-	var cs struct {
-		Clusters []struct {
-			Name string `json:"name"`
-			Home bool   `json:"home"`
-		} `json:"clusters"`
-	}
+	var cs wire.Clusters
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&cs); err != nil {
 		return "", fmt.Errorf("GET /v1/clusters: %w", err)
 	}

@@ -106,38 +106,38 @@ func (r *resource) lead() *watcher { return r.parts[0] }
 
 // ClusterState is the state of one cluster's part of an answer.
 type ClusterState struct {
-	Synced bool `json:"synced"`
-	Stale  bool `json:"stale"`
+	Synced bool
+	Stale  bool
 }
 
 // ClusterStatus is the state of one cluster of a plan that reads several
 // (GET /v1/clusters).
 type ClusterStatus struct {
-	Name     string `json:"name"`
-	Home     bool   `json:"home"`
-	Required bool   `json:"required"`
+	Name     string
+	Home     bool
+	Required bool
 	// Connected: every resource's watch of the cluster is established
 	// (or its last list or watch succeeded), none failing; true of a
 	// cluster that no resource entry reads.
-	Connected bool `json:"connected"`
+	Connected bool
 	// Synced: every resource of the cluster has completed a list.
-	Synced bool `json:"synced"`
+	Synced bool
 	// Stale: some resource of the cluster is cut off from it (its watch
 	// failing longer than Options.StaleAfter), answering what it last knew.
-	Stale bool `json:"stale"`
+	Stale bool
 	// LastContact is when the cluster last answered (the latest
 	// established watch or completed list of its resources); zero before.
-	LastContact time.Time `json:"lastContact,omitzero"`
-	Objects     int       `json:"objects"`
-	Error       string    `json:"error,omitempty"`
+	LastContact time.Time
+	Objects     int
+	Error       string
 	// KubeconfigRotations counts the cluster's kubeconfig files taken
 	// after the first (see Options.KubeconfigInterval);
 	// KubeconfigErrors those refused (unreadable, invalid, or refused by
 	// their apiserver), which keep the last good connection, and
 	// KubeconfigError the latest refusal since the last file taken.
-	KubeconfigRotations int64  `json:"kubeconfigRotations,omitempty"`
-	KubeconfigErrors    int64  `json:"kubeconfigErrors,omitempty"`
-	KubeconfigError     string `json:"kubeconfigError,omitempty"`
+	KubeconfigRotations int64
+	KubeconfigErrors    int64
+	KubeconfigError     string
 }
 
 // Clusters returns the state of each cluster, in config order; nil for a

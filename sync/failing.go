@@ -24,9 +24,9 @@ type ruleFailure struct {
 // RuleFailure is the last rule error of an index that still holds: the
 // object it failed for, what it said and when.
 type RuleFailure struct {
-	Object string    `json:"object"`
-	Error  string    `json:"error"`
-	At     time.Time `json:"at"`
+	Object string
+	Error  string
+	At     time.Time
 }
 
 // failingSet holds, per public index, the objects whose rule fails now.

@@ -60,33 +60,33 @@ var _ Reader = (*Engine)(nil)
 
 // IndexInfo describes one index.
 type IndexInfo struct {
-	Name     string `json:"name"`
-	Resource string `json:"resource"` // the resource entry that feeds it
-	Keys     int    `json:"keys"`
+	Name     string
+	Resource string // the resource entry that feeds it
+	Keys     int
 	// Synced: the resource has completed a list, so that an empty answer
 	// means "no values", not "not known yet".
-	Synced bool `json:"synced"`
+	Synced bool
 	// Stale: its resource answers from a snapshot that its watch has not
 	// caught up with yet (a warm start, see Stale), or what it last knew
 	// while its watch has failed longer than Options.StaleAfter.
-	Stale bool `json:"stale,omitempty"`
+	Stale bool
 	// Failing is the number of objects whose rule fails now for this
 	// index (they add nothing to it), LastRuleError the latest of those
 	// failures; nil when none fails.
-	Failing       int          `json:"failing,omitempty"`
-	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
+	Failing       int
+	LastRuleError *RuleFailure
 	// Unique: the index answers one object's values per key (the
 	// config's `unique`); Conflicts counts its keys claimed with
 	// different values by several objects (see Engine.Conflicts).
-	Unique    bool `json:"unique,omitempty"`
-	Conflicts int  `json:"conflicts,omitempty"`
+	Unique    bool
+	Conflicts int
 }
 
 // ChainInfo describes one chain.
 type ChainInfo struct {
-	Name    string   `json:"name"`
-	Indexes []string `json:"indexes"`
-	Synced  bool     `json:"synced"` // every index of the chain is synced
+	Name    string
+	Indexes []string
+	Synced  bool // every index of the chain is synced
 }
 
 // ObjectFields is one object's projected fields (its resource's `fields`).

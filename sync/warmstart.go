@@ -30,22 +30,22 @@ type SnapshotStatus struct {
 	// several clusters it is warm while some cluster's part is (see
 	// Clusters): cold "missing" when the snapshot has none of theirs,
 	// cold "cluster" once every part restored was dropped.
-	Load       string `json:"load,omitempty"`
-	LoadReason string `json:"loadReason,omitempty"`
+	Load       string
+	LoadReason string
 	// WrittenAt is when the newest snapshot written or loaded was
 	// written: its data is that old at most. Zero when there is none.
-	WrittenAt time.Time `json:"writtenAt,omitzero"`
+	WrittenAt time.Time
 	// The last write: how long it took, its size, and its error if it
 	// failed.
-	Writes        int64         `json:"writes"`
-	WriteErrors   int64         `json:"writeErrors"`
-	WriteDuration time.Duration `json:"writeDuration"`
-	Bytes         int64         `json:"bytes"`
-	Objects       int           `json:"objects"`
-	WriteError    string        `json:"writeError,omitempty"`
+	Writes        int64
+	WriteErrors   int64
+	WriteDuration time.Duration
+	Bytes         int64
+	Objects       int
+	WriteError    string
 	// Clusters, of a config that reads several, is how each cluster's
 	// part started, in config order; nil otherwise.
-	Clusters []ClusterLoad `json:"clusters,omitempty"`
+	Clusters []ClusterLoad
 }
 
 // ClusterLoad is how one cluster's part of the data started, of a config
@@ -56,9 +56,9 @@ type SnapshotStatus struct {
 // cluster: its identity changed; the part was dropped), or the reason of
 // the whole snapshot's cold start.
 type ClusterLoad struct {
-	Name       string `json:"name"`
-	Load       string `json:"load"`
-	LoadReason string `json:"loadReason,omitempty"`
+	Name       string
+	Load       string
+	LoadReason string
 }
 
 // setCluster records how a cluster's part started.

@@ -244,3 +244,70 @@ type TargetGroup struct {
 	Targets []string          `json:"targets"`
 	Labels  map[string]string `json:"labels"`
 }
+
+// ResourceHealth is one resource of GET /readyz?verbose.
+type ResourceHealth struct {
+	Name     string `json:"name"`
+	Cluster  string `json:"cluster,omitempty"`
+	Optional bool   `json:"optional,omitempty"`
+	Ready    bool   `json:"ready"`
+	Synced   bool   `json:"synced"`
+	Objects  int    `json:"objects"`
+	Reason   string `json:"reason,omitempty"`
+	Syncing  bool   `json:"syncing,omitempty"`
+	Stale    bool   `json:"stale,omitempty"`
+	// Indexes: each index of the resource, with the objects whose rule
+	// fails now and the latest of those failures.
+	Indexes []IndexHealth `json:"indexes,omitempty"`
+}
+
+// IndexHealth is one index of a ResourceHealth.
+type IndexHealth struct {
+	Name          string       `json:"name"`
+	Failing       int          `json:"failing"`
+	LastRuleError *RuleFailure `json:"lastRuleError,omitempty"`
+}
+
+// ConflictHealth is one unique index's keys in conflict, of GET
+// /readyz?verbose.
+type ConflictHealth struct {
+	Index string   `json:"index"`
+	Count int      `json:"count"`
+	Keys  []string `json:"keys"`
+}
+
+// XDSClient is what one connected xDS client holds, of GET
+// /v1/xds/clients: its node, and per resource type the names it asked
+// for, the version last sent, the last it acknowledged, and the last it
+// rejected with why.
+type XDSClient struct {
+	Node string `json:"node"`
+	// User is who the client authenticated as; Denied the access URLs
+	// of the targets it asked for and may not read (with an Authorizer).
+	User   string   `json:"user,omitempty"`
+	Denied []string `json:"denied,omitempty"`
+	// Unknown are the names it asked for that no index or chain answers
+	// (a misspelt target), each with why.
+	Unknown   []XDSUnknown       `json:"unknown,omitempty"`
+	Zone      string             `json:"zone,omitempty"`
+	Connected time.Time          `json:"connected"`
+	Types     map[string]XDSType `json:"types"`
+}
+
+// XDSType is one resource type of an XDSClient.
+type XDSType struct {
+	Names    []string `json:"names"`
+	Sent     string   `json:"sent,omitempty"`
+	Acked    string   `json:"acked,omitempty"`
+	Rejected string   `json:"rejected,omitempty"`
+	Why      string   `json:"why,omitempty"`
+}
+
+// XDSUnknown is a resource name that an xDS client asked for and that no
+// index or chain answers (a misspelt target).
+type XDSUnknown struct {
+	// Name is the resource name as the client asked for it.
+	Name string `json:"name"`
+	// Error says why, with the closest name that exists.
+	Error string `json:"error"`
+}

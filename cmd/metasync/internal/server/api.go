@@ -329,14 +329,20 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 		s.unknownIndex(w, "index", index)
 		return
 	}
-	if !validKey(w, key) {
+	s.answer(w, r, msync.KeyOf(index, key))
+}
+
+// answer answers a lookup of t, a key of an index or of a chain that
+// exists: once, explained (explain=true), or as a stream (watch=true),
+// narrowed to a zone or node and to a cluster as the query asks.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, t msync.Target) {
+	if !validKey(w, t.Key) {
 		return
 	}
 	at, ok := locality(w, r)
 	if !ok {
 		return
 	}
-	t := msync.KeyOf(index, key)
 	t.At = at
 	explain, ok := s.explaining(w, r)
 	if !ok {
@@ -356,6 +362,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	var ans msync.Answer
 	var steps []wire.Step
 	if explain {
+		if t.Chain != "" && !s.mayExplainChain(w, r, t.Chain) {
+			return
+		}
 		if !s.explainBudget(w, r) {
 			return
 		}
@@ -364,9 +373,36 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ans = s.engine.Answer(t)
 	}
-	s.count("index", index, ans.Values)
 	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Index: index, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters), Steps: steps})
+	out := wire.Lookup{Index: t.Index, Chain: t.Chain, Key: t.Key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters), Steps: steps}
+	if t.Chain != "" {
+		s.count("chain", t.Chain, ans.Values)
+	} else {
+		s.count("index", t.Index, ans.Values)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// mayExplainChain reports whether the caller may have chain explained:
+// the steps show each index's keys, values and objects, so a caller must
+// be allowed to read each index, not only the chain. It answers the
+// refusal.
+func (s *Server) mayExplainChain(w http.ResponseWriter, r *http.Request, chain string) bool {
+	for _, ch := range s.engine.Chains() {
+		if ch.Name != chain {
+			continue
+		}
+		for _, ix := range ch.Indexes {
+			if code, msg := mayGet(r, "/v1/indexes/"+ix+"/*"); code != 0 {
+				if code == http.StatusServiceUnavailable {
+					w.Header().Set("Retry-After", "1")
+				}
+				writeError(w, code, fmt.Sprintf("explain of chain %q shows its steps: it needs get on /v1/indexes/%s/* too: %s", chain, ix, msg))
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // objectsKey returns the key of a request for the objects behind a key
@@ -404,60 +440,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		s.unknownChain(w, chain)
 		return
 	}
-	if !validKey(w, key) {
-		return
-	}
-	at, ok := locality(w, r)
-	if !ok {
-		return
-	}
-	t := msync.ChainOf(chain, key)
-	t.At = at
-	explain, ok := s.explaining(w, r)
-	if !ok {
-		return
-	}
-	if s.inCluster(w, r, &t, explain) {
-		return
-	}
-	if watching(r) {
-		if explain {
-			writeError(w, http.StatusBadRequest, "explain=true and watch=true: explain answers once; drop one of them")
-			return
-		}
-		s.stream(w, r, t)
-		return
-	}
-	var ans msync.Answer
-	var steps []wire.Step
-	if explain {
-		// The steps show each index's keys, values and objects: a caller
-		// must be allowed to read each index, not only the chain.
-		for _, ch := range s.engine.Chains() {
-			if ch.Name != chain {
-				continue
-			}
-			for _, ix := range ch.Indexes {
-				if code, msg := mayGet(r, "/v1/indexes/"+ix+"/*"); code != 0 {
-					if code == http.StatusServiceUnavailable {
-						w.Header().Set("Retry-After", "1")
-					}
-					writeError(w, code, fmt.Sprintf("explain of chain %q shows its steps: it needs get on /v1/indexes/%s/* too: %s", chain, ix, msg))
-					return
-				}
-			}
-		}
-		if !s.explainBudget(w, r) {
-			return
-		}
-		x := s.engine.Explain(t)
-		ans, steps = x.Answer, wireSteps(x.Steps)
-	} else {
-		ans = s.engine.Answer(t)
-	}
-	s.count("chain", chain, ans.Values)
-	values := nonNil(ans.Values)
-	writeJSON(w, http.StatusOK, wire.Lookup{Chain: chain, Key: key, Values: &values, Synced: notSynced(ans.Synced), Stale: ans.Stale, Clusters: wireClusters(ans.Clusters), Steps: steps})
+	s.answer(w, r, msync.ChainOf(chain, key))
 }
 
 func (s *Server) count(kind, name string, values []string) {
@@ -472,27 +455,6 @@ func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-type resourceHealth struct {
-	Name     string `json:"name"`
-	Cluster  string `json:"cluster,omitempty"`
-	Optional bool   `json:"optional,omitempty"`
-	Ready    bool   `json:"ready"`
-	Synced   bool   `json:"synced"`
-	Objects  int    `json:"objects"`
-	Reason   string `json:"reason,omitempty"`
-	Syncing  bool   `json:"syncing,omitempty"`
-	Stale    bool   `json:"stale,omitempty"`
-	// Indexes: each index of the resource, with the objects whose rule
-	// fails now and the latest of those failures.
-	Indexes []indexHealth `json:"indexes,omitempty"`
-}
-
-type indexHealth struct {
-	Name          string             `json:"name"`
-	Failing       int                `json:"failing"`
-	LastRuleError *msync.RuleFailure `json:"lastRuleError,omitempty"`
-}
-
 // readyz is 200 once every resource is ready, else 503. Its short form
 // names the resources that are not ready with a generic word ("not
 // synced", "not ready"): it is open to anyone who can reach the port, and
@@ -505,18 +467,18 @@ type indexHealth struct {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, verbose := r.URL.Query()["verbose"]
 	ready := !s.stopping.Load()
-	var resources []resourceHealth
+	var resources []wire.ResourceHealth
 	var reasons []string
 	if !ready {
 		reasons = append(reasons, "shutting down")
 	}
 	for _, st := range s.engine.Status() {
-		rh := resourceHealth{Name: st.Name, Cluster: st.Cluster, Optional: st.Optional, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale}
+		rh := wire.ResourceHealth{Name: st.Name, Cluster: st.Cluster, Optional: st.Optional, Ready: st.Ready, Synced: st.Synced, Objects: st.Objects, Reason: st.Reason, Syncing: st.Syncing, Stale: st.Stale}
 		if verbose {
 			for _, index := range slices.Sorted(maps.Keys(st.RuleErrors)) {
-				ih := indexHealth{Name: index, Failing: st.Failing[index]}
+				ih := wire.IndexHealth{Name: index, Failing: st.Failing[index]}
 				if rf, ok := st.LastRuleError[index]; ok {
-					ih.LastRuleError = &rf
+					ih.LastRuleError = &wire.RuleFailure{Object: rf.Object, Error: rf.Error, At: rf.At}
 				}
 				rh.Indexes = append(rh.Indexes, ih)
 			}
@@ -568,19 +530,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // index; "count" gives them all.
 const maxConflictKeys = 100
 
-type conflictHealth struct {
-	Index string   `json:"index"`
-	Count int      `json:"count"`
-	Keys  []string `json:"keys"`
-}
-
 // conflictsHealth lists the keys in conflict of unique indexes: they are
 // answered (the oldest claimant's values), so they do not make /readyz
 // fail, but someone should look.
-func conflictsHealth(cs []msync.Conflict) []conflictHealth {
-	out := make([]conflictHealth, 0, len(cs))
+func conflictsHealth(cs []msync.Conflict) []wire.ConflictHealth {
+	out := make([]wire.ConflictHealth, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, conflictHealth{Index: c.Index, Count: len(c.Keys), Keys: c.Keys[:min(len(c.Keys), maxConflictKeys)]})
+		out = append(out, wire.ConflictHealth{Index: c.Index, Count: len(c.Keys), Keys: c.Keys[:min(len(c.Keys), maxConflictKeys)]})
 	}
 	return out
 }

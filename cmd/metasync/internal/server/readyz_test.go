@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 	"github.com/iidp/metasync/test/testenv"
 )
@@ -39,10 +40,10 @@ func startedOffline(t *testing.T) *Server {
 }
 
 type readyAnswer struct {
-	Status    string           `json:"status"`
-	Reasons   []string         `json:"reasons"`
-	Resources []resourceHealth `json:"resources"`
-	Verbose   string           `json:"verbose"`
+	Status    string                `json:"status"`
+	Reasons   []string              `json:"reasons"`
+	Resources []wire.ResourceHealth `json:"resources"`
+	Verbose   string                `json:"verbose"`
 }
 
 func readyz(t *testing.T, h http.Handler, target, token string) (int, readyAnswer, string) {

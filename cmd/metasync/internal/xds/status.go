@@ -6,37 +6,18 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // ClientStatus is what one connected xDS client holds, for the status
-// route: its node, and per resource type the names it asked for, the
-// version last sent, the last it acknowledged, and the last it rejected
-// with why.
-type ClientStatus struct {
-	Node string `json:"node"`
-	// User is who the client authenticated as; Denied the access URLs
-	// of the targets it asked for and may not read (with an Authorizer).
-	User   string   `json:"user,omitempty"`
-	Denied []string `json:"denied,omitempty"`
-	// Unknown are the names it asked for that no index or chain answers
-	// (a misspelt target), each with why.
-	Unknown   []UnknownTarget       `json:"unknown,omitempty"`
-	Zone      string                `json:"zone,omitempty"`
-	Connected time.Time             `json:"connected"`
-	Types     map[string]TypeStatus `json:"types"`
-}
+// route (see wire.XDSClient).
+type ClientStatus = wire.XDSClient
 
 // TypeStatus is one resource type of a ClientStatus.
-type TypeStatus struct {
-	Names    []string `json:"names"`
-	Sent     string   `json:"sent,omitempty"`
-	Acked    string   `json:"acked,omitempty"`
-	Rejected string   `json:"rejected,omitempty"`
-	Why      string   `json:"why,omitempty"`
-}
+type TypeStatus = wire.XDSType
 
 // publishStatus copies the stream's state for Clients and the metrics
 // (from the stream's goroutine). The names are shared, not copied: a

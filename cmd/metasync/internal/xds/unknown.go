@@ -7,17 +7,13 @@ import (
 	"strings"
 
 	mplan "github.com/iidp/metasync/internal/plan"
+	"github.com/iidp/metasync/internal/wire"
 )
 
 // UnknownTarget is a resource name that a client asked for and that no
 // index or chain answers (a misspelt target): it has no Listener, and
 // gRPC waits out its resource timer before it fails the calls.
-type UnknownTarget struct {
-	// Name is the resource name as the client asked for it.
-	Name string `json:"name"`
-	// Error says why, with the closest name that exists.
-	Error string `json:"error"`
-}
+type UnknownTarget = wire.XDSUnknown
 
 // markUnknown records that the client asked for name, which no index or
 // chain answers (t, when ok, is what it parses as), and logs it the first
