@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -179,7 +180,22 @@ func (s *Server) Close() {
 
 // ServeHTTP implements http.Handler. A panic in a handler answers 500
 // instead of dropping the connection.
+//
+// A request that announces a body, whatever its method or path, is
+// answered 400 at once, before any route or token, and its connection
+// closed and marked spent: net/http would otherwise wait, after the
+// answer, for the announced body (up to ReadTimeout) to keep the
+// connection alive, and a connection that waits for its request's body
+// is busy, which the limiter never closes to make room. A caller that
+// needs no credential could hold every connection so.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		w.Header().Set("Connection", "close")
+		s.spent(r)
+		s.metrics.requests.WithLabelValues(endpointOf(r), strconv.Itoa(http.StatusBadRequest)).Inc()
+		writeText(w, http.StatusBadRequest, "a request to metasync's Consul API carries no body: the API is read-only")
+		return
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	msync "github.com/iidp/metasync/sync"
@@ -53,8 +54,7 @@ func (s *Server) routes() {
 }
 
 // get allows GET and HEAD only (405 otherwise: the facade is
-// read-only), a request with no body (400, and the connection closed),
-// counts the request by endpoint and status, and authenticates the
+// read-only; a request with a body never gets here, see ServeHTTP), counts the request by endpoint and status, and authenticates the
 // caller when the server has an Authorizer.
 func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -63,12 +63,6 @@ func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			rec.Header().Set("Allow", "GET, HEAD")
 			writeText(rec, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: metasync's Consul API is read-only", r.Method))
-			return
-		}
-		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			rec.Header().Set("Connection", "close")
-			s.spent(r)
-			writeText(rec, http.StatusBadRequest, "a read carries no body")
 			return
 		}
 		if dc := r.URL.Query().Get("dc"); dc != "" && dc != Datacenter {
@@ -429,4 +423,19 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// endpointOf is the endpoint that routes would give r, for its metrics.
+func endpointOf(r *http.Request) string {
+	switch p := r.URL.Path; {
+	case p == "/v1/agent/self":
+		return endpointAgentSelf
+	case p == "/v1/catalog/services":
+		return endpointCatalogServices
+	case strings.HasPrefix(p, "/v1/catalog/service/"):
+		return endpointCatalogService
+	case strings.HasPrefix(p, "/v1/health/service/"):
+		return endpointHealthService
+	}
+	return endpointOther
 }
