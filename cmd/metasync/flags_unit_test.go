@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -36,4 +37,35 @@ func TestServeStreamingListValueApart(t *testing.T) {
 	if !strings.Contains(stderr.String(), "--streaming-list=auto") {
 		t.Errorf("stderr %q, want it to show --streaming-list=auto", stderr.String())
 	}
+}
+
+// TestConsulBeyondLoopbackNeedsAuth: --consul-listen beyond loopback is
+// refused without --auth, and with --auth=tokenreview over plain HTTP
+// without --insecure-plaintext-auth, naming the flag; on loopback it
+// listens without either.
+func TestConsulBeyondLoopbackNeedsAuth(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	audience, plaintext := "", false
+	o := authOptions{audience: &audience, insecurePlaintext: &plaintext}
+	for _, c := range []struct{ auth, want string }{
+		{"", "--consul-listen 0.0.0.0:0: beyond loopback Consul clients must authenticate: --auth=tokenreview"},
+		{"tokenreview", "--consul-listen 0.0.0.0:0: --auth=tokenreview beyond loopback needs TLS"},
+	} {
+		var stderr bytes.Buffer
+		ln, err := listenFace("consul-listen", "Consul", "", "0.0.0.0:0", c.auth, o, quiet, &stderr)
+		if err == nil {
+			ln.Close()
+			t.Errorf("--auth %q: listening beyond loopback", c.auth)
+			continue
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("--auth %q: %q, want it to say %q", c.auth, stderr.String(), c.want)
+		}
+	}
+	var stderr bytes.Buffer
+	ln, err := listenFace("consul-listen", "Consul", "", "127.0.0.1:0", "", o, quiet, &stderr)
+	if err != nil {
+		t.Fatalf("on loopback: %v %s", err, stderr.String())
+	}
+	ln.Close()
 }

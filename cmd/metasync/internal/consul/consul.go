@@ -54,6 +54,9 @@ type Engine interface {
 	// Answers reads several targets from one state of the engine.
 	Answers(ts ...msync.Target) []msync.Answer
 	Stale() bool
+	// Status tells since when a stale resource is cut off, for
+	// X-Consul-LastContact.
+	Status() []msync.ResourceStatus
 	// StaleChanged is closed at a reload (among other changes): a
 	// source a reload removed may be back.
 	StaleChanged() <-chan struct{}

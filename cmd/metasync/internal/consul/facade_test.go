@@ -202,7 +202,8 @@ func TestIdleWatchesPerCaller(t *testing.T) {
 	}
 }
 
-// staleEngine is an engine whose Stale a test sets.
+// staleEngine is an engine whose Stale a test sets: while it is, the
+// answers of service model1 are stale, cut off for a minute.
 type staleEngine struct {
 	*msync.Engine
 	stale atomic.Bool
@@ -210,6 +211,24 @@ type staleEngine struct {
 }
 
 func (e *staleEngine) Stale() bool { return e.stale.Load() }
+
+func (e *staleEngine) Answers(ts ...msync.Target) []msync.Answer {
+	as := e.Engine.Answers(ts...)
+	for i, t := range ts {
+		if t.Key == "model1" {
+			as[i].Stale = e.stale.Load()
+		}
+	}
+	return as
+}
+
+func (e *staleEngine) Status() []msync.ResourceStatus {
+	out := e.Engine.Status()
+	if e.stale.Load() {
+		out = append(out, msync.ResourceStatus{Name: "cut-off", Stale: true, ErrorSince: time.Now().Add(-time.Minute)})
+	}
+	return out
+}
 
 func (e *staleEngine) StaleChanged() <-chan struct{} { return *e.ch.Load() }
 
@@ -233,6 +252,21 @@ func TestStaleWakesBlockingQueries(t *testing.T) {
 	})
 	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
 		t.Fatal(err)
+	}
+	if err := f.Apply("endpointslices", slice("b", "model2", "10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	// Staleness is the answer's: model1's is stale, model2's is not.
+	for _, c := range []struct{ service, leader string }{{"model1", "false"}, {"model2", "true"}} {
+		resp, err := http.Get(base + "/v1/health/service/" + c.service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		contact, _ := strconv.Atoi(resp.Header.Get("X-Consul-LastContact"))
+		if got := resp.Header.Get("X-Consul-KnownLeader"); got != c.leader || (c.leader == "false") != (contact >= 60000) {
+			t.Errorf("%s: X-Consul-KnownLeader %q, X-Consul-LastContact %d; want %s, and a minute's contact when stale", c.service, got, contact, c.leader)
+		}
 	}
 	_, index, _ := get(t, base+"/v1/health/service/model1")
 	type result struct {

@@ -300,6 +300,12 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		return
 	}
 	st, idx := wt.answered(p.index)
+	if result == "stale" {
+		// The watch reads again at a change of its sources only: the
+		// answer's staleness is read now.
+		st, idx = s.fresh(k)
+		idx = max(idx, p.index)
+	}
 	s.answer(w, r, endpoint, k, st, idx, may)
 }
 
@@ -357,8 +363,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string,
 	}
 	h := w.Header()
 	h.Set("X-Consul-Index", strconv.FormatUint(index, 10))
-	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!s.engine.Stale()))
-	h.Set("X-Consul-LastContact", "0")
+	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!st.stale))
+	h.Set("X-Consul-LastContact", strconv.FormatInt(s.lastContact(st.stale).Milliseconds(), 10))
 	h.Set("X-Consul-Effective-Consistency", "leader")
 	if k.catalog {
 		out := map[string][]string{}
@@ -438,4 +444,21 @@ func endpointOf(r *http.Request) string {
 		return endpointHealthService
 	}
 	return endpointOther
+}
+
+// lastContact is X-Consul-LastContact: 0 for an answer that is not stale;
+// for one that is, how long the longest-failing stale resource has been
+// cut off from its apiserver (0 when none says since when: data from a
+// snapshot, not caught up yet).
+func (s *Server) lastContact(stale bool) time.Duration {
+	if !stale {
+		return 0
+	}
+	var longest time.Duration
+	for _, st := range s.engine.Status() {
+		if st.Stale && !st.ErrorSince.IsZero() {
+			longest = max(longest, time.Since(st.ErrorSince))
+		}
+	}
+	return longest
 }

@@ -60,6 +60,7 @@ type state struct {
 	// earlier state of the same watch.
 	index  uint64
 	synced bool // every source behind it has synced
+	stale  bool // some answer behind it is stale (X-Consul-KnownLeader false)
 	// parts holds each source's instances (a service), or names each
 	// source's keys (the catalog), in the order of Server.sources.
 	parts [][]instance
@@ -350,6 +351,7 @@ func (s *Server) read(k watchKey, prev *state) *state {
 	}
 	for j, a := range as[:len(ts)] {
 		next.synced = next.synced && a.Synced
+		next.stale = next.stale || a.Stale
 		if k.catalog {
 			next.names[of[j]] = a.Values
 		} else {
@@ -358,7 +360,7 @@ func (s *Server) read(k watchKey, prev *state) *state {
 	}
 	next.index = s.base + as[len(ts)].Seq
 	if prev != nil {
-		if prev.synced == next.synced && slices.EqualFunc(prev.parts, next.parts, slices.Equal[[]instance]) &&
+		if prev.synced == next.synced && prev.stale == next.stale && slices.EqualFunc(prev.parts, next.parts, slices.Equal[[]instance]) &&
 			slices.EqualFunc(prev.names, next.names, slices.Equal[[]string]) {
 			return prev
 		}

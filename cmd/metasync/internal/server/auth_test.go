@@ -247,6 +247,30 @@ func TestAuthReviewsPerIndexNotPerKey(t *testing.T) {
 	want("a token without access, twice", 4, 7)
 }
 
+// TestAuthSD: the /v1/sd answers are read with the access of their chain
+// or index, behind TokenReview as every lookup is: a token with access
+// gets the target groups, one without 403, none 401.
+func TestAuthSD(t *testing.T) {
+	testenv.Need(t, env)
+	reader, _, nobody := identities(t)
+	srv := httptest.NewServer(newGuard(t, env.Config, quietLog()).Wrap(fedServer(t, map[string][]string{"base": {"model1"}})))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		path, token string
+		code        int
+	}{
+		{"/v1/sd/chains/model-to-addresses", reader, 200},
+		{"/v1/sd/indexes/service-to-addresses", reader, 200},
+		{"/v1/sd/chains/model-to-addresses", nobody, 403},
+		{"/v1/sd/indexes/service-to-addresses", "", 401},
+		{"/v1/sd/indexes/service-to-addresses", "made-up", 401},
+	} {
+		if got, body := getWith(t, http.DefaultClient, srv.URL+c.path, c.token); got != c.code {
+			t.Errorf("GET %s with token %.8q: %d %s, want %d", c.path, c.token, got, body, c.code)
+		}
+	}
+}
+
 // TestAuthFailedReviewNotCached: when a review fails (the apiserver cannot
 // be reached), that request gets 503 and nothing is remembered: the next
 // request with the same token succeeds as soon as the apiserver answers.
