@@ -100,7 +100,7 @@ func New(e Engine, log *slog.Logger) *Server {
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metasync_lookups_total",
-		Help: "Lookups served over HTTP, by kind (index, chain, keys), name and result (hit, miss).",
+		Help: "Lookups served over HTTP, by kind (index, chain, keys, sd), name (of the index or chain; empty for an unknown one) and result (hit, miss, unsynced, unknown).",
 	}, []string{"kind", "name", "result"})
 	s.registry.MustRegister(s.limitMetrics.collectors()...)
 	s.registry.MustRegister(
