@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run apply bench bench-micro chaos image
+.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run first-run-note apply bench bench-micro chaos image
 
 ## all: the default: build.
 all: build
@@ -104,14 +104,17 @@ clean:
 LISTEN ?= 127.0.0.1:8080
 XDS_LISTEN ?= 127.0.0.1:18000
 CONFIG ?=
-run: build
-	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
-	  echo "==> first run: building kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 9 minutes on 2 cores with an empty Go build cache; later runs start in seconds)"; fi
+run: first-run-note build
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
 	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN) \
 	    --xds-listen "$(XDS_LISTEN)" --bootstrap-out $(BIN)/xds-bootstrap.json \
 	    $(if $(CONFIG),--config $(CONFIG),--config-copy $(BIN)/run-config.yaml) --kubeconfig-out $(BIN)/dev-kubeconfig
+
+# first-run-note says, before anything is built, what a first run costs.
+first-run-note:
+	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
+	  echo "==> first run: building metasync, then kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 9 minutes on 2 cores with an empty Go build cache, more on a busy machine; later runs start in seconds)"; fi
 
 ## apply: applies the YAML files FILE (space-separated) to the cluster of a
 ## running `make run`, with server-side apply: no kubectl needed.

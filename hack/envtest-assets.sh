@@ -41,7 +41,7 @@ export GOFLAGS=-mod=mod
 export CGO_ENABLED=0
 
 if [ ! -x "$assets/etcd" ]; then
-  log "building etcd v${ETCD_VERSION} (first run only; about 2 minutes on 2 cores)"
+  log "building etcd v${ETCD_VERSION} (first run only: minutes on 2 cores; a whole first run takes about 9)"
   mkdir -p "$work/etcd"
   (
     cd "$work/etcd"
@@ -62,7 +62,7 @@ GO
 fi
 
 if [ ! -x "$assets/kube-apiserver" ]; then
-  log "building kube-apiserver v${K8S_VERSION} (first run only; about 4 minutes on 2 cores)"
+  log "building kube-apiserver v${K8S_VERSION} (first run only: the longest step of a first run, minutes on 2 cores)"
   mkdir -p "$work/kas"
   (
     cd "$work/kas"

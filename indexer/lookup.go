@@ -106,6 +106,16 @@ func (snap *Snapshot) LookupPreferring(ix Index, key string, prefer ...string) [
 	return pick(snap.s.seed, is.preferred.t.lookup(snap.s.seed, key), values, prefer)
 }
 
+// Hints returns the hints of key in ix as of this snapshot
+// (SourceSpec.Hints): one string per value and tag, "VALUE\tKIND=NAME",
+// shared (do not modify); nil when ix has no hints.
+func (snap *Snapshot) Hints(ix Index, key string) []string {
+	if _, h := snap.conf.companions(ix.id); h >= 0 {
+		return snap.indexAt(h).values.lookup(snap.s.seed, key)
+	}
+	return nil
+}
+
 // indexAt returns the state of index id in snap (see index).
 func (snap *Snapshot) indexAt(id int) *indexSnap {
 	if id >= len(snap.indexes) {

@@ -194,7 +194,7 @@ func (e *Engine) Explain(t Target) Explanation {
 					case conflicts[k] && !c.Chosen:
 						o.Why = ExplainYounger
 					case t.At != (Locality{}):
-						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")"
+						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")" + hintedFor(snap.Hints(ix, k), o.Unanswered)
 					}
 					st.Objects = append(st.Objects, o)
 				}
@@ -297,4 +297,21 @@ func (e *Engine) noteConflict(n indexer.ConflictNote) {
 		attrs = append(attrs, "moreSinceLastLine", held)
 	}
 	e.log.Warn("unique index: a key is claimed by several objects with different values; the oldest claimant is answered (see ?explain=true and metasync_index_conflicting_keys)", attrs...)
+}
+
+// hintedFor says which tags the hints of a key give the values not
+// answered (": hinted for zone=zone-b"), "" when they give none.
+func hintedFor(hints, unanswered []string) string {
+	var tags []string
+	for _, h := range hints {
+		v, tag, ok := strings.Cut(h, "\t")
+		if ok && slices.Contains(unanswered, v) && !slices.Contains(tags, tag) {
+			tags = append(tags, tag)
+		}
+	}
+	if len(tags) == 0 {
+		return ""
+	}
+	slices.Sort(tags)
+	return ": hinted for " + strings.Join(tags, ", ")
 }

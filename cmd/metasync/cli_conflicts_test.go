@@ -59,7 +59,7 @@ func regexpLine(out, re string) bool {
 func TestExplainOneLinePerObject(t *testing.T) {
 	answer := `{"chain":"model-to-endpoints","key":"model1","values":["10.0.1.7:8080"],"steps":[
 	 {"index":"service-to-endpoints","keys":["base"],"values":["10.0.1.7:8080"],"synced":true,"objects":[
-	  {"resource":"endpointslices","key":"meta-test/base-a","resourceVersion":"7","indexKey":"base","values":["10.0.0.5:8080"],"unanswered":["10.0.0.5:8080"],"why":"hinted for another zone or node than the caller's (zone=zone-b)"},
+	  {"resource":"endpointslices","key":"meta-test/base-a","resourceVersion":"7","indexKey":"base","values":["10.0.0.5:8080"],"unanswered":["10.0.0.5:8080"],"why":"hinted for another zone or node than the caller's (zone=zone-b): hinted for zone=zone-a"},
 	  {"resource":"endpointslices","key":"meta-test/base-b","resourceVersion":"8","indexKey":"base","values":["10.0.1.8:8080"],"fallback":true,"unanswered":["10.0.1.8:8080"],"why":"the index's fallback"},
 	  {"resource":"endpointslices","key":"meta-test/base-b","resourceVersion":"8","indexKey":"base","values":["10.0.1.7:8080"]}]}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -70,7 +70,7 @@ func TestExplainOneLinePerObject(t *testing.T) {
 	out, errOut, code := cli("get", "--server", srv.URL, "--explain", "--chain", "model-to-endpoints", "model1")
 	want := "chain model-to-endpoints model1 → 10.0.1.7:8080\n" +
 		"└─ service-to-endpoints: base → 10.0.1.7:8080\n" +
-		"   ├─ endpointslices meta-test/base-a (resourceVersion 7): base → 10.0.0.5:8080  [not answered: 10.0.0.5:8080, hinted for another zone or node than the caller's (zone=zone-b)]\n" +
+		"   ├─ endpointslices meta-test/base-a (resourceVersion 7): base → 10.0.0.5:8080  [not answered: 10.0.0.5:8080, hinted for another zone or node than the caller's (zone=zone-b): hinted for zone=zone-a]\n" +
 		"   └─ endpointslices meta-test/base-b (resourceVersion 8): base → 10.0.1.7:8080; fallback 10.0.1.8:8080  [not answered: 10.0.1.8:8080, the index's fallback]\n"
 	if code != 0 || out != want {
 		t.Errorf("explain = exit %d\n%s%s\nwant\n%s", code, out, errOut, want)

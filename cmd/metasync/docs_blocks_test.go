@@ -128,7 +128,7 @@ func TestDocsShellBlocks(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(root, args[3])); err != nil {
 					t.Errorf("%s: %v", what, err)
 				}
-			case strings.HasPrefix(args[0], "GRPC_XDS_BOOTSTRAP=") || strings.HasPrefix(cmd, "cd examples/xds-node && "):
+			case strings.HasPrefix(args[0], "GRPC_XDS_BOOTSTRAP=") || strings.HasPrefix(cmd, "(cd examples/xds-node && "):
 				// The xDS walk-through needs make run's gRPC servers:
 				// hack/devcluster's TestXDSWalkThrough runs these lines.
 				// Here: the programs they run exist.

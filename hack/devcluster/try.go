@@ -53,7 +53,7 @@ func tryBlock(i tryInfo) string {
 		}
 		fmt.Fprintf(&b, `xDS on %[1]s (bootstrap %[2]s): gRPC clients route by model name with no metasync code:
   GRPC_XDS_BOOTSTRAP=%[2]s go run ./examples/appmodel/grpcclient --xds --calls 6   # grpc-go
-  cd examples/xds-node && npm install && GRPC_XDS_BOOTSTRAP=%[3]s node client.js xds:///chains/model-to-endpoints/model1 6   # Node
+  (cd examples/xds-node && npm install && GRPC_XDS_BOOTSTRAP=%[3]s node client.js xds:///chains/model-to-endpoints/model1 6)   # Node
   curl -s %[4]s/v1/xds/clients    # each xDS client: what it follows, sent, acked, unknown
 `, i.xds, i.bootstrap, abs, i.url)
 		if !i.backends {

@@ -144,8 +144,9 @@ func TestXDSWalkThrough(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Skipf("npm install failed (no registry?): %v\n%s", err, out)
 	}
-	nodeLine, ok := strings.CutPrefix(lines[2], "cd examples/xds-node && npm install && ")
-	if !ok {
+	nodeLine, ok := strings.CutPrefix(lines[2], "(cd examples/xds-node && npm install && ")
+	nodeLine, closed := strings.CutSuffix(nodeLine, ")")
+	if !ok || !closed {
 		t.Fatalf("the Node line changed: %q", lines[2])
 	}
 	nodeLine = strings.Replace(nodeLine, "../../bin/xds-bootstrap.json", bootstrap, 1)
