@@ -35,7 +35,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 // render builds a kustomization the way `kubectl kustomize` does.
 func render(t *testing.T, dir string) []*unstructured.Unstructured {

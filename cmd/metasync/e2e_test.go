@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)
-	testenv.Main(m, &env)
+	testenv.MainLeakChecked(m, &env)
 }
 
 type daemon struct {

@@ -14,7 +14,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 // TestExampleProgram runs the walk-through against the real control plane
 // and checks what it prints: with the reference config, then over all

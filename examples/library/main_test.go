@@ -15,7 +15,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 // install applies the AppModel example: its CRD, AppModels and routing.
 func install(t *testing.T) {

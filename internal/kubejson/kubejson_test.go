@@ -20,7 +20,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 // TestCalls makes each kind of call on the real apiserver: a discovery
 // GET, a 404 that errors.IsNotFound recognizes, a create, a server-side

@@ -32,7 +32,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 var appModelGVR = schema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}
 

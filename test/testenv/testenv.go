@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -124,8 +125,27 @@ func Main(m *testing.M, shared **Env) {
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop control plane:", err)
 	}
+	if code == 0 && len(leaks) > 0 {
+		if err := goleak.Find(leaks...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
+
+// MainLeakChecked is Main, and fails the run when goroutines that the
+// tests started are still running once they end and the control plane
+// has stopped. opts name goroutines that live for the process (those of
+// client-go's shared parts), started by the tests or not.
+func MainLeakChecked(m *testing.M, shared **Env, opts ...goleak.Option) {
+	leaks = append([]goleak.Option{goleak.IgnoreCurrent()}, opts...)
+	Main(m, shared)
+}
+
+// leaks: Main checks for goroutines left running, but these
+// (MainLeakChecked); none: no check.
+var leaks []goleak.Option
 
 // Need skips t when no control plane runs.
 func Need(t testing.TB, env *Env) {

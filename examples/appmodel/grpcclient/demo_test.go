@@ -16,7 +16,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 // TestDemo runs `grpcclient --demo` as `make run`'s cluster would hold
 // it: the calls are answered by both local servers, through the

@@ -31,7 +31,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
 
 const authNS = "api-auth"
 
