@@ -111,7 +111,7 @@ run: first-run-note build
 	    --xds-listen "$(XDS_LISTEN)" --bootstrap-out $(BIN)/xds-bootstrap.json \
 	    $(if $(CONFIG),--config $(CONFIG),--config-copy $(BIN)/run-config.yaml) --kubeconfig-out $(BIN)/dev-kubeconfig
 
-# first-run-note says, before anything is built, what a first run costs.
+## first-run-note: says, before anything is built, what a first run of make run costs.
 first-run-note:
 	@if [ ! -x "$${METASYNC_ASSETS_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/metasync/envtest/k8s-v1.37.2-etcd-v3.6.16}/kube-apiserver" ]; then \
 	  echo "==> first run: building metasync, then kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 9 minutes on 2 cores with an empty Go build cache, more on a busy machine; later runs start in seconds)"; fi

@@ -24,7 +24,7 @@ var layers = []struct {
 	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/warmfile", "internal/wire", "internal/tlsfiles", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
 	{"config: loading, validation, compilation", []string{"schema", "schema/cluster"}},
 	{"engine", []string{"sync"}},
-	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "test/testenv", "test/routingtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},
+	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "test/testenv", "test/routingtest", "test/authtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},
 	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "hack/xdsload", "hack/xdspeer", "test/chaos", "test/integration", "deploy", "."}},
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -45,9 +46,9 @@ func refusal(t *testing.T, what string, resp *http.Response, code int) {
 func streamAccount(t *testing.T, sa string) {
 	t.Helper()
 	ctx := context.Background()
-	env.Namespace(t, authNS)
+	env.Namespace(t, authtest.NS)
 	name := "metasync-api-test-" + sa
-	if _, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := env.Kube.CoreV1().ServiceAccounts(authtest.NS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
@@ -59,7 +60,7 @@ func streamAccount(t *testing.T, sa string) {
 	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authtest.NS}},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -71,18 +72,18 @@ func streamAccount(t *testing.T, sa string) {
 func podToken(t *testing.T, sa, pod string) string {
 	t.Helper()
 	ctx := context.Background()
-	p, err := env.Kube.CoreV1().Pods(authNS).Create(ctx, &corev1.Pod{
+	p, err := env.Kube.CoreV1().Pods(authtest.NS).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: new(false),
 			Containers: []corev1.Container{{Name: "c", Image: "none"}}},
 	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		p, err = env.Kube.CoreV1().Pods(authNS).Get(ctx, pod, metav1.GetOptions{})
+		p, err = env.Kube.CoreV1().Pods(authtest.NS).Get(ctx, pod, metav1.GetOptions{})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := env.Kube.CoreV1().ServiceAccounts(authNS).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+	tr, err := env.Kube.CoreV1().ServiceAccounts(authtest.NS).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
 	}}, metav1.CreateOptions{})
 	if err != nil {
@@ -102,7 +103,7 @@ func TestStreamLimitsPerIdentity(t *testing.T) {
 	testenv.Need(t, env)
 	streamAccount(t, "limited-a")
 	streamAccount(t, "limited-b")
-	a1, a2, b := saToken(t, "limited-a"), saToken(t, "limited-a"), saToken(t, "limited-b")
+	a1, a2, b := authtest.Token(t, env, "limited-a"), authtest.Token(t, env, "limited-a"), authtest.Token(t, env, "limited-b")
 	pod1, pod2 := podToken(t, "limited-a", "limited-a-1"), podToken(t, "limited-a", "limited-a-2")
 	s := fedServer(t, map[string][]string{"base": {"model1"}})
 	s.SetLimits(Limits{Streams: 5, StreamsPerCaller: 2})

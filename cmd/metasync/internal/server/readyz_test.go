@@ -11,6 +11,7 @@ import (
 
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -103,8 +104,8 @@ func TestReadyzShortFormHidesReasons(t *testing.T) {
 // enough, nor is Kubernetes' default grant of /readyz to everyone.
 func TestReadyzVerboseNeedsAccess(t *testing.T) {
 	testenv.Need(t, env)
-	reader, operator, nobody := identities(t)
-	kube, _ := countingKube(t, env.Config)
+	reader, operator, nobody := authtest.Identities(t, env)
+	kube, _ := authtest.CountingKube(t, env.Config)
 	h := newGuard(t, kube, quietLog()).Wrap(startedOffline(t))
 
 	code, a, raw := readyz(t, h, "/readyz", "")

@@ -1,4 +1,4 @@
-package server
+package auth_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/iidp/metasync/cmd/metasync/internal/server"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -21,10 +23,10 @@ import (
 // spends no one's explanations.
 func TestAuthExplainOfAChainNeedsItsIndexes(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
+	reader, _, _ := authtest.Identities(t, env)
 	ctx := context.Background()
 	const sa, role = "chain-only", "metasync-api-test-chain-only"
-	if _, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := env.Kube.CoreV1().ServiceAccounts(authtest.NS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
@@ -33,11 +35,11 @@ func TestAuthExplainOfAChainNeedsItsIndexes(t *testing.T) {
 	}
 	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authtest.NS}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	waitAllowed(t, sa, "/v1/chains/model-to-addresses/*")
-	chainOnly := saToken(t, sa)
+	authtest.WaitAllowed(t, env, sa, "/v1/chains/model-to-addresses/*")
+	chainOnly := authtest.Token(t, env, sa)
 	srv := guarded(t, env.Config, quietLog())
 	const chain = "/v1/chains/model-to-addresses/keys/model1"
 	if code, body := getWith(t, http.DefaultClient, srv.URL+chain, chainOnly); code != 200 {
@@ -45,7 +47,7 @@ func TestAuthExplainOfAChainNeedsItsIndexes(t *testing.T) {
 	}
 	// Refused a step, as often as the server's budget allows and more:
 	// 403 every time (never 429), and no explanation spent.
-	for i := range ExplainBurst + 5 {
+	for i := range server.ExplainBurst + 5 {
 		if code, body := getWith(t, http.DefaultClient, srv.URL+chain+"?explain=true", chainOnly); code != 403 || !strings.Contains(body, "/v1/indexes/model-to-app/*") {
 			t.Fatalf("its explanation %d, allowed the chain alone: %d %s", i, code, body)
 		}

@@ -1,10 +1,9 @@
-package server
+package auth_test
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,130 +23,13 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.MainLeakChecked(m, &env) }
-
-const authNS = "api-auth"
-
-// identities creates, once per control plane, three ServiceAccounts:
-// reader (may get /v1/* and /metrics), operator (may get /readyz/*) and
-// nobody (no access), waits until RBAC says so, and returns a fresh
-// token of each.
-func identities(t *testing.T) (reader, operator, nobody string) {
-	t.Helper()
-	ctx := context.Background()
-	env.Namespace(t, authNS)
-	grants := map[string][]string{"reader": {"/v1/*", "/metrics"}, "operator": {"/readyz/*"}, "nobody": nil}
-	for sa, urls := range grants {
-		_, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		if urls == nil {
-			continue
-		}
-		name := "metasync-api-test-" + sa
-		_, err = env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: urls, Verbs: []string{"get"}}},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		_, err = env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	// RBAC's informers take a moment: a 403 cached meanwhile would spoil
-	// the counts of the tests.
-	for sa, path := range map[string]string{"reader": "/v1/indexes/x/*", "operator": "/readyz/verbose"} {
-		waitAllowed(t, sa, path)
-	}
-	return saToken(t, "reader"), saToken(t, "operator"), saToken(t, "nobody")
-}
-
-// waitAllowed waits until RBAC lets ServiceAccount sa of authNS get path.
-func waitAllowed(t *testing.T, sa, path string) {
-	t.Helper()
-	testenv.Eventually(t, sa+" may get "+path, func() string {
-		r, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:                  "system:serviceaccount:" + authNS + ":" + sa,
-			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + authNS, "system:authenticated"},
-			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
-		}}, metav1.CreateOptions{})
-		if err != nil {
-			return err.Error()
-		}
-		if !r.Status.Allowed {
-			return "not allowed yet"
-		}
-		return ""
-	})
-}
-
-func saToken(t *testing.T, sa string) string {
-	t.Helper()
-	tr, err := env.Kube.CoreV1().ServiceAccounts(authNS).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
-}
-
-// reviewCounter sits in the review client's transport: it counts the
-// TokenReviews and SubjectAccessReviews that reach the apiserver, and
-// fails the next ones on demand as an unreachable apiserver would.
-type reviewCounter struct {
-	rt                         http.RoundTripper
-	tokenReviews, accessReview atomic.Int64
-	failTokens, failAccess     atomic.Int64
-}
-
-func (c *reviewCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	take := func(n *atomic.Int64) bool {
-		for v := n.Load(); v > 0; v = n.Load() {
-			if n.CompareAndSwap(v, v-1) {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case strings.HasSuffix(req.URL.Path, "/tokenreviews"):
-		if take(&c.failTokens) {
-			return nil, errors.New("injected: dial tcp: connection refused")
-		}
-		c.tokenReviews.Add(1)
-	case strings.HasSuffix(req.URL.Path, "/subjectaccessreviews"):
-		if take(&c.failAccess) {
-			return nil, errors.New("injected: dial tcp: connection refused")
-		}
-		c.accessReview.Add(1)
-	}
-	return c.rt.RoundTrip(req)
-}
-
-func (c *reviewCounter) counts() string {
-	return fmt.Sprintf("%d TokenReviews, %d SubjectAccessReviews", c.tokenReviews.Load(), c.accessReview.Load())
-}
-
-// countingKube is a copy of cfg whose reviews c counts.
-func countingKube(t *testing.T, cfg *rest.Config) (*rest.Config, *reviewCounter) {
-	t.Helper()
-	c := &reviewCounter{}
-	cfg = rest.CopyConfig(cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { c.rt = rt; return c }
-	return cfg, c
-}
 
 // newGuard is NewTokenAuth, failing t on an error.
 func newGuard(t *testing.T, cfg *rest.Config, log *slog.Logger) *auth.TokenAuth {
@@ -195,13 +75,13 @@ func getWith(t *testing.T, client *http.Client, url, token string) (int, string)
 // TokenReview.
 func TestAuthReviewsPerIndexNotPerKey(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, nobody := identities(t)
-	kube, c := countingKube(t, env.Config)
+	reader, _, nobody := authtest.Identities(t, env)
+	kube, c := authtest.CountingKube(t, env.Config)
 	srv := guarded(t, kube, quietLog())
 	want := func(step string, tokenReviews, accessReviews int64) {
 		t.Helper()
-		if c.tokenReviews.Load() != tokenReviews || c.accessReview.Load() != accessReviews {
-			t.Fatalf("%s: %s, want %d and %d", step, c.counts(), tokenReviews, accessReviews)
+		if c.TokenReviews.Load() != tokenReviews || c.AccessReviews.Load() != accessReviews {
+			t.Fatalf("%s: %s, want %d and %d", step, c.Counts(), tokenReviews, accessReviews)
 		}
 	}
 	get := func(path, token string, code int) {
@@ -231,7 +111,7 @@ func TestAuthReviewsPerIndexNotPerKey(t *testing.T) {
 	// TokenReview, one SubjectAccessReview (a ServiceAccount token's
 	// identity carries its credential ID in extra, which the access review
 	// passes on: a new token is a new identity).
-	second := saToken(t, "reader")
+	second := authtest.Token(t, env, "reader")
 	var wg gosync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() { get(fmt.Sprintf("/v1/indexes/model-to-app/keys/again-%d", i), second, 200) })
@@ -252,7 +132,7 @@ func TestAuthReviewsPerIndexNotPerKey(t *testing.T) {
 // gets the target groups, one without 403, none 401.
 func TestAuthSD(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, nobody := identities(t)
+	reader, _, nobody := authtest.Identities(t, env)
 	srv := httptest.NewServer(newGuard(t, env.Config, quietLog()).Wrap(fedServer(t, map[string][]string{"base": {"model1"}})))
 	t.Cleanup(srv.Close)
 	for _, c := range []struct {
@@ -276,7 +156,7 @@ func TestAuthSD(t *testing.T) {
 // request with the same token succeeds as soon as the apiserver answers.
 func TestAuthFailedReviewNotCached(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
+	reader, _, _ := authtest.Identities(t, env)
 
 	// An apiserver address where nothing listens yet.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -287,7 +167,7 @@ func TestAuthFailedReviewNotCached(t *testing.T) {
 	ln.Close()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Host = "https://" + addr
-	kube, c := countingKube(t, cfg)
+	kube, c := authtest.CountingKube(t, cfg)
 	srv := guarded(t, kube, quietLog())
 	url := srv.URL + "/v1/indexes/model-to-app/keys/model1"
 	if code, body := getWith(t, http.DefaultClient, url, reader); code != 503 {
@@ -303,7 +183,7 @@ func TestAuthFailedReviewNotCached(t *testing.T) {
 	}
 
 	// A SubjectAccessReview that fails once.
-	c.failAccess.Store(1)
+	c.FailAccess.Store(1)
 	chain := srv.URL + "/v1/chains/model-to-addresses/keys/model1"
 	if code, body := getWith(t, http.DefaultClient, chain, reader); code != 503 {
 		t.Fatalf("access review failing: %d %s, want 503", code, body)
@@ -313,8 +193,8 @@ func TestAuthFailedReviewNotCached(t *testing.T) {
 	}
 
 	// A TokenReview that fails once, for a token not seen yet.
-	second := saToken(t, "reader")
-	c.failTokens.Store(1)
+	second := authtest.Token(t, env, "reader")
+	c.FailTokens.Store(1)
 	if code, body := getWith(t, http.DefaultClient, url, second); code != 503 {
 		t.Fatalf("token review failing: %d %s, want 503", code, body)
 	}
@@ -345,10 +225,10 @@ func (h *warnCounter) WithGroup(string) slog.Handler      { return h }
 // requests go to the guard's handler directly, without HTTP, to be many.
 func TestAuthFloodKeepsKnownCallers(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
+	reader, _, _ := authtest.Identities(t, env)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 5, 10
-	kube, c := countingKube(t, cfg)
+	kube, c := authtest.CountingKube(t, cfg)
 	warns := &warnCounter{}
 	h := newGuard(t, kube, slog.New(warns)).Wrap(offlineServer(t))
 	serve := func(token string) int {
@@ -391,7 +271,7 @@ func TestAuthFloodKeepsKnownCallers(t *testing.T) {
 			bad[code]++
 		}
 	}
-	summary := fmt.Sprintf("flood answers %s; the reader asked %d times; %s; %d warnings", codeCounts(&codes), asked, c.counts(), warns.n.Load())
+	summary := fmt.Sprintf("flood answers %s; the reader asked %d times; %s; %d warnings", codeCounts(&codes), asked, c.Counts(), warns.n.Load())
 	t.Log(summary)
 	if len(bad) > 0 {
 		t.Fatalf("the authorized caller got %v in %d requests during the flood (%s)", bad, asked, summary)
@@ -422,9 +302,9 @@ func codeCounts(m *gosync.Map) string {
 func TestAuthStreamEndsWhenAccessGoes(t *testing.T) {
 	testenv.Need(t, env)
 	ctx := context.Background()
-	env.Namespace(t, authNS)
+	env.Namespace(t, authtest.NS)
 	const sa, name = "streamer", "metasync-api-test-streamer"
-	if _, err := env.Kube.CoreV1().ServiceAccounts(authNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := env.Kube.CoreV1().ServiceAccounts(authtest.NS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if _, err := env.Kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
@@ -436,11 +316,11 @@ func TestAuthStreamEndsWhenAccessGoes(t *testing.T) {
 	if _, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authNS}},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: authtest.NS}},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	token := saToken(t, sa)
+	token := authtest.Token(t, env, sa)
 	s := offlineServer(t)
 	s.SetHeartbeat(100 * time.Millisecond)
 	guard := newGuard(t, env.Config, quietLog())

@@ -1,4 +1,4 @@
-package server
+package auth_test
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -25,14 +26,14 @@ import (
 // every time; the flood 403 or 503.
 func TestAuthAccessFloodKeepsKnownCallers(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
+	reader, _, _ := authtest.Identities(t, env)
 	var nobodies []string
 	for range 10 {
-		nobodies = append(nobodies, saToken(t, "nobody"))
+		nobodies = append(nobodies, authtest.Token(t, env, "nobody"))
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = 50, 100, nil // as serve configures its review client
-	kube, c := countingKube(t, cfg)
+	kube, c := authtest.CountingKube(t, cfg)
 	a := newGuard(t, kube, quietLog())
 	a.SetLifetimes(auth.Lifetimes{Positive: 2 * time.Second, Negative: time.Second, Review: 1500 * time.Millisecond})
 	h := a.Wrap(offlineServer(t))
@@ -83,7 +84,7 @@ func TestAuthAccessFloodKeepsKnownCallers(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	summary := fmt.Sprintf("flood answers %s; the reader asked %d times; %s", codeCounts(&codes), asked, c.counts())
+	summary := fmt.Sprintf("flood answers %s; the reader asked %d times; %s", codeCounts(&codes), asked, c.Counts())
 	t.Log(summary)
 	if len(bad) > 0 {
 		t.Fatalf("the authorized caller got %v (first after %v) during the flood (%s)", bad, firstBad, summary)
@@ -101,8 +102,8 @@ func TestAuthAccessFloodKeepsKnownCallers(t *testing.T) {
 // grace period, then requests get 503 until a review succeeds again.
 func TestAuthFailingRefreshKeepsVerdict(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
-	kube, c := countingKube(t, env.Config)
+	reader, _, _ := authtest.Identities(t, env)
+	kube, c := authtest.CountingKube(t, env.Config)
 	a := newGuard(t, kube, quietLog())
 	a.SetLifetimes(auth.Lifetimes{Positive: time.Second, Grace: 1500 * time.Millisecond})
 	h := a.Wrap(offlineServer(t))
@@ -116,8 +117,8 @@ func TestAuthFailingRefreshKeepsVerdict(t *testing.T) {
 	if code := serve(); code != 200 {
 		t.Fatalf("before the failures: %d", code)
 	}
-	c.failTokens.Store(1 << 30)
-	c.failAccess.Store(1 << 30)
+	c.FailTokens.Store(1 << 30)
+	c.FailAccess.Store(1 << 30)
 	start := time.Now()
 	for time.Since(start) < 2*time.Second { // past the expiry, within the grace
 		if code := serve(); code != http.StatusOK {
@@ -129,8 +130,8 @@ func TestAuthFailingRefreshKeepsVerdict(t *testing.T) {
 	if code := serve(); code != http.StatusServiceUnavailable {
 		t.Fatalf("past the grace: %d, want 503", code)
 	}
-	c.failTokens.Store(0)
-	c.failAccess.Store(0)
+	c.FailTokens.Store(0)
+	c.FailAccess.Store(0)
 	if code := serve(); code != http.StatusOK {
 		t.Fatalf("the apiserver back: %d, want 200", code)
 	}

@@ -1,4 +1,4 @@
-package server
+package auth_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/test/authtest"
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -28,7 +29,7 @@ func audienceToken(t *testing.T, sa, audience string) string {
 	if audience != "" {
 		req.Spec.Audiences = []string{audience}
 	}
-	tr, err := env.Kube.CoreV1().ServiceAccounts(authNS).CreateToken(context.Background(), sa, req, metav1.CreateOptions{})
+	tr, err := env.Kube.CoreV1().ServiceAccounts(authtest.NS).CreateToken(context.Background(), sa, req, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func audienceToken(t *testing.T, sa, audience string) string {
 // and the audience's are not.
 func TestAuthAudience(t *testing.T) {
 	testenv.Need(t, env)
-	identities(t)
+	authtest.Identities(t, env)
 	const audience = "metasync-test"
 	clusterToken := audienceToken(t, "reader", "")
 	ownToken := audienceToken(t, "reader", audience)
@@ -99,7 +100,7 @@ func TestAuthAudience(t *testing.T) {
 // on for good.
 func TestAuthStreamEndsWhenReviewsCannotBeMade(t *testing.T) {
 	testenv.Need(t, env)
-	reader, _, _ := identities(t)
+	reader, _, _ := authtest.Identities(t, env)
 	ctx := context.Background()
 
 	// The daemon's own identity, allowed to review (system:auth-delegator)
