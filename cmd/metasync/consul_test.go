@@ -256,6 +256,8 @@ func TestConsulAttacks(t *testing.T) {
 	req, _ := http.NewRequest("PUT", "http://"+consulAddr+"/v1/catalog/register", strings.NewReader(`{"Node":"evil","Address":"6.6.6.6","Service":{"Service":"xds-model","Port":1}}`))
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 405 {
 		t.Errorf("a registration with a body: %v %v, want 405", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if _, body, err := get(context.Background(), "GET", "/v1/health/service/xds-model"); err != nil || strings.Contains(body, "6.6.6.6") {
 		t.Errorf("a refused write changed the answer: %s %v", body, err)

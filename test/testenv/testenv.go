@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -126,6 +127,9 @@ func Main(m *testing.M, shared **Env) {
 		fmt.Fprintln(os.Stderr, "stop control plane:", err)
 	}
 	if code == 0 && len(leaks) > 0 {
+		// Keep-alive connections of the default client, idle: not the
+		// tests' goroutines.
+		http.DefaultClient.CloseIdleConnections()
 		if err := goleak.Find(leaks...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
 			code = 1
@@ -139,7 +143,11 @@ func Main(m *testing.M, shared **Env) {
 // has stopped. opts name goroutines that live for the process (those of
 // client-go's shared parts), started by the tests or not.
 func MainLeakChecked(m *testing.M, shared **Env, opts ...goleak.Option) {
-	leaks = append([]goleak.Option{goleak.IgnoreCurrent()}, opts...)
+	leaks = append([]goleak.Option{goleak.IgnoreCurrent(),
+		// A client connection whose answer a test left unread: the
+		// test's, not the code's under test.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop")}, opts...)
 	Main(m, shared)
 }
 

@@ -17,8 +17,8 @@ import (
 // TestAnnouncedBodyHoldsNoConnection: requests that announce a body they
 // never send (a write, an unknown path, a read) from two addresses that
 // fill the connection limit leave room for a third caller's read: each is
-// answered 400 at once and its connection closed, never held waiting for
-// the body.
+// answered at once (405 for a write, 400 for a read) and its connection
+// closed, never held waiting for the body.
 func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 	plan, err := schema.LoadPlan("../../../../examples/appmodel/config.yaml", schema.LoadOptions{})
 	if err != nil {
@@ -50,12 +50,16 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	for i, req := range []string{
-		"PUT /v1/catalog/register HTTP/1.1",
-		"GET /v1/kv/x HTTP/1.1",
-		"POST /v1/agent/self HTTP/1.1",
-		"GET /v1/health/service/model1 HTTP/1.1",
+	for i, tc := range []struct {
+		req  string
+		code int
+	}{
+		{"PUT /v1/catalog/register HTTP/1.1", http.StatusMethodNotAllowed},
+		{"GET /v1/kv/x HTTP/1.1", http.StatusBadRequest},
+		{"POST /v1/agent/self HTTP/1.1", http.StatusMethodNotAllowed},
+		{"GET /v1/health/service/model1 HTTP/1.1", http.StatusBadRequest},
 	} {
+		req := tc.req
 		c := dial(fmt.Sprintf("127.0.0.%d", 2+i/2))
 		fmt.Fprintf(c, "%s\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", req)
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
@@ -64,8 +68,8 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 			t.Fatalf("%s: no answer at once: %v", req, err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !resp.Close {
-			t.Errorf("%s: %d, close %v; want 400 and the connection closed", req, resp.StatusCode, resp.Close)
+		if resp.StatusCode != tc.code || !resp.Close {
+			t.Errorf("%s: %d, close %v; want %d and the connection closed", req, resp.StatusCode, resp.Close, tc.code)
 		}
 	}
 	c := dial("127.0.0.9")

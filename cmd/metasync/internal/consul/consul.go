@@ -185,7 +185,7 @@ func (s *Server) Close() {
 // instead of dropping the connection.
 //
 // A request that announces a body, whatever its method or path, is
-// answered 400 at once, before any route or token, and its connection
+// answered at once (405 for a write, 400 for a read), before any route or token, and its connection
 // closed and marked spent: net/http would otherwise wait, after the
 // answer, for the announced body (up to ReadTimeout) to keep the
 // connection alive, and a connection that waits for its request's body
@@ -195,8 +195,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		w.Header().Set("Connection", "close")
 		s.spent(r)
-		s.metrics.requests.WithLabelValues(endpointOf(r), strconv.Itoa(http.StatusBadRequest)).Inc()
-		writeText(w, http.StatusBadRequest, "a request to metasync's Consul API carries no body: the API is read-only")
+		code, msg := http.StatusBadRequest, "a request to metasync's Consul API carries no body: the API is read-only"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			code, msg = http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: metasync's Consul API is read-only", r.Method)
+			w.Header().Set("Allow", "GET, HEAD")
+		}
+		s.metrics.requests.WithLabelValues(endpointOf(r), strconv.Itoa(code)).Inc()
+		writeText(w, code, msg)
 		return
 	}
 	defer func() {
