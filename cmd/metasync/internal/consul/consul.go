@@ -213,8 +213,42 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeText(w, http.StatusInternalServerError, "internal error")
 		}
 	}()
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w)}, r)
 }
+
+// answerWriteTimeout is how long an answer may take to be written, from
+// its first byte: a caller that does not read its answer holds its
+// connection that long, not the server's WriteTimeout (which a blocking
+// query's wait needs).
+var answerWriteTimeout = 10 * time.Second
+
+// deadlineWriter sets the connection's write deadline to
+// answerWriteTimeout from the first byte (or status) written.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	set bool
+}
+
+func (d *deadlineWriter) start() {
+	if !d.set {
+		d.set = true
+		_ = d.rc.SetWriteDeadline(time.Now().Add(answerWriteTimeout))
+	}
+}
+
+func (d *deadlineWriter) WriteHeader(code int) {
+	d.start()
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	d.start()
+	return d.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer under it.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // HTTPServer returns an http.Server for the facade, with timeouts fit
 // for blocking queries (a write may wait MaxWait and its jitter) and for

@@ -1,6 +1,8 @@
 package consul
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,5 +298,102 @@ func TestStaleWakesBlockingQueries(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the answer caught up: the blocking query went on waiting")
+	}
+}
+
+// TestStaleOfABlockingAnswer: a blocking query that waits out its wait,
+// on a watch read before its answers went stale, answers
+// X-Consul-KnownLeader false: the answer's staleness is read when it is
+// answered, not when the watch last read its sources; and true again once
+// they caught up.
+func TestStaleOfABlockingAnswer(t *testing.T) {
+	var se *staleEngine
+	base, f, _ := facade(t, func(e *msync.Engine) Engine {
+		se = &staleEngine{Engine: e}
+		ch := make(chan struct{})
+		se.ch.Store(&ch)
+		return se
+	})
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	_, index, _ := get(t, base+"/v1/health/service/model1")
+	leader := func() string {
+		t.Helper()
+		resp, err := http.Get(base + fmt.Sprintf("/v1/health/service/model1?wait=50ms&index=%d", index))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-Consul-KnownLeader")
+	}
+	if got := leader(); got != "true" {
+		t.Fatalf("before: X-Consul-KnownLeader %q", got)
+	}
+	se.set(true) // no query waits: the watch, kept, still holds its read
+	if got := leader(); got != "false" {
+		t.Errorf("stale, the wait run out: X-Consul-KnownLeader %q, want false", got)
+	}
+	se.set(false)
+	if got := leader(); got != "true" {
+		t.Errorf("caught up, the wait run out: X-Consul-KnownLeader %q, want true", got)
+	}
+}
+
+// TestNamesNoPathCarries: the catalog leaves out keys that no path can
+// ask for (empty, "..", longer than MaxServiceName); an empty name is a
+// 400, as Consul answers it.
+func TestNamesNoPathCarries(t *testing.T) {
+	base, f, _ := facade(t, nil)
+	long := strings.Repeat("x", MaxServiceName+1)
+	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1"), slice("b", "..", "10.0.0.2"), slice("c", long, "10.0.0.3")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := get(t, base+"/v1/catalog/services")
+	var names map[string][]string
+	if err := json.Unmarshal([]byte(body), &names); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := names["model1"]; !ok || len(names) != 1 {
+		t.Errorf("catalog: %s, want model1 alone", body)
+	}
+	if code, _, body := get(t, base+"/v1/health/service/"); code != http.StatusBadRequest || !strings.Contains(body, "Missing service name") {
+		t.Errorf("an empty name: %d %s, want 400 Missing service name", code, body)
+	}
+}
+
+// TestUnreadAnswerFreesItsConnection: a caller that does not read its
+// answer holds its connection for answerWriteTimeout from the answer's
+// first byte, not for the server's write timeout (which a blocking query
+// needs): then the connection is closed, the answer cut.
+func TestUnreadAnswerFreesItsConnection(t *testing.T) {
+	was := answerWriteTimeout
+	answerWriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { answerWriteTimeout = was })
+	base, f, _ := facade(t, nil)
+	var objs [][]byte
+	for i := range 2000 {
+		objs = append(objs, slice(fmt.Sprint("s", i), "big", fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)))
+	}
+	if err := f.Apply("endpointslices", objs...); err != nil {
+		t.Fatal(err)
+	}
+	// A small receive window from the start: the answer stalls.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/health/service/big HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(time.Second) // read nothing, well past the deadline
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	got, err := io.ReadAll(conn)
+	var ne net.Error
+	if took := time.Since(start); (errors.As(err, &ne) && ne.Timeout()) || took > 4*time.Second || strings.HasSuffix(string(got), "0\r\n\r\n") || !strings.HasPrefix(string(got), "HTTP/1.1 200") {
+		t.Errorf("an answer not read for a second: %d bytes (%q...), %v; want the 200 cut and the connection closed when its write deadline passed", len(got), string(got[:min(len(got), 40)]), err)
 	}
 }

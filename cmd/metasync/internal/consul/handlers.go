@@ -49,7 +49,7 @@ func (s *Server) routes() {
 			w.Header().Set("Allow", "GET, HEAD")
 		}
 		s.metrics.requests.WithLabelValues(endpointOther, strconv.Itoa(code)).Inc()
-		writeText(w, code, fmt.Sprintf("metasync serves the read side of Consul's catalog and health API only (agent/self, catalog/services, catalog/service, health/service): not %s %s", r.Method, r.URL.Path))
+		writeText(w, code, fmt.Sprintf("metasync serves the read side of Consul's catalog and health API only (agent/self, catalog/services, catalog/service, health/service): not %s %s", r.Method, clip(r.URL.Path)))
 	})
 }
 
@@ -218,6 +218,10 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		writeText(w, http.StatusBadRequest, bad)
 		return
 	}
+	if !k.catalog && k.service == "" {
+		writeText(w, http.StatusBadRequest, "Missing service name")
+		return
+	}
 	if len(k.service) > MaxServiceName {
 		writeText(w, http.StatusBadRequest, fmt.Sprintf("Invalid service name: %d bytes, at most %d", len(k.service), MaxServiceName))
 		return
@@ -238,7 +242,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		if p.index <= now {
 			idx = max(idx, p.index)
 		}
-		s.answer(w, r, endpoint, k, st, idx, may)
+		s.answer(w, r, endpoint, k, st, idx, may, st.stale)
 		return
 	}
 	caller := callerOf(r, user)
@@ -276,7 +280,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 					return
 				}
 				st, idx := s.fresh(k)
-				s.answer(w, r, endpoint, k, st, max(idx, p.index), may)
+				s.answer(w, r, endpoint, k, st, max(idx, p.index), may, st.stale)
 				return
 			}
 		}
@@ -300,13 +304,9 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		return
 	}
 	st, idx := wt.answered(p.index)
-	if result == "stale" {
-		// The watch reads again at a change of its sources only: the
-		// answer's staleness is read now.
-		st, idx = s.fresh(k)
-		idx = max(idx, p.index)
-	}
-	s.answer(w, r, endpoint, k, st, idx, may)
+	// The watch reads again at a change of its sources only: the
+	// answer's staleness is read now.
+	s.answer(w, r, endpoint, k, st, idx, may, s.read(k, nil).stale)
 }
 
 // query is a blocking query's wait.
@@ -353,9 +353,10 @@ func (s *Server) fresh(k watchKey) (*state, uint64) {
 
 // answer writes st, the state of k, as endpoint answers it, with what
 // the caller may read (may, by source) and Consul's headers, index its
-// X-Consul-Index (at least st's). Before the sources behind it have
-// synced it answers 503: no answer is known yet.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, index uint64, may []bool) {
+// X-Consul-Index (at least st's), stale whether its answers are stale now
+// (X-Consul-KnownLeader, X-Consul-LastContact). Before the sources behind
+// it have synced it answers 503: no answer is known yet.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, index uint64, may []bool, stale bool) {
 	if !st.synced {
 		w.Header().Set("Retry-After", "1")
 		writeText(w, http.StatusServiceUnavailable, "metasync has not completed its first list of the chains or indexes behind this answer yet: nothing is known yet")
@@ -363,14 +364,17 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string,
 	}
 	h := w.Header()
 	h.Set("X-Consul-Index", strconv.FormatUint(index, 10))
-	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!st.stale))
-	h.Set("X-Consul-LastContact", strconv.FormatInt(s.lastContact(st.stale).Milliseconds(), 10))
+	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!stale))
+	h.Set("X-Consul-LastContact", strconv.FormatInt(s.lastContact(stale).Milliseconds(), 10))
 	h.Set("X-Consul-Effective-Consistency", "leader")
 	if k.catalog {
 		out := map[string][]string{}
 		for i, names := range st.names {
 			if may[i] {
 				for _, n := range names {
+					if !servable(n) {
+						continue
+					}
 					out[n] = []string{}
 				}
 			}
@@ -461,4 +465,20 @@ func (s *Server) lastContact(stale bool) time.Duration {
 		}
 	}
 	return longest
+}
+
+// clip is s cut to 200 bytes, for an answer that repeats what a caller
+// sent: a long path is not sent back whole.
+func clip(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "..."
+}
+
+// servable reports whether a key can be asked for as a service: a name a
+// path can carry (not empty, not . or .., which a path cleans away) of at
+// most MaxServiceName bytes. The catalog lists no other.
+func servable(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= MaxServiceName
 }
