@@ -228,3 +228,47 @@ func TestFakeReload(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyDuringReload: Apply of objects whose rules fail, while Reload
+// restarts their resource again and again, is safe under -race: a
+// restarted resource's watch is set up before another writer reaches it.
+func TestApplyDuringReload(t *testing.T) {
+	load := func(selector string) *schema.Plan {
+		t.Helper()
+		cfg, err := schema.Load(appmodelConfig(), schema.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Resources[0].LabelSelector = selector
+		p, err := schema.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plans := []*schema.Plan{load("iidp=iidp"), load("iidp in (iidp)")}
+	fake, err := metasynctest.New(plans[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// spec.models an object: the rule fails, and says so.
+			_ = fake.Apply("appmodels", fmt.Sprintf(`{metadata: {name: a%d, namespace: meta-test, labels: {iidp: iidp}}, spec: {models: {x: 1}}}`, i%5))
+		}
+	}()
+	for i := range 300 {
+		if _, err := fake.Reload(plans[(i+1)%2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}

@@ -304,8 +304,13 @@ func (e *Engine) noteConflict(n indexer.ConflictNote) {
 func hintedFor(hints, unanswered []string) string {
 	var tags []string
 	for _, h := range hints {
-		v, tag, ok := strings.Cut(h, "\t")
-		if ok && slices.Contains(unanswered, v) && !slices.Contains(tags, tag) {
+		// A value may hold a tab; its tag (KIND=NAME) never does.
+		i := strings.LastIndexByte(h, '\t')
+		if i < 0 {
+			continue
+		}
+		v, tag := h[:i], h[i+1:]
+		if strings.Contains(tag, "=") && slices.Contains(unanswered, v) && !slices.Contains(tags, tag) {
 			tags = append(tags, tag)
 		}
 	}

@@ -23,7 +23,8 @@ import (
 // watch them, through the same projection, rules and indexes as a watch's.
 // Every resource starts empty and synced, but those named in unsynced,
 // which are synced by their first Replace (a first list). It is the seam
-// under package metasynctest, for tests and benchmarks that feed JSON.
+// under package metasynctest, for tests and benchmarks that feed JSON. A
+// nil log discards the engine's logs.
 func NewOffline(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (*Engine, *Feed, error) {
 	if plan == nil {
 		return nil, nil, errors.New("no plan")
@@ -46,7 +47,7 @@ func NewOffline(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (*Engi
 		}
 	}
 	for _, w := range v.watchers {
-		w.reportSkipped = true
+		w.reportSkipped.Store(true)
 		if slices.Contains(unsynced, w.plan.Name) {
 			continue
 		}
@@ -64,7 +65,8 @@ func NewOffline(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (*Engi
 // of each resource: NewOffline's the home cluster's (or the entry's first
 // cluster when the home does not read it), In's the named one's, whose
 // object keys are those of the cluster, without its name. A Feed is safe
-// for concurrent use.
+// for concurrent use; an Apply that races a Reload which restarts its
+// resource may be lost, as the restart begins empty.
 type Feed struct {
 	e       *Engine
 	cluster string
@@ -203,7 +205,7 @@ func (f *Feed) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 			return ch, fmt.Errorf("unknown resource %q", name)
 		}
 		for _, w := range res.parts {
-			w.reportSkipped = true
+			w.reportSkipped.Store(true)
 			if err := w.replace(nil, ""); err != nil {
 				return ch, err
 			}

@@ -78,7 +78,7 @@ func (w *watcher) project(raw string) *object {
 			}
 			w.ruleError(i, key, err)
 			o.fail(ix.Public(), err)
-			if w.reportSkipped {
+			if w.reportSkipped.Load() {
 				o.skip(&ix, err, keysErr != nil)
 			}
 			continue

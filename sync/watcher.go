@@ -63,7 +63,7 @@ type watcher struct {
 	contact atomic.Int64
 	// reportSkipped: the Feed (NewOffline) reads which rules skipped an
 	// object (object.skipped); set before the watcher is used.
-	reportSkipped bool
+	reportSkipped atomic.Bool
 
 	// Set by Engine.launch, under the engine's mu: cancel stops run, done
 	// is closed when it has returned.

@@ -465,7 +465,7 @@ func (c *client) printValues(path string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, v)
 	}
 	noteState(ans.Synced, ans.Stale, stderr)
-	if len(*ans.Values) == 0 && (ans.Synced == nil || *ans.Synced) {
+	if len(*ans.Values) == 0 && (ans.Synced == nil || *ans.Synced) && !ans.Stale {
 		fmt.Fprintln(stderr, "metasync: note: no values: no object gives this key a value now (--explain tells each step)")
 	}
 	return nil

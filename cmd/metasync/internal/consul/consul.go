@@ -50,6 +50,9 @@ type Engine interface {
 	HasIndex(index string) bool
 	HasChain(chain string) bool
 	Chains() []msync.ChainInfo
+	// Indexes tells the resource entry behind each index, for
+	// X-Consul-LastContact.
+	Indexes() []msync.IndexInfo
 	Subscribe(ctx context.Context, t msync.Target) (*msync.Subscription, error)
 	// Answers reads several targets from one state of the engine.
 	Answers(ts ...msync.Target) []msync.Answer

@@ -228,7 +228,14 @@ func (e *staleEngine) Answers(ts ...msync.Target) []msync.Answer {
 func (e *staleEngine) Status() []msync.ResourceStatus {
 	out := e.Engine.Status()
 	if e.stale.Load() {
-		out = append(out, msync.ResourceStatus{Name: "cut-off", Stale: true, ErrorSince: time.Now().Add(-time.Minute)})
+		for i := range out {
+			if out[i].Name == "endpointslices" {
+				out[i].Stale, out[i].ErrorSince = true, time.Now().Add(-time.Minute)
+			}
+		}
+		// Another resource, cut off longer, behind no service: not
+		// counted.
+		out = append(out, msync.ResourceStatus{Name: "elsewhere", Stale: true, ErrorSince: time.Now().Add(-time.Hour)})
 	}
 	return out
 }
@@ -267,7 +274,7 @@ func TestStaleWakesBlockingQueries(t *testing.T) {
 		}
 		resp.Body.Close()
 		contact, _ := strconv.Atoi(resp.Header.Get("X-Consul-LastContact"))
-		if got := resp.Header.Get("X-Consul-KnownLeader"); got != c.leader || (c.leader == "false") != (contact >= 60000) {
+		if got := resp.Header.Get("X-Consul-KnownLeader"); got != c.leader || (c.leader == "false") != (contact >= 60000 && contact < 3600000) {
 			t.Errorf("%s: X-Consul-KnownLeader %q, X-Consul-LastContact %d; want %s, and a minute's contact when stale", c.service, got, contact, c.leader)
 		}
 	}
@@ -337,6 +344,26 @@ func TestStaleOfABlockingAnswer(t *testing.T) {
 	se.set(false)
 	if got := leader(); got != "true" {
 		t.Errorf("caught up, the wait run out: X-Consul-KnownLeader %q, want true", got)
+	}
+
+	// Another service's answer goes stale: a query on model2, whose
+	// answer stays current, waits on.
+	if err := f.Apply("endpointslices", slice("b", "model2", "10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	_, index2, _ := get(t, base+"/v1/health/service/model2")
+	start := time.Now()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		se.set(true)
+	}()
+	resp, err := http.Get(base + fmt.Sprintf("/v1/health/service/model2?wait=400ms&index=%d", index2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); took < 400*time.Millisecond || resp.Header.Get("X-Consul-KnownLeader") != "true" {
+		t.Errorf("model2 while model1 went stale: answered after %v, X-Consul-KnownLeader %q; want its whole wait and true", took, resp.Header.Get("X-Consul-KnownLeader"))
 	}
 }
 

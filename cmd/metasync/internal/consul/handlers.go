@@ -242,7 +242,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 		if p.index <= now {
 			idx = max(idx, p.index)
 		}
-		s.answer(w, r, endpoint, k, st, idx, may, st.stale)
+		s.answer(w, r, endpoint, k, st, idx, may, st.stales)
 		return
 	}
 	caller := callerOf(r, user)
@@ -263,7 +263,8 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 	wait := p.wait + rand.N(p.wait/16+1)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	q := &query{s: s, r: r, timer: timer.C, wasStale: s.engine.Stale(), staleCh: s.engine.StaleChanged()}
+	staleNow := func() bool { return s.staleNow(k).staleFor(may) }
+	q := &query{s: s, r: r, timer: timer.C, staleNow: staleNow, wasStale: staleNow(), staleCh: s.engine.StaleChanged()}
 	if !k.catalog {
 		// A name that is no key of any source: wait for the catalog to
 		// list it.
@@ -280,7 +281,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 					return
 				}
 				st, idx := s.fresh(k)
-				s.answer(w, r, endpoint, k, st, max(idx, p.index), may, st.stale)
+				s.answer(w, r, endpoint, k, st, max(idx, p.index), may, st.stales)
 				return
 			}
 		}
@@ -306,7 +307,7 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 	st, idx := wt.answered(p.index)
 	// The watch reads again at a change of its sources only: the
 	// answer's staleness is read now.
-	s.answer(w, r, endpoint, k, st, idx, may, s.read(k, nil).stale)
+	s.answer(w, r, endpoint, k, st, idx, may, s.staleNow(k).stales)
 }
 
 // query is a blocking query's wait.
@@ -314,6 +315,9 @@ type query struct {
 	s        *Server
 	r        *http.Request
 	timer    <-chan time.Time
+	// staleNow reads whether the query's answer is stale now; wasStale is
+	// what it read when the query began.
+	staleNow func() bool
 	wasStale bool
 	staleCh  <-chan struct{}
 }
@@ -334,7 +338,7 @@ func (q *query) wait(changed <-chan struct{}) string {
 			return "gone"
 		case <-q.staleCh:
 			q.staleCh = q.s.engine.StaleChanged()
-			if q.s.engine.Stale() != q.wasStale {
+			if q.staleNow() != q.wasStale {
 				return "stale"
 			}
 		}
@@ -353,10 +357,11 @@ func (s *Server) fresh(k watchKey) (*state, uint64) {
 
 // answer writes st, the state of k, as endpoint answers it, with what
 // the caller may read (may, by source) and Consul's headers, index its
-// X-Consul-Index (at least st's), stale whether its answers are stale now
-// (X-Consul-KnownLeader, X-Consul-LastContact). Before the sources behind
-// it have synced it answers 503: no answer is known yet.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, index uint64, may []bool, stale bool) {
+// X-Consul-Index (at least st's), stales whether each source's answer is
+// stale now (X-Consul-KnownLeader, X-Consul-LastContact, of the sources
+// the caller may read). Before the sources behind it have synced it
+// answers 503: no answer is known yet.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey, st *state, index uint64, may []bool, stales []bool) {
 	if !st.synced {
 		w.Header().Set("Retry-After", "1")
 		writeText(w, http.StatusServiceUnavailable, "metasync has not completed its first list of the chains or indexes behind this answer yet: nothing is known yet")
@@ -364,8 +369,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, endpoint string,
 	}
 	h := w.Header()
 	h.Set("X-Consul-Index", strconv.FormatUint(index, 10))
+	contact, stale := s.lastContact(stales, may)
 	h.Set("X-Consul-KnownLeader", strconv.FormatBool(!stale))
-	h.Set("X-Consul-LastContact", strconv.FormatInt(s.lastContact(stale).Milliseconds(), 10))
+	h.Set("X-Consul-LastContact", strconv.FormatInt(contact.Milliseconds(), 10))
 	h.Set("X-Consul-Effective-Consistency", "leader")
 	if k.catalog {
 		out := map[string][]string{}
@@ -450,21 +456,54 @@ func endpointOf(r *http.Request) string {
 	return endpointOther
 }
 
-// lastContact is X-Consul-LastContact: 0 for an answer that is not stale;
-// for one that is, how long the longest-failing stale resource has been
-// cut off from its apiserver (0 when none says since when: data from a
-// snapshot, not caught up yet).
-func (s *Server) lastContact(stale bool) time.Duration {
+// staleNow is the staleness of k's answer now: a read of its sources
+// when some resource of the daemon is stale, else none.
+func (s *Server) staleNow(k watchKey) *state {
+	if !s.engine.Stale() {
+		return &state{stales: make([]bool, len(s.sources))}
+	}
+	return s.read(k, nil)
+}
+
+// lastContact tells whether an answer is stale (X-Consul-KnownLeader
+// false): of the sources the caller may read (may), whether one's answer
+// is (stales); and X-Consul-LastContact: 0 for an answer that is not
+// stale; for one that is, how long the longest-failing stale resource
+// behind those sources has been cut off from its apiserver (0 when none
+// says since when: data from a snapshot, not caught up yet).
+func (s *Server) lastContact(stales, may []bool) (time.Duration, bool) {
+	stale := false
+	behind := map[string]bool{} // resource entries behind the stale sources
+	for i, src := range s.sources {
+		if !stales[i] || !may[i] {
+			continue
+		}
+		stale = true
+		indexes := []string{src.Name}
+		if src.Kind == "chains" {
+			indexes = nil
+			for _, ch := range s.engine.Chains() {
+				if ch.Name == src.Name {
+					indexes = ch.Indexes
+				}
+			}
+		}
+		for _, ix := range s.engine.Indexes() {
+			if slices.Contains(indexes, ix.Name) {
+				behind[ix.Resource] = true
+			}
+		}
+	}
 	if !stale {
-		return 0
+		return 0, false
 	}
 	var longest time.Duration
 	for _, st := range s.engine.Status() {
-		if st.Stale && !st.ErrorSince.IsZero() {
+		if st.Stale && behind[st.Name] && !st.ErrorSince.IsZero() {
 			longest = max(longest, time.Since(st.ErrorSince))
 		}
 	}
-	return longest
+	return longest, true
 }
 
 // clip is s cut to 200 bytes, for an answer that repeats what a caller

@@ -44,7 +44,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{"changed", "timeout", "drain", "gone", "stale"} {
 		m.answers.WithLabelValues(r)
 	}
-	for _, e := range []string{endpointAgentSelf, endpointCatalogServices, endpointCatalogService, endpointHealthService, endpointOther} {
+	for _, e := range []string{endpointAgentSelf, endpointCatalogServices, endpointCatalogService, endpointHealthService} {
 		m.requests.WithLabelValues(e, "200")
 	}
 	for _, r := range []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller, refusedServices} {

@@ -60,7 +60,9 @@ type state struct {
 	// earlier state of the same watch.
 	index  uint64
 	synced bool // every source behind it has synced
-	stale  bool // some answer behind it is stale (X-Consul-KnownLeader false)
+	// stales tells, per source, whether its answer is stale
+	// (X-Consul-KnownLeader false).
+	stales []bool
 	// parts holds each source's instances (a service), or names each
 	// source's keys (the catalog), in the order of Server.sources.
 	parts [][]instance
@@ -70,6 +72,17 @@ type state struct {
 
 	setOnce gosync.Once
 	set     map[string]bool // the names of every source (the catalog), made at the first has
+}
+
+// staleFor reports whether st's answer, of the sources the caller may
+// read (may), is stale.
+func (st *state) staleFor(may []bool) bool {
+	for i, stale := range st.stales {
+		if stale && may[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // has reports whether name is a service of the catalog's state st.
@@ -343,7 +356,7 @@ func (s *Server) read(k watchKey, prev *state) *state {
 	// Target{} reads nothing: it gives the state's Seq when no source
 	// exists.
 	as := s.engine.Answers(append(ts, msync.Target{})...)
-	next := &state{synced: true, changed: make(chan struct{})}
+	next := &state{synced: true, changed: make(chan struct{}), stales: make([]bool, len(s.sources))}
 	if k.catalog {
 		next.names = make([][]string, len(s.sources))
 	} else {
@@ -351,7 +364,7 @@ func (s *Server) read(k watchKey, prev *state) *state {
 	}
 	for j, a := range as[:len(ts)] {
 		next.synced = next.synced && a.Synced
-		next.stale = next.stale || a.Stale
+		next.stales[of[j]] = a.Stale
 		if k.catalog {
 			next.names[of[j]] = a.Values
 		} else {
@@ -360,7 +373,7 @@ func (s *Server) read(k watchKey, prev *state) *state {
 	}
 	next.index = s.base + as[len(ts)].Seq
 	if prev != nil {
-		if prev.synced == next.synced && prev.stale == next.stale && slices.EqualFunc(prev.parts, next.parts, slices.Equal[[]instance]) &&
+		if prev.synced == next.synced && slices.Equal(prev.stales, next.stales) && slices.EqualFunc(prev.parts, next.parts, slices.Equal[[]instance]) &&
 			slices.EqualFunc(prev.names, next.names, slices.Equal[[]string]) {
 			return prev
 		}
