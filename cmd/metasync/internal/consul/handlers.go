@@ -312,9 +312,9 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 
 // query is a blocking query's wait.
 type query struct {
-	s        *Server
-	r        *http.Request
-	timer    <-chan time.Time
+	s     *Server
+	r     *http.Request
+	timer <-chan time.Time
 	// staleNow reads whether the query's answer is stale now; wasStale is
 	// what it read when the query began.
 	staleNow func() bool
