@@ -80,10 +80,17 @@ func TestConsulClientOnTheControlPlane(t *testing.T) {
 		}
 		return ""
 	})
-	entries, meta, err := client.Health().Service("xds-model", "", true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The catalog lists the chain's first index's keys; the answer waits
+	// for the chain's every resource to have synced (503 before).
+	var entries []*consulapi.ServiceEntry
+	var meta *consulapi.QueryMeta
+	testenv.Eventually(t, "the service is answered", func() string {
+		var err error
+		if entries, meta, err = client.Health().Service("xds-model", "", true, nil); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
 	want := slices.Sorted(slices.Values(backends))
 	if got := addrsOf(entries); !slices.Equal(got, want) {
 		t.Fatalf("Health().Service = %v, want %v", got, want)
