@@ -54,7 +54,8 @@ func (s *Server) routes() {
 }
 
 // get allows GET and HEAD only (405 otherwise: the facade is
-// read-only; a request with a body never gets here, see ServeHTTP), counts the request by endpoint and status, and authenticates the
+// read-only; a request with a body never gets here, see ServeHTTP),
+// counts the request by endpoint and status, and authenticates the
 // caller when the server has an Authorizer.
 func (s *Server) get(endpoint string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
