@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/iidp/metasync/test/testenv"
 )
 
@@ -60,11 +62,12 @@ func binaries(t *testing.T) (devcluster, metasync string) {
 }
 
 func TestMain(m *testing.M) {
+	before := goleak.IgnoreCurrent()
 	code := m.Run()
 	if devclusterBin != "" {
 		os.RemoveAll(filepath.Dir(devclusterBin))
 	}
-	os.Exit(code)
+	os.Exit(testenv.LeakCheck(code, before))
 }
 
 func needControlPlane(t *testing.T) {

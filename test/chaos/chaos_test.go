@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,6 +56,7 @@ func TestMain(m *testing.M) {
 	}
 	// Without the watch cache, watches read etcd directly, so that a
 	// compaction turns a resumed watch into 410 Gone.
+	before := goleak.IgnoreCurrent()
 	env, err = testenv.StartRestartable(dir, "--watch-cache=false")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -63,7 +65,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = env.Stop()
 	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.LeakCheck(code, before))
 }
 
 const ns = "chaos"

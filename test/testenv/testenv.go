@@ -126,34 +126,45 @@ func Main(m *testing.M, shared **Env) {
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop control plane:", err)
 	}
-	if code == 0 && len(leaks) > 0 {
-		// Keep-alive connections of the default client, idle: not the
-		// tests' goroutines.
-		http.DefaultClient.CloseIdleConnections()
-		if err := goleak.Find(leaks...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
-			code = 1
-		}
+	if len(leaks) > 0 {
+		code = LeakCheck(code, leaks...)
 	}
 	os.Exit(code)
 }
 
 // MainLeakChecked is Main, and fails the run when goroutines that the
 // tests started are still running once they end and the control plane
-// has stopped. opts name goroutines that live for the process (those of
-// client-go's shared parts), started by the tests or not.
+// has stopped (see LeakCheck).
 func MainLeakChecked(m *testing.M, shared **Env, opts ...goleak.Option) {
-	leaks = append([]goleak.Option{goleak.IgnoreCurrent(),
-		// A client connection whose answer a test left unread: the
-		// test's, not the code's under test.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop")}, opts...)
+	leaks = append([]goleak.Option{goleak.IgnoreCurrent()}, opts...)
 	Main(m, shared)
 }
 
 // leaks: Main checks for goroutines left running, but these
 // (MainLeakChecked); none: no check.
 var leaks []goleak.Option
+
+// LeakCheck is the exit code of a test binary whose tests ended with
+// code: 1 when they passed but left goroutines running, saying which.
+// opts name goroutines that are not the tests' (goleak.IgnoreCurrent()
+// taken before the tests, those of client-go's shared parts); client
+// connections whose answer a test left unread are not counted.
+func LeakCheck(code int, opts ...goleak.Option) int {
+	if code != 0 {
+		return code
+	}
+	// Keep-alive connections of the default client, idle, and those a
+	// test left unread: the test's, not the code's under test.
+	http.DefaultClient.CloseIdleConnections()
+	opts = append(opts,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"))
+	if err := goleak.Find(opts...); err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines left running after the tests:", err)
+		return 1
+	}
+	return code
+}
 
 // Need skips t when no control plane runs.
 func Need(t testing.TB, env *Env) {
