@@ -106,6 +106,8 @@ func main() {
 		err = runChurnOnly() // in process: no control plane
 	case "lookups":
 		err = runLookupsOnly() // the same
+	case "isolation":
+		err = runIsolationOnly() // the same
 	default:
 		err = run()
 	}
@@ -291,6 +293,13 @@ func run() error {
 		printTable(fmt.Sprintf("lookups while a writer applies %d events/s, each lookup timed — %d AppModels, in process", *churnRate, *n),
 			"indexer", "metasync", rows)
 	}
+	if *isolationWrites > 0 {
+		rows, err := isolationRows()
+		if err != nil {
+			return err
+		}
+		printTable(isolationTitle(), "idle", "busy", rows)
+	}
 	if *rss && *churn {
 		// Last: the churn leaves the AppModels changed.
 		rows, err := measureChurn(ctx, cfg, dyn)
@@ -385,6 +394,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.1f ns", v)
 	case "MiB":
 		return fmt.Sprintf("%.1f MiB", v)
+	case "µs":
+		return fmt.Sprintf("%.1f µs", v)
 	case "ms":
 		if v == 0 {
 			return "—" // not measured on this side
@@ -458,7 +469,7 @@ func runOnly(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, d
 		})
 		return nil
 	}
-	return fmt.Errorf("-only %q: warm, rss, sync, relist, churn or lookups", *only)
+	return fmt.Errorf("-only %q: warm, rss, sync, relist, churn, lookups or isolation", *only)
 }
 
 // measureSyncs times the initial sync against a raw LIST, interleaved,

@@ -48,7 +48,7 @@ var (
 	rolloutProcs   = flag.Int("rollout-procs", 4, "processes the rollout's engines are spread over")
 	rolloutObjects = flag.Int("rollout-objects", 1000, "small AppModels that each rollout engine watches")
 	serveLog       = flag.String("serve-log-level", "warn", "--log-level of the `metasync serve` runs")
-	only           = flag.String("only", "", `"warm", "rss", "sync" or "relist": run the warm start, resident memory, initial sync or relist rows only (after populating); "churn" or "lookups": the lookups-under-churn or lookups-against-a-map rows (in process, no control plane)`)
+	only           = flag.String("only", "", `"warm", "rss", "sync" or "relist": run the warm start, resident memory, initial sync or relist rows only (after populating); "churn", "lookups" or "isolation": the lookups-under-churn, lookups-against-a-map or one-resource's-writes-while-another-is-busy rows (in process, no control plane)`)
 	childEngines   = flag.Int("child-engines", 0, "internal: engines of a rollout child")
 	childSnapshots = flag.String("child-snapshots", "", "internal: snapshot folders' root of a rollout child")
 	childFirst     = flag.Int("child-first", 0, "internal: number of the child's first engine")
