@@ -33,6 +33,7 @@ func (s *Store) Compact() bool { return s.compact(false) }
 
 // compact is Compact; force compacts whatever was written since the last.
 func (s *Store) compact(force bool) bool {
+	defer s.runHooks() // once every lock is let go
 	old := s.current.Load()
 	if !force && (old.compacted || old.writes-old.compactedAt < worthCompacting(old)) {
 		return false
@@ -87,10 +88,8 @@ func (s *Store) compact(force bool) bool {
 	next.indexes = indexes
 	next.compacted = true
 	next.compactedAt = old.writes
-	s.publish(next, nil, srcs...)
-	if f := s.commitHook(); f != nil {
-		f(old, next, nil)
-	}
+	s.publish(next, nil, true, srcs...)
+	s.queueHook(old, next, func() []Change { return nil })
 	return true
 }
 

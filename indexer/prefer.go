@@ -204,43 +204,103 @@ func (s *Store) publishPreferred(prev, next *Snapshot) {
 		if is == emptyIndex {
 			continue
 		}
-		pv, ph := prev.indexAt(id), prev.indexAt(h)
-		if ph2, ok := prev.conf.hints[id]; !ok || ph2 != h || pv.values.bits != is.values.bits || ph.values.bits != hs.values.bits {
-			set(id, buildPreferred(s.seed, is.values, hs.values))
-			continue
-		}
-		base := pv.preferred
-		var changes []change
-		seen := map[string]bool{}
-		see := func(key string) {
-			if seen[key] {
-				return
-			}
-			seen[key] = true
-			answers := preferredFor(s.seed, is.values.lookup(s.seed, key), hs.values.lookup(s.seed, key))
-			if answers == nil && (base == nil || base.t.lookup(s.seed, key) == nil) {
-				return
-			}
-			changes = append(changes, change{hash: s.hash(key), key: key, values: answers})
-		}
-		changedKeys(s.seed, &pv.values, &is.values, see)
-		changedKeys(s.seed, &ph.values, &hs.values, see)
-		if len(changes) == 0 {
-			set(id, base)
-			continue
-		}
-		if base == nil {
-			base = &preferred{t: newTable(0)}
-		}
-		t, delta := base.t.update(s.seed, changes)
-		p := &preferred{t: t, keys: base.keys + delta}
-		if p.keys == 0 {
-			p = nil
-		} else if bits := bitsFor(p.keys); bits > p.t.bits+1 || bits+1 < p.t.bits {
-			p.t = p.t.rehash(bits, s.hash)
-		}
-		set(id, p)
+		ph, ok := prev.conf.hints[id]
+		set(id, s.preferredOf(ok && ph == h, prev.indexAt(id), prev.indexAt(h), is, hs))
 	}
+}
+
+// preferSource gives the states of src's hinted indexes that a commit of
+// src changed (states[i], nil: unchanged, of its i-th index) their
+// preferred answers, from those src last published. Under src.mu, which
+// alone publishes the source's states anew (a Reconfigure, which changes
+// which index has hints, takes it too): the work is the source's own, and
+// its publication then costs other sources' writers nothing.
+func (s *Store) preferSource(src *Source, states []*indexSnap) []*indexSnap {
+	old := s.current.Load()
+	if len(old.conf.hints) == 0 {
+		return states
+	}
+	at := func(i int) *indexSnap {
+		if i >= 0 && i < len(states) {
+			return states[i]
+		}
+		return nil
+	}
+	out, copied := states, false // the caller's, copied before a change
+	for i, id := range src.indexes {
+		h, ok := old.conf.hints[id]
+		if !ok {
+			continue
+		}
+		j := slices.Index(src.indexes, h)
+		if at(i) == nil && at(j) == nil {
+			continue
+		}
+		pv, ph := old.indexAt(id), old.indexAt(h)
+		is, hs := pv, ph
+		if at(i) != nil {
+			is = at(i)
+		}
+		if at(j) != nil {
+			hs = at(j)
+		}
+		if is == emptyIndex {
+			continue
+		}
+		p := s.preferredOf(true, pv, ph, is, hs)
+		if p == is.preferred {
+			continue
+		}
+		if !copied {
+			out, copied = make([]*indexSnap, len(src.indexes)), true
+			copy(out, states)
+		}
+		c := *is
+		c.preferred = p
+		out[i] = &c
+	}
+	return out
+}
+
+// preferredOf returns the preferred answers of an index in state is, whose
+// hints are in state hs, from those of its state pv (hints ph): computed
+// again only for the keys whose values or hints differ, or for every key
+// when the tables were rebuilt or samePlan is false (pv's configuration
+// gave the index other hints, or none).
+func (s *Store) preferredOf(samePlan bool, pv, ph, is, hs *indexSnap) *preferred {
+	if !samePlan || pv.values.bits != is.values.bits || ph.values.bits != hs.values.bits {
+		return buildPreferred(s.seed, is.values, hs.values)
+	}
+	base := pv.preferred
+	var changes []change
+	seen := map[string]bool{}
+	see := func(key string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		answers := preferredFor(s.seed, is.values.lookup(s.seed, key), hs.values.lookup(s.seed, key))
+		if answers == nil && (base == nil || base.t.lookup(s.seed, key) == nil) {
+			return
+		}
+		changes = append(changes, change{hash: s.hash(key), key: key, values: answers})
+	}
+	changedKeys(s.seed, &pv.values, &is.values, see)
+	changedKeys(s.seed, &ph.values, &hs.values, see)
+	if len(changes) == 0 {
+		return base
+	}
+	if base == nil {
+		base = &preferred{t: newTable(0)}
+	}
+	t, delta := base.t.update(s.seed, changes)
+	p := &preferred{t: t, keys: base.keys + delta}
+	if p.keys == 0 {
+		p = nil
+	} else if bits := bitsFor(p.keys); bits > p.t.bits+1 || bits+1 < p.t.bits {
+		p.t = p.t.rehash(bits, s.hash)
+	}
+	return p
 }
 
 // buildPreferred computes the preferred answers of every key of values.

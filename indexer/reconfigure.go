@@ -39,6 +39,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		return nil, err
 	}
 
+	defer s.runHooks() // once every lock is let go
 	s.wide.Lock()
 	defer s.wide.Unlock()
 	locked := s.lockSources()
@@ -126,7 +127,7 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		}
 		next.conf.meta = meta(live, next)
 	}
-	s.publish(next, changes, s.sources...)
+	s.publish(next, changes, true, s.sources...)
 	for _, id := range srcNames {
 		s.sources[id].tellConflicts()
 	}

@@ -123,8 +123,15 @@ type Store struct {
 	wide sync.Mutex
 	// mu serializes publications: the step that loads the current
 	// snapshot, puts a commit's states in it, publishes the result and
-	// calls the OnCommit function. It guards no writer state.
+	// queues the call of the OnCommit function. It guards no writer
+	// state.
 	mu sync.Mutex
+	// hooks are the OnCommit calls of published commits not made yet, in
+	// commit order (under mu). hookMu is held by whoever makes them: one
+	// at a time, outside mu, so that a slow hook delays no other
+	// source's publication (see runHooks).
+	hooks  []hookCall
+	hookMu sync.Mutex
 	// The hooks (nil: none), read by writers under their source's lock.
 	onCommit atomic.Pointer[func(prev, next *Snapshot, changes []Change)]
 	// onConflict hears of keys of unique indexes put in conflict.
@@ -135,6 +142,13 @@ type Store struct {
 	sources []*Source
 	srcName map[string]int // source name -> source id, of live sources
 	heads   []*atomic.Pointer[indexSnap]
+}
+
+// hookCall is one OnCommit call to make.
+type hookCall struct {
+	f          func(prev, next *Snapshot, changes []Change)
+	prev, next *Snapshot
+	changes    []Change
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -370,11 +384,13 @@ type Change struct {
 
 // OnCommit sets f, which every commit that changes the values of some
 // index key calls once it has published next (prev is the snapshot that
-// next replaced), with the keys that changed, per index. f runs under the
-// store's publication lock, in commit order (a commit's prev is the
-// previous commit's next, whatever their sources): it must be quick, must
-// not block, and must not write to the store. Set it before the first
-// write. Compact calls it
+// next replaced), with the keys that changed, per index. f runs after the
+// publication, outside the store's publication lock (other sources publish
+// meanwhile), one call at a time and in commit order (a commit's prev is
+// the previous commit's next, whatever their sources); a write returns
+// once f was called for it and every commit before it. It must be quick,
+// must not block, and must not write to the store. Set it before the
+// first write. Compact calls it
 // too, with no changes: the values are the same, but a hook that keeps the
 // latest snapshot should keep next, or the tables' memory from before
 // Compact stays in use.
@@ -414,8 +430,8 @@ func (s *Store) Source(name string) *Source {
 // last publication left, from which its writer worked: only a holder of
 // src.mu publishes it anew.
 func (s *Store) publishSource(src *Source, states []*indexSnap, ss *sourceSnap, changes []Change) {
+	states = s.preferSource(src, states)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	old := s.current.Load()
 	next := old.derive()
 	cloned := false
@@ -432,14 +448,47 @@ func (s *Store) publishSource(src *Source, states []*indexSnap, ss *sourceSnap, 
 		next.sources = slices.Clone(old.sources)
 		next.sources[src.id] = ss
 	}
-	s.publish(next, changes, src)
+	s.publish(next, changes, false, src)
+	s.mu.Unlock()
+	s.runHooks()
+}
+
+// queueHook queues the OnCommit call of a publication; under mu. The
+// publisher calls runHooks once it let go of mu.
+func (s *Store) queueHook(prev, next *Snapshot, changes func() []Change) {
+	if f := s.commitHook(); f != nil {
+		s.hooks = append(s.hooks, hookCall{f: f, prev: prev, next: next, changes: changes()})
+	}
+}
+
+// runHooks makes the queued OnCommit calls, in order; not under mu. It
+// returns once the calls queued before it was called were made, by this
+// caller or by another: a hook runs while other sources publish, and a
+// write still returns only once its hook has run.
+func (s *Store) runHooks() {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	for {
+		s.mu.Lock()
+		calls := s.hooks
+		s.hooks = nil
+		s.mu.Unlock()
+		if len(calls) == 0 {
+			return
+		}
+		for _, c := range calls {
+			c.f(c.prev, c.next, c.changes)
+		}
+	}
 }
 
 // publish makes next the current snapshot, with the objects of srcs as
 // their writers left them; under mu and the locks of srcs. A reader of
 // one index may see it before or after the snapshot as a whole; either is
-// a state that a commit produced.
-func (s *Store) publish(next *Snapshot, changes []Change, srcs ...*Source) {
+// a state that a commit produced. prefer computes the preferred answers
+// of the indexes with hints (a commit of one source computed its own
+// before: see preferSource).
+func (s *Store) publish(next *Snapshot, changes []Change, prefer bool, srcs ...*Source) {
 	prev := s.current.Load()
 	next.seq = prev.seq + 1
 	next.writes = prev.writes
@@ -460,7 +509,9 @@ func (s *Store) publish(next *Snapshot, changes []Change, srcs ...*Source) {
 			next.indexes[id] = &c
 		}
 	}
-	s.publishPreferred(prev, next)
+	if prefer {
+		s.publishPreferred(prev, next)
+	}
 	s.publishObjects(next, srcs)
 	s.current.Store(next)
 	for id, is := range next.indexes {
@@ -468,8 +519,8 @@ func (s *Store) publish(next *Snapshot, changes []Change, srcs ...*Source) {
 			h.Store(is)
 		}
 	}
-	if f := s.commitHook(); f != nil && len(changes) > 0 {
-		f(prev, next, fallbackChanges(next.conf, changes))
+	if len(changes) > 0 {
+		s.queueHook(prev, next, func() []Change { return fallbackChanges(next.conf, changes) })
 	}
 }
 

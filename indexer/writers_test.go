@@ -16,7 +16,7 @@ import (
 // some key), whatever their sources.
 type commitChecker struct {
 	t    *testing.T
-	last *Snapshot // under the store's publication lock
+	last *Snapshot // the hooks run one at a time
 	hook func(prev, next *Snapshot, changes []Change)
 }
 
@@ -368,5 +368,64 @@ func checkSnapshot(t *testing.T, snap *Snapshot, indexKeys []string, unique map[
 				}
 			}
 		}
+	}
+}
+
+// TestSlowHookDelaysNoOtherPublication: while the OnCommit call of a
+// commit of source a is held, a commit of source b is published (readers
+// see it); its own call comes after a's, in commit order, and b's Commit
+// returns only once it was made.
+func TestSlowHookDelaysNoOtherPublication(t *testing.T) {
+	s, err := New(SourceSpec{Name: "a", Indexes: []string{"a"}}, SourceSpec{Name: "b", Indexes: []string{"b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.Source("a"), s.Source("b")
+	ixA, _ := s.Index("a")
+	ixB, _ := s.Index("b")
+	inHook, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var heard []Index
+	check := &commitChecker{t: t, hook: func(_, _ *Snapshot, changes []Change) {
+		mu.Lock()
+		heard = append(heard, changes[0].Index)
+		mu.Unlock()
+		if changes[0].Index == ixA {
+			close(inHook)
+			<-release
+		}
+	}}
+	s.OnCommit(check.commit)
+	put := func(src *Source, key, value string) {
+		txn := src.Begin()
+		txn.Put(Object{Key: key, Entries: [][]Entry{{{Key: key, Value: value}}}})
+		txn.Commit()
+	}
+	aDone, bDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(aDone); put(a, "ka", "va") }()
+	<-inHook
+	go func() { defer close(bDone); put(b, "kb", "vb") }()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.Snapshot().Lookup(ixB, "kb")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("b's commit not published while a's hook is held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-bDone:
+		t.Fatal("b's Commit returned before its hook was called")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-aDone
+	<-bDone
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(heard, []Index{ixA, ixB}) {
+		t.Fatalf("hooks heard %v, want a's commit then b's", heard)
+	}
+	if got := s.Snapshot().Lookup(ixA, "ka"); !slices.Equal(got, []string{"va"}) {
+		t.Fatalf("a: %v", got)
 	}
 }

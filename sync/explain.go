@@ -173,6 +173,15 @@ func (e *Engine) Explain(t Target) Explanation {
 				if conflicts[k] {
 					st.Conflicts = append(st.Conflicts, k)
 				}
+				// Searched once per value of each object: sorted (a
+				// key's answer is), and its hints' tags by value, read
+				// once for the key, so that a key of many values costs
+				// its values, not their square.
+				answer := answers[k]
+				if !slices.IsSorted(answer) {
+					answer = slices.Sorted(slices.Values(answer))
+				}
+				var tags map[string][]string
 				for _, c := range claims[k] {
 					if t.Cluster != "" && v.clusterOf(c.Object) != t.Cluster {
 						continue // another cluster's: not of this part
@@ -183,7 +192,7 @@ func (e *Engine) Explain(t Target) Explanation {
 						o.Created = time.Unix(c.Meta.Created, 0).UTC()
 					}
 					for _, v := range o.Values {
-						if !slices.Contains(answers[k], v) {
+						if _, ok := slices.BinarySearch(answer, v); !ok {
 							o.Unanswered = append(o.Unanswered, v)
 						}
 					}
@@ -194,7 +203,10 @@ func (e *Engine) Explain(t Target) Explanation {
 					case conflicts[k] && !c.Chosen:
 						o.Why = ExplainYounger
 					case t.At != (Locality{}):
-						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")" + hintedFor(snap.Hints(ix, k), o.Unanswered)
+						if tags == nil {
+							tags = tagsByValue(snap.Hints(ix, k))
+						}
+						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")" + hintedFor(tags, o.Unanswered)
 					}
 					st.Objects = append(st.Objects, o)
 				}
@@ -299,10 +311,10 @@ func (e *Engine) noteConflict(n indexer.ConflictNote) {
 	e.log.Warn("unique index: a key is claimed by several objects with different values; the oldest claimant is answered (see ?explain=true and metasync_index_conflicting_keys)", attrs...)
 }
 
-// hintedFor says which tags the hints of a key give the values not
-// answered (": hinted for zone=zone-b"), "" when they give none.
-func hintedFor(hints, unanswered []string) string {
-	var tags []string
+// tagsByValue reads the hints of a key ("VALUE\tKIND=NAME"): the tags of
+// each value, distinct.
+func tagsByValue(hints []string) map[string][]string {
+	tags := map[string][]string{}
 	for _, h := range hints {
 		// A value may hold a tab; its tag (KIND=NAME) never does.
 		i := strings.LastIndexByte(h, '\t')
@@ -310,13 +322,24 @@ func hintedFor(hints, unanswered []string) string {
 			continue
 		}
 		v, tag := h[:i], h[i+1:]
-		if strings.Contains(tag, "=") && slices.Contains(unanswered, v) && !slices.Contains(tags, tag) {
-			tags = append(tags, tag)
+		if strings.Contains(tag, "=") && !slices.Contains(tags[v], tag) {
+			tags[v] = append(tags[v], tag)
 		}
 	}
-	if len(tags) == 0 {
+	return tags
+}
+
+// hintedFor says which tags (by value, see tagsByValue) the hints of a key
+// give the values not answered (": hinted for zone=zone-b"), "" when they
+// give none.
+func hintedFor(tags map[string][]string, unanswered []string) string {
+	var out []string
+	for _, v := range unanswered {
+		out = append(out, tags[v]...)
+	}
+	if len(out) == 0 {
 		return ""
 	}
-	slices.Sort(tags)
-	return ": hinted for " + strings.Join(tags, ", ")
+	slices.Sort(out)
+	return ": hinted for " + strings.Join(slices.Compact(out), ", ")
 }

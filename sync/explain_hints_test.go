@@ -16,7 +16,7 @@ func TestHintedFor(t *testing.T) {
 		{[]string{"a"}, []string{"a"}, ""},
 		{nil, []string{"a"}, ""},
 	} {
-		if got := hintedFor(c.hints, c.unanswered); got != c.want {
+		if got := hintedFor(tagsByValue(c.hints), c.unanswered); got != c.want {
 			t.Errorf("hintedFor(%q, %q) = %q, want %q", c.hints, c.unanswered, got, c.want)
 		}
 	}

@@ -21,8 +21,12 @@ import (
 const journalSize = 16384
 
 // hub routes the store's commits to the subscriptions they affect. The
-// store calls commit under its writer lock, in commit order; hub.mu is
-// taken before a Subscription's mu, never after.
+// store calls commit in commit order, after publishing and outside its
+// publication lock (see indexer.Store.OnCommit); hub.mu is taken before a
+// Subscription's mu, never after. What commit does under hub.mu is
+// bounded whatever a commit's size: a large one gives its index
+// subscriptions up to comparing the whole index (markKeys) and empties
+// the journal rather than filling it.
 type hub struct {
 	mu      gosync.Mutex
 	latest  *indexer.Snapshot // of the last commit that changed values, or of the last reload
@@ -100,8 +104,14 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 			continue
 		}
 		if j := is.journal; j != nil {
-			for _, k := range c.Keys {
-				j.add(journalEntry{seq: next.Seq(), key: k, prev: prev.Lookup(c.Index, k)})
+			if len(c.Keys) >= len(j.entries) {
+				// The ring would keep only this commit's last keys,
+				// and no resume from before it: forget, in O(1).
+				j.reset(next.Seq())
+			} else {
+				for _, k := range c.Keys {
+					j.add(journalEntry{seq: next.Seq(), key: k, prev: prev.Lookup(c.Index, k)})
+				}
 			}
 		}
 		if len(is.all) > 0 {
@@ -119,6 +129,13 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 			}
 		}
 	}
+}
+
+// reset empties the journal: it remembers every change after seq (none
+// yet), and nothing from before.
+func (j *journal) reset(seq uint64) {
+	clear(j.entries) // let go of the values
+	j.next, j.full, j.floor = 0, false, seq
 }
 
 func (j *journal) add(e journalEntry) {

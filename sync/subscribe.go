@@ -541,6 +541,13 @@ func (s *Subscription) markKeys(keys []string, ix indexer.Index, prev, next *ind
 	if s.base == nil {
 		s.base, s.baseIx = prev, ix
 	}
+	if !s.overflow && len(keys) > max(4*pendingFloor, next.KeyCount(s.ix)/8) {
+		// A large commit (a relist, a reload): comparing the whole index
+		// when Next comes costs the subscriber at most a few times what
+		// the keys would, and the hub, which marks under its lock every
+		// subscription of the index, nothing per key.
+		s.pending, s.overflow = nil, true
+	}
 	if !s.overflow {
 		if s.pending == nil {
 			s.pending = make(map[string]struct{}, len(keys))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -483,5 +484,70 @@ func TestResumeOutsideTheJournal(t *testing.T) {
 	}
 	if n := e.Subscriptions().Resets; n != 1 {
 		t.Fatalf("resets = %d, want 1", n)
+	}
+}
+
+// TestLargeCommitIndexSubscription: a relist that changes more keys than
+// an index subscription keeps track of one by one (the hub marks it to
+// compare the whole index, and the journal lets go of what it held)
+// still brings the subscriber exactly the index's new state, and a resume
+// from before the relist is a reset, one from after it a resume.
+func TestLargeCommitIndexSubscription(t *testing.T) {
+	e, f := routingEngine(t)
+	for i := range 50 {
+		must(t, f.Apply("apps", appJSON("old-"+strconv.Itoa(i), "m-old-"+strconv.Itoa(i))))
+	}
+	sub, err := e.Subscribe(context.Background(), IndexOf("model-to-app"))
+	must(t, err)
+	defer sub.Close()
+	held := map[string][]string{}
+	var before string
+	for ev := next(t, sub); ; ev = next(t, sub) {
+		if ev.Type == EventSynced {
+			before = ev.Version
+			break
+		}
+		held[ev.Key] = ev.Values
+	}
+	n := max(4*pendingFloor, journalSize) + 100
+	objs := make([][]byte, n)
+	for i := range objs {
+		objs[i] = appJSON("new-"+strconv.Itoa(i), "m-new-"+strconv.Itoa(i), "m-old-"+strconv.Itoa(i%10))
+	}
+	must(t, f.Replace("apps", objs...))
+	want := map[string][]string{}
+	snap := e.store.Snapshot()
+	ix, _ := snap.Index("model-to-app")
+	for _, k := range snap.Keys(ix) {
+		want[k] = snap.Lookup(ix, k)
+	}
+	var after string
+	for !maps.EqualFunc(held, want, slices.Equal[[]string]) {
+		ev := next(t, sub)
+		if ev.Type != EventUpdate {
+			t.Fatalf("after the relist: %+v, want updates", ev)
+		}
+		if len(ev.Values) == 0 {
+			delete(held, ev.Key)
+		} else {
+			held[ev.Key] = ev.Values
+		}
+		after = ev.Version
+	}
+	noEvent(t, sub)
+	if len(held) != n+10 { // and m-old-0 to m-old-9
+		t.Fatalf("subscriber holds %d keys, want %d", len(held), n+10)
+	}
+	resume := func(version string) *Subscription {
+		s, err := e.Subscribe(context.Background(), Target{Index: "model-to-app", All: true, Resume: version})
+		must(t, err)
+		t.Cleanup(s.Close)
+		return s
+	}
+	if ev := next(t, resume(before)); ev.Type != EventReset {
+		t.Fatalf("resume from before the relist: %+v, want a reset", ev)
+	}
+	if ev := next(t, resume(after)); ev.Type != EventSynced {
+		t.Fatalf("resume from after the relist: %+v, want synced at once", ev)
 	}
 }
