@@ -20,6 +20,10 @@ import (
 //     BenchmarkWriteWhileExplained);
 //   - relist: a's 100,000 objects are relisted (Replace) in a loop, each
 //     relist changing every object;
+//   - hinted: a's key of 10,000 endpoints, hinted for 3 zones, is
+//     written in a loop (one endpoint changes each time), which computes
+//     the key's preferred answers again; hinted-apart, the same in a
+//     source of another store (the control, as relist-apart is);
 //   - relist-apart: the same relist, of a source of another store: what
 //     b loses to the relist's use of the processors and of the collector
 //     alone, with no lock in common.
@@ -33,9 +37,14 @@ import (
 // b falls behind it.
 func BenchmarkWriteWhileBusy(b *testing.B) {
 	const n = 100_000
-	for _, busy := range []string{"idle", "claimant", "explain", "relist", "relist-apart"} {
+	for _, busy := range []string{"idle", "claimant", "explain", "relist", "hinted", "hinted-apart", "relist-apart"} {
 		b.Run("a="+busy, func(b *testing.B) {
-			s, err := New(SourceSpec{Name: "a", Indexes: []string{"a"}, Unique: []string{"a"}}, SourceSpec{Name: "b", Indexes: []string{"b"}})
+			specA := SourceSpec{Name: "a", Indexes: []string{"a"}, Unique: []string{"a"}}
+			if busy == "hinted" || busy == "hinted-apart" {
+				specA.Indexes = append(specA.Indexes, "eps", "eps/hints")
+				specA.Hints = map[string]string{"eps": "eps/hints"}
+			}
+			s, err := New(specA, SourceSpec{Name: "b", Indexes: []string{"b"}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -72,6 +81,30 @@ func BenchmarkWriteWhileBusy(b *testing.B) {
 				keys := s.Snapshot().Keys(ixA)
 				work = func(i int) {
 					s.Explain(func(x *Explainer) { x.Claims(ixA, keys[i%len(keys):i%len(keys)+1]) })
+				}
+			case "hinted", "hinted-apart":
+				const endpoints = 10_000
+				written := a
+				if busy == "hinted-apart" {
+					apart, err := New(specA)
+					if err != nil {
+						b.Fatal(err)
+					}
+					written = apart.Source("a")
+				}
+				work = func(i int) {
+					eps, hints := make([]Entry, endpoints), make([]Entry, endpoints)
+					for j := range eps {
+						v := fmt.Sprintf("10.%d.%d.%d", j/65536, j/256%256, j%256)
+						if j == 0 {
+							v = "10.255.0." + strconv.Itoa(i%256)
+						}
+						eps[j] = Entry{Key: "svc", Value: v}
+						hints[j] = Entry{Key: "svc", Value: v + "\tzone=zone-" + strconv.Itoa(j%3)}
+					}
+					tx := written.Begin()
+					tx.Put(Object{Key: "metasync-bench/slice", Entries: [][]Entry{nil, eps, hints}})
+					tx.Commit()
 				}
 			case "relist", "relist-apart":
 				relisted := a

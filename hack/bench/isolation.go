@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -25,7 +26,12 @@ var isolationWrites = flag.Int("isolation-writes", 3000, "writes of resource b p
 
 // isolationLoads are the loads of the AppModels under which b's writes
 // are timed, in the order the rows print them.
-var isolationLoads = []string{"idle", "claimant", "explain", "relist", "relist-apart"}
+var isolationLoads = []string{"idle", "claimant", "explain", "relist", "relist-watched", "relist-apart"}
+
+// isolationWatchers is the number of subscriptions to the whole
+// model-to-app index, synced and then never read again (clients of
+// ?watch=true that stopped reading), under the relist-watched load.
+const isolationWatchers = 16
 
 // runIsolationOnly prints the isolation rows alone (-only isolation): they
 // need no control plane.
@@ -85,10 +91,11 @@ func isolationRows() ([]row, error) {
 	}
 	idle := p99["idle"]
 	name := map[string]string{
-		"claimant":     "a claimant moving between keys, 50/s",
-		"explain":      "explained at the daemon's budget, 10/s (burst 20)",
-		"relist":       fmt.Sprintf("relisted, %d objects, in a loop", *n),
-		"relist-apart": "control: another engine relists in a loop",
+		"claimant":       "a claimant moving between keys, 50/s",
+		"explain":        "explained at the daemon's budget, 10/s (burst 20)",
+		"relist":         fmt.Sprintf("relisted, %d objects, in a loop", *n),
+		"relist-watched": fmt.Sprintf("relisted in a loop, %d index streams that stopped reading", isolationWatchers),
+		"relist-apart":   "control: another engine relists in a loop",
 	}
 	rows := []row{{name: "b's write → visible p50, AppModels idle", unit: "µs", baseline: p50["idle"], metasync: p50["idle"], raw: true}}
 	for _, load := range isolationLoads[1:] {
@@ -104,7 +111,8 @@ func isolationRows() ([]row, error) {
 
 // appModelLists are two lists of the N AppModels as JSON, the second with
 // every object changed (its version and models), for relists that change
-// every object.
+// every object and every key of the index (600,000 keys at 100,000
+// objects: the models of the one list go, the other's come).
 func appModelLists() ([2][][]byte, error) {
 	var lists [2][][]byte
 	for v := range 2 {
@@ -114,7 +122,9 @@ func appModelLists() ([2][][]byte, error) {
 			u.SetNamespace(ns)
 			u.SetResourceVersion(strconv.Itoa(1 + v))
 			if v == 1 {
-				u.Object["spec"].(map[string]any)["version"] = "1.8"
+				spec := u.Object["spec"].(map[string]any)
+				spec["version"] = "1.8"
+				spec["models"] = []any{model(i, 0) + "b", model(i, 1) + "b", model(i, 2) + "b"}
 			}
 			b, err := json.Marshal(u.Object)
 			if err != nil {
@@ -170,7 +180,26 @@ func isolationRun(load string, lists [2][][]byte) (lat []time.Duration, works in
 			e.Explain(msync.Target{Index: "model-to-app", Key: keys[i%len(keys)]})
 			return nil
 		}
-	case "relist":
+	case "relist", "relist-watched":
+		if load == "relist-watched" {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for range isolationWatchers {
+				sub, err := e.Subscribe(ctx, msync.IndexOf("model-to-app"))
+				if err != nil {
+					return nil, 0, err
+				}
+				for {
+					ev, err := sub.Next(ctx)
+					if err != nil {
+						return nil, 0, err
+					}
+					if ev.Type == msync.EventSynced {
+						break
+					}
+				}
+			}
+		}
 		work = func(i int) error { return f.Replace("appmodels", lists[(i+1)%2]...) }
 	case "relist-apart":
 		_, other, err := msync.NewOffline(p, discard)
