@@ -440,3 +440,48 @@ func BenchmarkWriteWhileExplained(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMovingClaimantAnyValue is BenchmarkMovingClaimant where the
+// holders' values name no object (the holder of model-X gives "svc-X"),
+// so that a key's claimants cannot be found by name: with the object keys
+// per index key kept (objects=true, as the engine keeps them for a
+// resource with fields or of several clusters) they are read from there;
+// without, from every object of the source.
+func BenchmarkMovingClaimantAnyValue(b *testing.B) {
+	const n = 100_000
+	for _, objects := range []bool{false, true} {
+		for _, unique := range []bool{false, true} {
+			b.Run(fmt.Sprintf("objects=%v/unique=%v", objects, unique), func(b *testing.B) {
+				spec := SourceSpec{Name: "s", Indexes: []string{"ix"}, Objects: objects}
+				if unique {
+					spec.Unique = []string{"ix"}
+				}
+				s, err := New(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				src := s.Source("s")
+				objs := appModelObjects(n, "metasync-bench/", true)
+				for i := range objs {
+					for j := range objs[i].Entries[0] {
+						objs[i].Entries[0][j].Value = "svc-" + objs[i].Entries[0][j].Value
+					}
+				}
+				src.Replace(objs)
+				keys := make([]string, n)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("model-%06d-%d", i, i%3)
+				}
+				meta := Meta{Version: "1", Created: 1764000001}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					tx := src.Begin()
+					tx.Put(Object{Key: "metasync-bench/mover", Meta: meta, Entries: [][]Entry{{{Key: keys[i%n], Value: "mover"}}}})
+					tx.Commit()
+					i++
+				}
+			})
+		}
+	}
+}

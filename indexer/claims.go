@@ -20,6 +20,11 @@ import (
 // knows whether those it found are all; when they are not (a value that
 // names no claimant), it reads every object as before.
 //
+// A source that keeps the object keys behind each index key
+// (SourceSpec.Objects: the engine keeps them for a resource with fields or
+// of several clusters) reads a key's claimants from there (claimsOf), for
+// any value: none of the above, and never every object.
+//
 // What this keeps: the distinct prefixes of the source's object keys (its
 // namespaces), at most maxPrefixes of them, nothing per object or key.
 
@@ -62,6 +67,29 @@ func (ps *prefixSet) note(objectKey string) {
 
 // reset empties the set.
 func (ps *prefixSet) reset() { *ps = prefixSet{} }
+
+// claimsOf returns the claims on key of the source's i-th index, a unique
+// one, from objects, the object keys that the source lists under the key
+// (SourceSpec.Objects); under src.mu, with the objects as the transaction
+// left them. It reads those objects only.
+func (src *Source) claimsOf(i int, key string, objects []string) []claim {
+	var out []claim
+	buf := make([][]Entry, len(src.indexes))
+	var room []byte
+	for _, object := range objects {
+		enc, ok := src.objects.Get(object)
+		if !ok {
+			continue
+		}
+		created := createdOf(enc)
+		for _, e := range decodeIn(buf, enc, object, &room)[i] {
+			if e.Key == key {
+				out = append(out, claim{object: strings.Clone(object), value: strings.Clone(e.Value), created: created})
+			}
+		}
+	}
+	return out
+}
 
 // claimsByName returns the claims on key of the source's i-th index, a
 // unique one, whose values after the transaction are raw, from the

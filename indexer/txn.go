@@ -474,9 +474,13 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 	var keys []string
 	unique := t.src.unique[i]
 	hooked := s.commitHook() != nil
-	var raw map[string][]string // of a unique index: each key's values after
+	var raw map[string][]string    // of a unique index: each key's values after
+	var owners map[string][]string // of a unique index with objects: each key's objects after
 	if unique {
 		raw = make(map[string][]string, len(m))
+		if is.objects != nil {
+			owners = make(map[string][]string, len(m))
+		}
 	}
 	for key, w := range m {
 		h := s.hash(key)
@@ -494,14 +498,24 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 			raw[key] = w.values
 		}
 		if is.objects != nil && (len(w.addO) > 0 || len(w.remO) > 0) {
-			objects = append(objects, change{hash: h, key: key, values: apply(w.objects, w.addO, w.remO, in)})
+			os := apply(w.objects, w.addO, w.remO, in)
+			objects = append(objects, change{hash: h, key: key, values: os})
+			if owners != nil {
+				owners[key] = os
+			}
+		} else if owners != nil {
+			owners[key] = w.objects
 		}
 	}
 	if unique {
 		// The table holds what a key answers: its values, or the chosen
 		// ones of a key in conflict. A key whose values changed but whose
 		// answer did not (a younger claimant came) is no change.
-		is.chosen = t.src.settle(i, m, func(key string) []string { return raw[key] }, was.chosen)
+		var objectsOf func(key string) []string
+		if owners != nil {
+			objectsOf = func(key string) []string { return owners[key] }
+		}
+		is.chosen = t.src.settle(i, m, func(key string) []string { return raw[key] }, objectsOf, was.chosen)
 		for key := range m {
 			answer := raw[key]
 			if c, ok := is.chosen[key]; ok {

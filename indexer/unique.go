@@ -18,8 +18,9 @@ import (
 // and when the object was created. A key with one value needs no claims,
 // so an index without conflicts costs nothing more than any other; a key
 // that gains a second value finds its claimants among the objects its
-// values name (see claimsByName), or else among every object of the
-// source, once (see settle).
+// values name (see claimsByName), or among the objects the source lists
+// under the key when it keeps them (SourceSpec.Objects), or else among
+// every object of the source, once (see settle).
 
 // claim is one value that one object gives one key of a unique index.
 type claim struct {
@@ -116,8 +117,9 @@ func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
 // settle brings the claims of the source's i-th index, a unique one, up
 // to date with a transaction's work on it, and returns the index's chosen
 // answers after it (chosen itself when none changed); under src.mu. raw
-// gives each key of work its values after the transaction.
-func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, chosen map[string]choice) map[string]choice {
+// gives each key of work its values after the transaction, and objectsOf
+// (nil: the source keeps no object keys per index key) its objects.
+func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, objectsOf func(key string) []string, chosen map[string]choice) map[string]choice {
 	claims, singles := src.claims[i], src.singles[i]
 	var missing map[string]bool
 	for key, w := range work {
@@ -132,6 +134,10 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			// A key that had one value at most has no claims: find them,
 			// among the objects its values name when they are all there
 			// (see claimsByName), else among every object.
+			if objectsOf != nil {
+				claims[key] = src.claimsOf(i, key, objectsOf(key))
+				continue
+			}
 			if cl, all := src.claimsByName(i, key, raw(key)); all {
 				claims[key] = cl
 				continue

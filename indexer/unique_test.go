@@ -114,7 +114,10 @@ func TestUniqueMatchesModel(t *testing.T) {
 			}
 			unique := true
 			spec := func() SourceSpec {
-				s := SourceSpec{Name: "src", Indexes: []string{"ix"}, Objects: true}
+				// Half the seeds keep the object keys per index key,
+				// where claims are found; the others find them by name
+				// or by reading every object.
+				s := SourceSpec{Name: "src", Indexes: []string{"ix"}, Objects: seed%4 < 2}
 				if unique {
 					s.Unique = []string{"ix"}
 				}
@@ -157,7 +160,7 @@ func TestUniqueMatchesModel(t *testing.T) {
 					if conflict {
 						claimants = []string{oldestOf(m, claimants)}
 					}
-					if objs := s.Snapshot().Objects(ix, k); !slices.Equal(objs, claimants) && !(len(objs) == 0 && len(claimants) == 0) {
+					if objs := s.Snapshot().Objects(ix, k); spec().Objects && !slices.Equal(objs, claimants) && !(len(objs) == 0 && len(claimants) == 0) {
 						t.Fatalf("step %d (%s): objects of %s = %v, want %v", step, what, k, objs, claimants)
 					}
 					changed := !slices.Equal(before[k], got)
@@ -447,5 +450,54 @@ func TestUniqueTieByPrefix(t *testing.T) {
 	}
 	if !keyBefore("ns/a", "ns/b") || keyBefore("ns/b", "ns/a") || keyBefore("east:ns/x", "east:ns/x") {
 		t.Error("keys without a prefix, or equal ones, misordered")
+	}
+}
+
+// TestUniqueClaimsFromObjectKeys: a source that keeps the object keys per
+// index key (SourceSpec.Objects) finds a key's claimants there, whatever
+// its values are, across any number of namespaces, and however many keys
+// a claimant moves through: no read of every object.
+func TestUniqueClaimsFromObjectKeys(t *testing.T) {
+	s, err := New(SourceSpec{Name: "src", Indexes: []string{"ix"}, Unique: []string{"ix"}, Objects: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.Source("src")
+	ix, _ := s.Index("ix")
+	const n = 3000
+	objs := make([]Object, n)
+	for i := range objs {
+		// 300 namespaces, values that name no object.
+		objs[i] = Object{Key: fmt.Sprintf("ns-%d/holder-%d", i%300, i), Meta: Meta{Created: 5}, Entries: [][]Entry{{e(fmt.Sprint("key-", i), fmt.Sprint("value-", i))}}}
+	}
+	src.Replace(objs)
+	scans := src.scans
+	for i := range 2 * n {
+		k := fmt.Sprint("key-", i%n)
+		tx := src.Begin()
+		tx.Put(Object{Key: "ns-x/mover", Meta: Meta{Created: 9}, Entries: [][]Entry{{e(k, "mover"), e(k, "mover-2")}}})
+		tx.Commit()
+		if got, want := ix.Lookup(k), []string{fmt.Sprint("value-", i%n)}; !slices.Equal(got, want) {
+			t.Fatalf("move %d: %s = %v, want its holder's %v", i, k, got, want)
+		}
+		if c := s.Snapshot().ConflictCount(ix); c != 1 {
+			t.Fatalf("move %d: %d keys in conflict, want 1", i, c)
+		}
+	}
+	if got := src.scans - scans; got != 0 {
+		t.Fatalf("%d reads of every object for %d moves, want 0", got, 2*n)
+	}
+	// The mover is older than the holder of a key it comes to: it takes it.
+	tx := src.Begin()
+	tx.Put(Object{Key: "ns-y/elder", Meta: Meta{Created: 1}, Entries: [][]Entry{{e("key-7", "elder")}}})
+	tx.Commit()
+	if got := ix.Lookup("key-7"); !slices.Equal(got, []string{"elder"}) {
+		t.Fatalf("key-7 = %v, want the elder's", got)
+	}
+	tx = src.Begin()
+	tx.Delete("ns-y/elder")
+	tx.Commit()
+	if got := ix.Lookup("key-7"); !slices.Equal(got, []string{"value-7"}) {
+		t.Fatalf("key-7 = %v after the elder left, want the holder's", got)
 	}
 }
