@@ -485,3 +485,37 @@ func BenchmarkMovingClaimantAnyValue(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkManyConflicts is a write whose object moves, as a third
+// claimant, from one key in conflict of a unique index to the next, while
+// 50,000 keys are in conflict: each write changes what two of them hold
+// (their claimants' values), and copies the chosen answers of the shards
+// that hold them, not all.
+func BenchmarkManyConflicts(b *testing.B) {
+	const n = 50_000
+	s, err := New(SourceSpec{Name: "s", Indexes: []string{"ix"}, Unique: []string{"ix"}, Objects: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := s.Source("s")
+	objs := make([]Object, 0, 2*n)
+	for i := range n {
+		k := fmt.Sprintf("key-%06d", i)
+		objs = append(objs,
+			Object{Key: fmt.Sprintf("ns/holder-%06d", i), Meta: Meta{Created: 1}, Entries: [][]Entry{{{Key: k, Value: "holder"}}}},
+			Object{Key: fmt.Sprintf("ns/rival-%06d", i), Meta: Meta{Created: 2}, Entries: [][]Entry{{{Key: k, Value: "rival"}}}})
+	}
+	src.Replace(objs)
+	ix, _ := s.Index("ix")
+	if c := s.Snapshot().ConflictCount(ix); c != n {
+		b.Fatalf("%d keys in conflict, want %d", c, n)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tx := src.Begin()
+		tx.Put(Object{Key: "ns/mover", Meta: Meta{Created: 3}, Entries: [][]Entry{{{Key: fmt.Sprintf("key-%06d", i%n), Value: "mover"}}}})
+		tx.Commit()
+		i++
+	}
+}

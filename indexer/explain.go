@@ -120,7 +120,7 @@ func (x *Explainer) Claims(ix Index, keys []string) map[string][]Claim {
 		sort.Slice(cl, func(a, b int) bool {
 			return older(claim{object: cl[a].Object, created: cl[a].Meta.Created}, claim{object: cl[b].Object, created: cl[b].Meta.Created})
 		})
-		if _, conflict := is.chosen[key]; conflict && len(cl) > 0 {
+		if is.chosen.has(seed, key) && len(cl) > 0 {
 			cl[0].Chosen = true // the oldest, as choose chose
 		}
 	}

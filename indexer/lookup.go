@@ -151,7 +151,7 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 	if is.objects == nil {
 		return nil
 	}
-	if c, ok := is.chosen[key]; ok {
+	if c, ok := is.chosen.get(snap.s.seed, key); ok {
 		// A key in conflict answers one claimant: its object.
 		return []string{c.object}
 	}

@@ -57,7 +57,7 @@ func (snap *Snapshot) Part(ix Index, key string, owns func(objectKey string) boo
 	}
 	// Of a unique key in conflict, only the chosen claimant's values
 	// are answered: the others' are left out.
-	_, conflict := is.chosen[key]
+	conflict := is.chosen.has(snap.s.seed, key)
 	buf := make([][]Entry, len(src.indexes))
 	var room []byte
 	var out, run []string

@@ -128,6 +128,9 @@ func (s *Store) Reconfigure(specs []SourceSpec, meta func(sources map[string]*So
 		next.conf.meta = meta(live, next)
 	}
 	s.publish(next, changes, true, s.sources...)
+	if len(changes) == 0 {
+		s.queueHook(old, next, func() []Change { return nil })
+	}
 	for _, id := range srcNames {
 		s.sources[id].tellConflicts()
 	}
@@ -332,8 +335,8 @@ func (src *Source) relayout(next *Snapshot, ids []int, withObjects bool, unique 
 			was = is.chosen
 		}
 		next.indexes[id] = &is
-		if len(was) > 0 {
-			changes = append(changes, Change{Index: src.s.handle(id), Keys: slices.Collect(maps.Keys(was))})
+		if was.count() > 0 {
+			changes = append(changes, Change{Index: src.s.handle(id), Keys: was.keys()})
 		}
 	}
 	return changes

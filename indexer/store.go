@@ -148,7 +148,7 @@ type Store struct {
 type hookCall struct {
 	f          func(prev, next *Snapshot, changes []Change)
 	prev, next *Snapshot
-	changes    []Change
+	changes    func() []Change // computed by runHooks, outside mu
 }
 
 // Index is a handle on one index of a Store, cheaper to look up with than
@@ -234,7 +234,7 @@ type indexSnap struct {
 	// oldest claimant's values, which the table holds for the key, so that
 	// a lookup costs what it costs in any index. Never modified once
 	// published.
-	chosen map[string]choice
+	chosen *choices
 	// preferred, of an index with hints, holds the answers of its keys
 	// for each zone or node that their hints prefer (see prefer.go); nil
 	// when no key has any.
@@ -325,6 +325,10 @@ func (c *config) companions(id int) (fb, hints int) {
 
 // derive starts the snapshot that follows snap: the same state, to be
 // changed by a commit.
+// Compacted reports whether Compact published snap: the values of the
+// snapshot before it, in fresh memory.
+func (snap *Snapshot) Compacted() bool { return snap.compacted }
+
 func (snap *Snapshot) derive() *Snapshot {
 	return &Snapshot{s: snap.s, indexes: snap.indexes, sources: snap.sources, conf: snap.conf, compactedAt: snap.compactedAt, objects: snap.objects}
 }
@@ -393,7 +397,9 @@ type Change struct {
 // first write. Compact calls it
 // too, with no changes: the values are the same, but a hook that keeps the
 // latest snapshot should keep next, or the tables' memory from before
-// Compact stays in use.
+// Compact stays in use (next.Compacted() tells it). So does Reconfigure,
+// with the changes of indexes that became unique or stopped being so, or
+// none: once Reconfigure returns, f was called with its snapshot.
 func (s *Store) OnCommit(f func(prev, next *Snapshot, changes []Change)) {
 	if f == nil {
 		s.onCommit.Store(nil)
@@ -454,10 +460,11 @@ func (s *Store) publishSource(src *Source, states []*indexSnap, ss *sourceSnap, 
 }
 
 // queueHook queues the OnCommit call of a publication; under mu. The
-// publisher calls runHooks once it let go of mu.
+// publisher calls runHooks once it let go of mu. changes is called then,
+// outside mu: it must read only what the publication froze.
 func (s *Store) queueHook(prev, next *Snapshot, changes func() []Change) {
 	if f := s.commitHook(); f != nil {
-		s.hooks = append(s.hooks, hookCall{f: f, prev: prev, next: next, changes: changes()})
+		s.hooks = append(s.hooks, hookCall{f: f, prev: prev, next: next, changes: changes})
 	}
 }
 
@@ -477,7 +484,7 @@ func (s *Store) runHooks() {
 			return
 		}
 		for _, c := range calls {
-			c.f(c.prev, c.next, c.changes)
+			c.f(c.prev, c.next, c.changes())
 		}
 	}
 }

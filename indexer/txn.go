@@ -257,7 +257,7 @@ func (t *Txn) workFor(i int, key string) *work {
 		// this source last published them: only its writers change them.
 		is := t.src.s.current.Load().indexAt(t.src.indexes[i])
 		w = &work{values: is.values.lookup(t.src.s.seed, key)}
-		if c, ok := is.chosen[key]; ok {
+		if c, ok := is.chosen.get(t.src.s.seed, key); ok {
 			w.values = c.raw // the table holds the chosen values
 		}
 		if is.objects != nil {
@@ -518,7 +518,7 @@ func (t *Txn) commitIndex(i int, m map[string]*work, was *indexSnap, in *interne
 		is.chosen = t.src.settle(i, m, func(key string) []string { return raw[key] }, objectsOf, was.chosen)
 		for key := range m {
 			answer := raw[key]
-			if c, ok := is.chosen[key]; ok {
+			if c, ok := is.chosen.get(s.seed, key); ok {
 				answer = c.values
 			}
 			if !slices.Equal(answer, was.values.lookup(s.seed, key)) {

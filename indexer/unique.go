@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -119,7 +118,7 @@ func (t *Txn) claimAdd(i int, object string, e Entry, created int64) {
 // answers after it (chosen itself when none changed); under src.mu. raw
 // gives each key of work its values after the transaction, and objectsOf
 // (nil: the source keeps no object keys per index key) its objects.
-func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, objectsOf func(key string) []string, chosen map[string]choice) map[string]choice {
+func (src *Source) settle(i int, work map[string]*work, raw func(key string) []string, objectsOf func(key string) []string, chosen *choices) *choices {
 	claims, singles := src.claims[i], src.singles[i]
 	var missing map[string]bool
 	for key, w := range work {
@@ -184,34 +183,24 @@ func (src *Source) settle(i int, work map[string]*work, raw func(key string) []s
 			claims[key] = found[key]
 		}
 	}
-	out, cloned := chosen, false
+	out := choicesWriter{hs: src.s.seed, was: chosen} // chosen is published: it changes a copy
 	hooked := src.s.onConflict.Load() != nil
 	for key := range work {
 		c := choose(claims[key], raw(key))
-		was, had := chosen[key]
+		was, had := chosen.get(src.s.seed, key)
 		if c.values == nil && !had || c.values != nil && had && c.object == was.object && slices.Equal(c.values, was.values) && slices.Equal(c.raw, was.raw) {
 			continue
 		}
-		if !cloned {
-			// chosen is published: change a copy.
-			out, cloned = maps.Clone(chosen), true
-			if out == nil {
-				out = map[string]choice{}
-			}
-		}
 		if c.values == nil {
-			delete(out, key)
+			out.remove(key)
 		} else {
-			out[key] = c
+			out.set(key, c)
 			if hooked {
 				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, claims[key], c.values))
 			}
 		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+	return out.result()
 }
 
 // ConflictNote tells of a key of a unique index that a commit put in
@@ -345,22 +334,19 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 	})
 	claims := src.findClaims(i, multi)
 	src.claims[i], src.singles[i] = claims, map[string]struct{}{}
-	var chosen map[string]choice
+	chosen := choicesWriter{hs: src.s.seed}
 	for key, cl := range claims {
 		if c := choose(cl, is.values.lookup(src.s.seed, key)); c.values != nil {
-			if chosen == nil {
-				chosen = map[string]choice{}
-			}
-			chosen[key] = c
+			chosen.set(key, c)
 			if src.s.onConflict.Load() != nil {
 				src.notes = append(src.notes, note(src.s.handle(src.indexes[i]), key, cl, c.values))
 			}
 		}
 	}
-	is.chosen = chosen
-	if len(chosen) > 0 {
-		changes := make([]change, 0, len(chosen))
-		for key, c := range chosen {
+	is.chosen = chosen.result()
+	if is.chosen.count() > 0 {
+		changes := make([]change, 0, is.chosen.count())
+		for key, c := range is.chosen.all() {
 			changes = append(changes, change{hash: src.s.hash(key), key: key, values: c.values})
 		}
 		is.values, _ = is.values.update(src.s.seed, changes)
@@ -370,9 +356,9 @@ func (src *Source) chooseAll(i int, is *indexSnap) {
 // unchoose puts back into is's table the values of every claimant of its
 // keys in conflict, for an index that stops being unique.
 func (is *indexSnap) unchoose(s *Store) {
-	if len(is.chosen) > 0 {
-		changes := make([]change, 0, len(is.chosen))
-		for key, c := range is.chosen {
+	if is.chosen.count() > 0 {
+		changes := make([]change, 0, is.chosen.count())
+		for key, c := range is.chosen.all() {
 			changes = append(changes, change{hash: s.hash(key), key: key, values: c.raw})
 		}
 		is.values, _ = is.values.update(s.seed, changes)
@@ -382,11 +368,11 @@ func (is *indexSnap) unchoose(s *Store) {
 
 // ConflictCount returns how many keys of ix are in conflict: claimed
 // with different values by several objects of a unique index.
-func (snap *Snapshot) ConflictCount(ix Index) int { return len(snap.index(ix).chosen) }
+func (snap *Snapshot) ConflictCount(ix Index) int { return snap.index(ix).chosen.count() }
 
 // Conflicts returns the keys of ix in conflict, sorted.
 func (snap *Snapshot) Conflicts(ix Index) []string {
-	keys := slices.Collect(maps.Keys(snap.index(ix).chosen))
+	keys := snap.index(ix).chosen.keys()
 	sort.Strings(keys)
 	return keys
 }

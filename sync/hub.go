@@ -87,9 +87,11 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.latest = next
-	if len(changes) == 0 {
+	if len(changes) == 0 && next.Compacted() {
 		// Compact: the same values in fresh memory. A snapshot from
-		// before it would keep the old tables.
+		// before it would keep the old tables. (A Reconfigure without
+		// changes leaves at alone: what a caught-up subscriber holds,
+		// which reconfigure compares with what its index answers now.)
 		for ix, is := range h.indexes {
 			// (Unless a reload retired the index meanwhile: next holds
 			// it empty. Equal counts are the same values or none.)
@@ -121,6 +123,18 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 			s.markKeys(c.Keys, c.Index, prev, next)
 		}
 		if len(is.keys) == 0 {
+			continue
+		}
+		if len(c.Keys) > len(is.keys) {
+			// A commit of more keys than are followed (a relist): mark
+			// every key and chain subscription of the index, which
+			// sends nothing when its answer is the same, rather than
+			// look up each of the commit's keys under mu.
+			for _, subs := range is.keys {
+				for s := range subs {
+					s.mark()
+				}
+			}
 			continue
 		}
 		for _, k := range c.Keys {
@@ -306,18 +320,24 @@ func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []inde
 	return indexer.Index{}, nil, errors.New("a target names an index or a chain (use KeyOf, ChainOf or IndexOf)")
 }
 
-// reconfigure follows a reload: the registrations on retired indexes go;
-// a subscription whose target the new view lacks is told it is gone, one
-// whose target reads other indexes now is told to bind again (Next does
-// it), and every one is woken, so that one waiting for a watcher that a
-// reload replaced waits for the new one.
+// reconfigure follows a reload, once the store's Reconfigure returned
+// (its commit hook has run: latest holds the new layout): the
+// registrations on retired indexes go; a subscription whose target the
+// new view lacks is told it is gone, one whose target reads other indexes
+// now is told to bind again (Next does it), and every other one compares
+// its answer anew (a reload that drops an index's fallback or hints
+// changes what it answers, with no commit naming the keys): a key or
+// chain subscription sends only an answer that changed, an index
+// subscription compares the whole index. Every one is woken, so that one
+// waiting for a watcher that a reload replaced waits for the new one.
+//
+// latest is not moved to the store's current snapshot: commits published
+// since may not have had their hook called yet, and would then be marked
+// as changes from before what the subscriber was given.
 func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, snap := e.view()
-	if snap.Seq() > h.latest.Seq() {
-		h.latest = snap
-	}
 	for s := range h.subs {
 		ix, steps, err := bindingOf(v, snap, s.target)
 		s.mu.Lock()
@@ -327,12 +347,28 @@ func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 		case ix != s.ix || !slices.Equal(steps, s.steps):
 			s.rebind = true
 			h.holdBase(s)
+		case s.target.All:
+			if is := h.indexes[s.ix]; is != nil && is.at != nil {
+				if _, in := is.all[s]; in {
+					if s.base == nil {
+						s.base, s.baseIx = is.at, s.ix
+					}
+					s.pending, s.overflow, s.pendAt = nil, true, h.latest
+				}
+			}
+		default:
+			s.dirty = true
 		}
 		s.mu.Unlock()
 		s.wake()
 	}
 	for _, ix := range retired {
 		delete(h.indexes, ix)
+	}
+	for _, is := range h.indexes {
+		if len(is.all) > 0 {
+			is.at = h.latest
+		}
 	}
 }
 
@@ -371,9 +407,6 @@ func (h *hub) rebind(s *Subscription, registered bool) (ok bool) {
 	s.ix, s.steps = ix, steps
 	if !registered {
 		return true // the first step registers it
-	}
-	if snap.Seq() > h.latest.Seq() {
-		h.latest = snap
 	}
 	switch {
 	case s.target.All:

@@ -183,9 +183,12 @@ type outbox struct {
 // it is registered on, per index (under hub.mu).
 type subPath = map[indexer.Index]map[string]struct{}
 
-// pendingFloor is the size of the pending set of an index subscription
-// that is never given up, however small the index.
-const pendingFloor = 1024
+// pendingMax is the most keys an index subscription keeps pending (and
+// the most a commit may change for them to be kept): past it, it
+// compares the whole index when Next comes instead. A fixed bound, not
+// one of the index's size: the hub marks the subscriptions under its
+// lock, which every commit's hook takes.
+const pendingMax = 4096
 
 const (
 	phaseWait = iota // for the resources to sync
@@ -541,11 +544,11 @@ func (s *Subscription) markKeys(keys []string, ix indexer.Index, prev, next *ind
 	if s.base == nil {
 		s.base, s.baseIx = prev, ix
 	}
-	if !s.overflow && len(keys) > max(4*pendingFloor, next.KeyCount(s.ix)/8) {
-		// A large commit (a relist, a reload): comparing the whole index
-		// when Next comes costs the subscriber at most a few times what
-		// the keys would, and the hub, which marks under its lock every
-		// subscription of the index, nothing per key.
+	if !s.overflow && len(keys) > pendingMax {
+		// A large commit (a relist): the subscriber compares the whole
+		// index when Next comes, outside every lock, and the hub, which
+		// marks every subscription of the index under its lock, pays
+		// nothing per key.
 		s.pending, s.overflow = nil, true
 	}
 	if !s.overflow {
@@ -559,9 +562,9 @@ func (s *Subscription) markKeys(keys []string, ix indexer.Index, prev, next *ind
 			s.pending[k] = struct{}{}
 		}
 		// Keys that come and go would grow the pending set past the
-		// index: past twice its size, give the set up and compare the
-		// whole index with what was sent instead, when Next comes.
-		if len(s.pending) > max(pendingFloor, 2*next.KeyCount(s.ix)) {
+		// index: past pendingMax, give the set up and compare the whole
+		// index with what was sent instead, when Next comes.
+		if len(s.pending) > pendingMax {
 			s.pending, s.overflow = nil, true
 		}
 	} else {

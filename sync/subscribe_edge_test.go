@@ -184,8 +184,7 @@ func TestIndexVersionResumesOnlyItsIndex(t *testing.T) {
 
 // TestPendingKeysBoundedByTheIndex guards an index subscriber that stops
 // taking events while keys come and go: the keys it has still to look at
-// stay bounded by the index's size (pendingFloor for a small one), not by
-// the writes; when it takes events again it gets exactly what changed.
+// stay bounded (pendingMax), not by the writes; when it takes events again it gets exactly what changed.
 func TestPendingKeysBoundedByTheIndex(t *testing.T) {
 	e, f := routingEngine(t)
 	for i := range 5 {
@@ -200,10 +199,10 @@ func TestPendingKeysBoundedByTheIndex(t *testing.T) {
 		}
 	}
 
-	// The subscriber takes nothing while 2,000 keys come and go, and two
-	// of the keys it holds change.
-	const churn = 2000
-	bound := max(pendingFloor, 2*len(e.Keys("model-to-app")))
+	// The subscriber takes nothing while more keys than it keeps pending
+	// come and go, and two of the keys it holds change.
+	const churn = pendingMax + 500
+	bound := pendingMax
 	largest := 0
 	for i := range churn {
 		name := fmt.Sprintf("gone-%d", i)

@@ -509,7 +509,7 @@ func TestLargeCommitIndexSubscription(t *testing.T) {
 		}
 		held[ev.Key] = ev.Values
 	}
-	n := max(4*pendingFloor, journalSize) + 100
+	n := max(pendingMax, journalSize) + 100
 	objs := make([][]byte, n)
 	for i := range objs {
 		objs[i] = appJSON("new-"+strconv.Itoa(i), "m-new-"+strconv.Itoa(i), "m-old-"+strconv.Itoa(i%10))
