@@ -22,7 +22,7 @@ import (
 	msync "github.com/iidp/metasync/sync"
 )
 
-var isolationWrites = flag.Int("isolation-writes", 3000, "writes of resource b per load in the isolation rows, one a millisecond (0: skip the rows)")
+var isolationWrites = flag.Int("isolation-writes", 15000, "writes of resource b per load in the isolation rows, one a millisecond (0: skip the rows)")
 
 // isolationLoads are the loads of the AppModels under which b's writes
 // are timed, in the order the rows print them.
