@@ -372,27 +372,35 @@ func BenchmarkMovingClaimant(b *testing.B) {
 				if unique {
 					spec.Unique = []string{"ix"}
 				}
-				s, err := New(spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				src := s.Source("s")
-				src.Replace(appModelObjects(n, "metasync-bench/", true))
-				keys := make([]string, n)
-				for i := range keys {
-					keys[i] = fmt.Sprintf("model-%06d-%d", i, i%3)
-				}
-				meta := Meta{Version: "1", Created: 1764000001}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					tx := src.Begin()
-					tx.Put(Object{Key: "metasync-bench/mover", Meta: meta, Entries: [][]Entry{{{Key: keys[i%n], Value: "mover"}}}})
-					tx.Commit()
-					i++
-				}
+				moveClaimant(b, spec, appModelObjects(n, "metasync-bench/", true))
 			})
 		}
+	}
+}
+
+// moveClaimant is the loop of BenchmarkMovingClaimant: a store of spec
+// holding objs (appModelObjects), and an object that moves to the next
+// model key at each write.
+func moveClaimant(b *testing.B, spec SourceSpec, objs []Object) {
+	s, err := New(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := s.Source("s")
+	n := len(objs)
+	src.Replace(objs)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("model-%06d-%d", i, i%3)
+	}
+	meta := Meta{Version: "1", Created: 1764000001}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tx := src.Begin()
+		tx.Put(Object{Key: "metasync-bench/mover", Meta: meta, Entries: [][]Entry{{{Key: keys[i%n], Value: "mover"}}}})
+		tx.Commit()
+		i++
 	}
 }
 
@@ -456,31 +464,13 @@ func BenchmarkMovingClaimantAnyValue(b *testing.B) {
 				if unique {
 					spec.Unique = []string{"ix"}
 				}
-				s, err := New(spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				src := s.Source("s")
 				objs := appModelObjects(n, "metasync-bench/", true)
 				for i := range objs {
 					for j := range objs[i].Entries[0] {
 						objs[i].Entries[0][j].Value = "svc-" + objs[i].Entries[0][j].Value
 					}
 				}
-				src.Replace(objs)
-				keys := make([]string, n)
-				for i := range keys {
-					keys[i] = fmt.Sprintf("model-%06d-%d", i, i%3)
-				}
-				meta := Meta{Version: "1", Created: 1764000001}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					tx := src.Begin()
-					tx.Put(Object{Key: "metasync-bench/mover", Meta: meta, Entries: [][]Entry{{{Key: keys[i%n], Value: "mover"}}}})
-					tx.Commit()
-					i++
-				}
+				moveClaimant(b, spec, objs)
 			})
 		}
 	}

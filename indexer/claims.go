@@ -100,24 +100,10 @@ func (src *Source) claimsByName(i int, key string, raw []string) ([]claim, bool)
 	if ps.full || len(raw)*(1+len(ps.set)) > max(256, src.objects.Len()/8) {
 		return nil, false // reading every object costs about as much
 	}
-	var out []claim
 	var tried []string
-	buf := make([][]Entry, len(src.indexes))
-	var room []byte
 	try := func(object string) {
-		if slices.Contains(tried, object) {
-			return
-		}
-		tried = append(tried, object)
-		enc, ok := src.objects.Get(object)
-		if !ok {
-			return
-		}
-		created := createdOf(enc)
-		for _, e := range decodeIn(buf, enc, object, &room)[i] {
-			if e.Key == key {
-				out = append(out, claim{object: strings.Clone(object), value: strings.Clone(e.Value), created: created})
-			}
+		if !slices.Contains(tried, object) {
+			tried = append(tried, object)
 		}
 	}
 	for _, v := range raw {
@@ -126,6 +112,7 @@ func (src *Source) claimsByName(i int, key string, raw []string) ([]claim, bool)
 			try(p + v)
 		}
 	}
+	out := src.claimsOf(i, key, tried)
 	// All of them when each value has as many claimants as objects give
 	// it: one, and its duplicates.
 	for _, v := range raw {
