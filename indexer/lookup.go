@@ -158,6 +158,18 @@ func (snap *Snapshot) Objects(ix Index, key string) []string {
 	return is.objects.lookup(snap.s.seed, key)
 }
 
+// SameCompanions reports whether ix reads the same fallback and hints
+// indexes in snap as in other (a Reconfigure that drops or replaces one
+// changes what ix answers, though no commit names its keys).
+func (snap *Snapshot) SameCompanions(other *Snapshot, ix Index) bool {
+	if snap.conf == other.conf {
+		return true
+	}
+	fb, h := snap.conf.companions(ix.id)
+	ofb, oh := other.conf.companions(ix.id)
+	return fb == ofb && h == oh
+}
+
 // KeyCount returns the number of index keys in ix (with a fallback, the
 // keys of either).
 func (snap *Snapshot) KeyCount(ix Index) int {

@@ -41,6 +41,7 @@ type hub struct {
 // indexSubs are the subscriptions of one index.
 type indexSubs struct {
 	keys    map[string]map[*Subscription]struct{} // key and chain subscriptions, by key
+	nkeys   int                                   // registrations in keys: (key, subscription) pairs
 	all     map[*Subscription]struct{}            // index subscriptions
 	journal *journal                              // from the first index subscription on
 	// at, while the index has index subscriptions: a snapshot that holds
@@ -87,6 +88,9 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.latest = next
+	if prev.Meta() != next.Meta() {
+		h.relayout(prev, next) // a reload
+	}
 	if len(changes) == 0 && next.Compacted() {
 		// Compact: the same values in fresh memory. A snapshot from
 		// before it would keep the old tables. (A Reconfigure without
@@ -125,11 +129,11 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 		if len(is.keys) == 0 {
 			continue
 		}
-		if len(c.Keys) > len(is.keys) {
-			// A commit of more keys than are followed (a relist): mark
-			// every key and chain subscription of the index, which
-			// sends nothing when its answer is the same, rather than
-			// look up each of the commit's keys under mu.
+		if len(c.Keys) > is.nkeys {
+			// A commit of more keys than there are registrations (a
+			// relist): mark every key and chain subscription of the
+			// index, which sends nothing when its answer is the same,
+			// rather than look up each of the commit's keys under mu.
 			for _, subs := range is.keys {
 				for s := range subs {
 					s.mark()
@@ -217,15 +221,23 @@ func (h *hub) registerPath(s *Subscription, path map[indexer.Index]map[string]st
 	for ix, keys := range path {
 		is := h.subsOf(ix)
 		for k := range keys {
-			subs := is.keys[k]
-			if subs == nil {
-				subs = map[*Subscription]struct{}{}
-				is.keys[k] = subs
-			}
-			subs[s] = struct{}{}
+			is.addKey(s, k)
 		}
 	}
 	s.path = path
+}
+
+// addKey registers s on key; under mu.
+func (is *indexSubs) addKey(s *Subscription, key string) {
+	subs := is.keys[key]
+	if subs == nil {
+		subs = map[*Subscription]struct{}{}
+		is.keys[key] = subs
+	}
+	if _, in := subs[s]; !in {
+		subs[s] = struct{}{}
+		is.nkeys++
+	}
 }
 
 func (h *hub) dropKey(s *Subscription, ix indexer.Index, key string) {
@@ -233,7 +245,10 @@ func (h *hub) dropKey(s *Subscription, ix indexer.Index, key string) {
 	if is == nil {
 		return
 	}
-	delete(is.keys[key], s)
+	if _, in := is.keys[key][s]; in {
+		delete(is.keys[key], s)
+		is.nkeys--
+	}
 	if len(is.keys[key]) == 0 {
 		delete(is.keys, key)
 	}
@@ -321,15 +336,12 @@ func bindingOf(v *view, snap *indexer.Snapshot, t Target) (indexer.Index, []inde
 }
 
 // reconfigure follows a reload, once the store's Reconfigure returned
-// (its commit hook has run: latest holds the new layout): the
-// registrations on retired indexes go; a subscription whose target the
-// new view lacks is told it is gone, one whose target reads other indexes
-// now is told to bind again (Next does it), and every other one compares
-// its answer anew (a reload that drops an index's fallback or hints
-// changes what it answers, with no commit naming the keys): a key or
-// chain subscription sends only an answer that changed, an index
-// subscription compares the whole index. Every one is woken, so that one
-// waiting for a watcher that a reload replaced waits for the new one.
+// (its commit hook has run, see relayout: latest holds the new layout):
+// the registrations on retired indexes go; a subscription whose target
+// the new view lacks is told it is gone, one whose target reads other
+// indexes now is told to bind again (Next does it), and every one is
+// woken, so that one waiting for a watcher that a reload replaced waits
+// for the new one.
 //
 // latest is not moved to the store's current snapshot: commits published
 // since may not have had their hook called yet, and would then be marked
@@ -347,17 +359,6 @@ func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 		case ix != s.ix || !slices.Equal(steps, s.steps):
 			s.rebind = true
 			h.holdBase(s)
-		case s.target.All:
-			if is := h.indexes[s.ix]; is != nil && is.at != nil {
-				if _, in := is.all[s]; in {
-					if s.base == nil {
-						s.base, s.baseIx = is.at, s.ix
-					}
-					s.pending, s.overflow, s.pendAt = nil, true, h.latest
-				}
-			}
-		default:
-			s.dirty = true
 		}
 		s.mu.Unlock()
 		s.wake()
@@ -365,9 +366,33 @@ func (h *hub) reconfigure(e *Engine, retired []indexer.Index) {
 	for _, ix := range retired {
 		delete(h.indexes, ix)
 	}
-	for _, is := range h.indexes {
+}
+
+// relayout follows a reload's commit, in commit order (before any later
+// commit's): an index whose answers are read through other companions
+// now (its fallback or hints dropped or replaced) answers otherwise with
+// no commit naming its keys. Every subscription of it compares its
+// answer anew (an index subscription its whole index, from what it held
+// at prev), and its journal, which cannot tell which keys changed,
+// starts over: a resume from before is a reset. Under mu.
+func (h *hub) relayout(prev, next *indexer.Snapshot) {
+	for ix, is := range h.indexes {
+		if next.SameCompanions(prev, ix) {
+			continue
+		}
+		if is.journal != nil {
+			is.journal.reset(next.Seq())
+		}
+		for s := range is.all {
+			s.markWhole(ix, prev, next)
+		}
 		if len(is.all) > 0 {
-			is.at = h.latest
+			is.at = next
+		}
+		for _, subs := range is.keys {
+			for s := range subs {
+				s.mark()
+			}
 		}
 	}
 }
@@ -415,15 +440,15 @@ func (h *hub) rebind(s *Subscription, registered bool) (ok bool) {
 			is.journal = &journal{entries: make([]journalEntry, journalSize), floor: h.latest.Seq()}
 		}
 		is.all[s] = struct{}{}
+		if is.at == nil {
+			is.at = h.latest
+		}
 		s.mu.Lock()
 		s.pending, s.overflow, s.pendAt = nil, true, h.latest
 		s.mu.Unlock()
 	case s.steps == nil:
 		is := h.subsOf(ix)
-		if is.keys[s.target.Key] == nil {
-			is.keys[s.target.Key] = map[*Subscription]struct{}{}
-		}
-		is.keys[s.target.Key][s] = struct{}{}
+		is.addKey(s, s.target.Key)
 		s.path = map[indexer.Index]map[string]struct{}{ix: {s.target.Key: {}}}
 		s.mu.Lock()
 		s.dirty = true

@@ -581,6 +581,19 @@ func (s *Subscription) markKeys(keys []string, ix indexer.Index, prev, next *ind
 	}
 }
 
+// markWhole makes an index subscription compare its whole index (ix) at
+// next with what it holds, the values of prev when it was caught up, and
+// wakes Next.
+func (s *Subscription) markWhole(ix indexer.Index, prev, next *indexer.Snapshot) {
+	s.mu.Lock()
+	if s.base == nil {
+		s.base, s.baseIx = prev, ix
+	}
+	s.pending, s.overflow, s.pendAt = nil, true, next
+	s.mu.Unlock()
+	s.wake()
+}
+
 // caughtUp is called when a batch is delivered: the subscriber holds the
 // values of its batch's snapshot. With nothing marked since, those are the
 // current values of its index, and it lets go of every snapshot (the hub
