@@ -96,10 +96,11 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 		// before it would keep the old tables. (A Reconfigure without
 		// changes leaves at alone: what a caught-up subscriber holds,
 		// which reconfigure compares with what its index answers now.)
-		for ix, is := range h.indexes {
-			// (Unless a reload retired the index meanwhile: next holds
-			// it empty. Equal counts are the same values or none.)
-			if is.at != nil && next.KeyCount(ix) == is.at.KeyCount(ix) {
+		for _, is := range h.indexes {
+			// (Unless a reload came since at: it may have retired the
+			// index, which next holds empty. Comparing the layouts costs
+			// nothing; counting an index's keys would read its fallback.)
+			if is.at != nil && next.Meta() == is.at.Meta() {
 				is.at = next
 			}
 		}
