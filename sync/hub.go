@@ -93,9 +93,9 @@ func (h *hub) commit(prev, next *indexer.Snapshot, changes []indexer.Change) {
 	}
 	if len(changes) == 0 && next.Compacted() {
 		// Compact: the same values in fresh memory. A snapshot from
-		// before it would keep the old tables. (A Reconfigure without
-		// changes leaves at alone: what a caught-up subscriber holds,
-		// which reconfigure compares with what its index answers now.)
+		// before it would keep the old tables. (A Reconfigure's call
+		// without changes is no Compact's: relayout, above, moves the
+		// at of the indexes whose answers it changed.)
 		for _, is := range h.indexes {
 			// (Unless a reload came since at: it may have retired the
 			// index, which next holds empty. Comparing the layouts costs
