@@ -30,6 +30,32 @@ func endpointsJSON(name string, spec map[string]any) []byte {
 	return b
 }
 
+// fallbackOnly is an engine of companionsConfig(true, false) whose key s1
+// is answered by its fallback alone ([10.9.9.9]), its feed, and s1's object.
+func fallbackOnly(t *testing.T) (*Engine, *Feed, []byte) {
+	t.Helper()
+	e := testEngine(t, companionsConfig(true, false))
+	for _, w := range watchersOf(e) {
+		must(t, w.replace(nil, ""))
+	}
+	f := &Feed{e: e}
+	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
+	must(t, f.Apply("eps", obj))
+	return e, f, obj
+}
+
+// syncedIndexSub is a subscription to the whole index svc, past its
+// initial state.
+func syncedIndexSub(t *testing.T, e *Engine) *Subscription {
+	t.Helper()
+	all, err := e.Subscribe(context.Background(), IndexOf("svc"))
+	must(t, err)
+	t.Cleanup(all.Close)
+	for ev := next(t, all); ev.Type != EventSynced; ev = next(t, all) {
+	}
+	return all
+}
+
 // reloadAndRelist reloads e with cfg and lists obj again, as the watcher
 // that the reload restarts does: the index's values do not change, so no
 // commit names the key.
@@ -83,24 +109,14 @@ func TestReloadDroppingHintsReachesSubscribers(t *testing.T) {
 // fallback alone; a reload takes the fallback away: key and index
 // subscribers hear that the key answers nothing now.
 func TestReloadDroppingFallbackReachesSubscribers(t *testing.T) {
-	e := testEngine(t, companionsConfig(true, false))
-	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
-	}
-	f := &Feed{e: e}
-	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
-	must(t, f.Apply("eps", obj))
+	e, f, obj := fallbackOnly(t)
 	key, err := e.Subscribe(context.Background(), KeyOf("svc", "s1"))
 	must(t, err)
 	defer key.Close()
 	if ev := next(t, key); !slices.Equal(ev.Values, []string{"10.9.9.9"}) {
 		t.Fatalf("before the reload: %+v, want the fallback's", ev)
 	}
-	all, err := e.Subscribe(context.Background(), IndexOf("svc"))
-	must(t, err)
-	defer all.Close()
-	for ev := next(t, all); ev.Type != EventSynced; ev = next(t, all) {
-	}
+	all := syncedIndexSub(t, e)
 	reloadAndRelist(t, e, f, companionsConfig(false, false), obj)
 	waitFor(t, key, "key", nil)
 	waitFor(t, all, "index", nil)

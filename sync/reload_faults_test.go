@@ -33,23 +33,33 @@ func drainAll(t *testing.T, s *Subscription) []Event {
 	}
 }
 
+// heldS1Answered checks that an index subscriber that held s1=[10.9.9.9]
+// and then took evs (a reset drops what it held) holds what the store
+// answers for s1.
+func heldS1Answered(t *testing.T, e *Engine, evs []Event) {
+	t.Helper()
+	holds := map[string][]string{"s1": {"10.9.9.9"}}
+	for _, ev := range evs {
+		t.Logf("event %v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version)
+		if ev.Type == EventReset {
+			holds = map[string][]string{}
+		}
+		if ev.Key != "" {
+			holds[ev.Key] = ev.Values
+		}
+	}
+	if !slices.Equal(holds["s1"], e.Lookup("svc", "s1")) {
+		t.Fatalf("index subscriber holds s1=%v, store answers %v", holds["s1"], e.Lookup("svc", "s1"))
+	}
+}
+
 // TestReloadDropFallbackWriteInWindow: a reload drops the fallback
 // that alone answers s1; a write to another key of the same index lands
 // between the store's Reconfigure and hub.reconfigure. The caught-up index
 // subscriber must still hear s1 -> nothing.
 func TestReloadDropFallbackWriteInWindow(t *testing.T) {
-	e := testEngine(t, companionsConfig(true, false))
-	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
-	}
-	f := &Feed{e: e}
-	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
-	must(t, f.Apply("eps", obj))
-	all, err := e.Subscribe(context.Background(), IndexOf("svc"))
-	must(t, err)
-	defer all.Close()
-	for ev := next(t, all); ev.Type != EventSynced; ev = next(t, all) {
-	}
+	e, f, obj := fallbackOnly(t)
+	all := syncedIndexSub(t, e)
 	obj2 := endpointsJSON("s2", map[string]any{"v": []string{"10.1.1.1"}})
 	testHookPublished = func() {
 		if err := f.Apply("eps", obj2); err != nil {
@@ -65,34 +75,14 @@ func TestReloadDropFallbackWriteInWindow(t *testing.T) {
 	must(t, f.Replace("eps", obj, obj2))
 	testHookPublished = nil
 	t.Logf("lookup s1 now: %v", e.Lookup("svc", "s1"))
-	evs := drainAll(t, all)
-	holds := map[string][]string{"s1": {"10.9.9.9"}}
-	for _, ev := range evs {
-		t.Logf("event %v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version)
-		if ev.Key != "" {
-			holds[ev.Key] = ev.Values
-		}
-	}
-	if !slices.Equal(holds["s1"], e.Lookup("svc", "s1")) {
-		t.Fatalf("index subscriber holds s1=%v, store answers %v", holds["s1"], e.Lookup("svc", "s1"))
-	}
+	heldS1Answered(t, e, drainAll(t, all))
 }
 
 // TestReloadDropFallbackCompactInWindow: as above, with a Compact
 // (the memory limit's) in the window instead of a write.
 func TestReloadDropFallbackCompactInWindow(t *testing.T) {
-	e := testEngine(t, companionsConfig(true, false))
-	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
-	}
-	f := &Feed{e: e}
-	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
-	must(t, f.Apply("eps", obj))
-	all, err := e.Subscribe(context.Background(), IndexOf("svc"))
-	must(t, err)
-	defer all.Close()
-	for ev := next(t, all); ev.Type != EventSynced; ev = next(t, all) {
-	}
+	e, f, obj := fallbackOnly(t)
+	all := syncedIndexSub(t, e)
 	for i := range 100 {
 		must(t, f.Apply("eps", endpointsJSON("churn", map[string]any{"v": []string{fmt.Sprint(i)}})))
 	}
@@ -106,17 +96,7 @@ func TestReloadDropFallbackCompactInWindow(t *testing.T) {
 	must(t, err)
 	testHookPublished = nil
 	must(t, f.Replace("eps", obj))
-	evs := drainAll(t, all)
-	holds := map[string][]string{"s1": {"10.9.9.9"}}
-	for _, ev := range evs {
-		t.Logf("event %v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version)
-		if ev.Key != "" {
-			holds[ev.Key] = ev.Values
-		}
-	}
-	if !slices.Equal(holds["s1"], e.Lookup("svc", "s1")) {
-		t.Fatalf("index subscriber holds s1=%v, store answers %v", holds["s1"], e.Lookup("svc", "s1"))
-	}
+	heldS1Answered(t, e, drainAll(t, all))
 }
 
 // TestSmallCommitLeavesHotKeyFollowers: many subscribers on one hot key;
@@ -183,19 +163,7 @@ func TestResumeAcrossFallbackDrop(t *testing.T) {
 	re, err := e.Subscribe(context.Background(), tg)
 	must(t, err)
 	defer re.Close()
-	holds := map[string][]string{"s1": {"10.9.9.9"}}
-	for _, ev := range drainAll(t, re) {
-		t.Logf("event %v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version)
-		if ev.Type == EventReset {
-			holds = map[string][]string{}
-		}
-		if ev.Key != "" {
-			holds[ev.Key] = ev.Values
-		}
-	}
-	if !slices.Equal(holds["s1"], e.Lookup("svc", "s1")) {
-		t.Fatalf("resumed index subscriber holds s1=%v, store answers %v", holds["s1"], e.Lookup("svc", "s1"))
-	}
+	heldS1Answered(t, e, drainAll(t, re))
 }
 
 func companionsConfigNamed(res string, fallback bool) *schema.Config {
