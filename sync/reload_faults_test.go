@@ -135,13 +135,7 @@ func TestSmallCommitLeavesHotKeyFollowers(t *testing.T) {
 // the fallback at version V; a reload drops the fallback; a new
 // subscription resuming from V must learn that s1 answers nothing now.
 func TestResumeAcrossFallbackDrop(t *testing.T) {
-	e := testEngine(t, companionsConfig(true, false))
-	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
-	}
-	f := &Feed{e: e}
-	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
-	must(t, f.Apply("eps", obj))
+	e, f, obj := fallbackOnly(t)
 	all, err := e.Subscribe(context.Background(), IndexOf("svc"))
 	must(t, err)
 	var v string
