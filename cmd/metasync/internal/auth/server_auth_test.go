@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	gosync "sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,24 +160,35 @@ func TestAuthFailedReviewNotCached(t *testing.T) {
 	testenv.Need(t, env)
 	reader, _, _ := authtest.Identities(t, env)
 
-	// An apiserver address where nothing listens yet.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Host = "https://" + addr
-	kube, c := authtest.CountingKube(t, cfg)
-	srv := guarded(t, kube, quietLog())
-	url := srv.URL + "/v1/indexes/model-to-app/keys/model1"
-	if code, body := getWith(t, http.DefaultClient, url, reader); code != 503 {
-		t.Fatalf("apiserver unreachable: %d %s, want 503", code, body)
-	}
-	proxy, err := testenv.NewProxy(addr, env.APIServerAddr())
-	if err != nil {
-		t.Fatal(err)
+	// An apiserver address where nothing listens yet. The port is free
+	// when it is picked; another process may take it before the proxy
+	// does: then again, on another port.
+	var (
+		c     *authtest.ReviewCounter
+		srv   *httptest.Server
+		url   string
+		proxy *testenv.Proxy
+	)
+	for attempt := 1; proxy == nil; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Host = "https://" + addr
+		var kube *rest.Config
+		kube, c = authtest.CountingKube(t, cfg)
+		srv = guarded(t, kube, quietLog())
+		url = srv.URL + "/v1/indexes/model-to-app/keys/model1"
+		if code, body := getWith(t, http.DefaultClient, url, reader); code != 503 {
+			t.Fatalf("apiserver unreachable: %d %s, want 503", code, body)
+		}
+		proxy, err = testenv.NewProxy(addr, env.APIServerAddr())
+		if err != nil && (attempt == 5 || !errors.Is(err, syscall.EADDRINUSE)) {
+			t.Fatal(err)
+		}
 	}
 	defer proxy.Close()
 	if code, body := getWith(t, http.DefaultClient, url, reader); code != 200 {
