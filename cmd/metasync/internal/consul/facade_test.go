@@ -420,7 +420,10 @@ func TestUnreadAnswerFreesItsConnection(t *testing.T) {
 	start := time.Now()
 	got, err := io.ReadAll(conn)
 	var ne net.Error
-	if took := time.Since(start); (errors.As(err, &ne) && ne.Timeout()) || took > 4*time.Second || strings.HasSuffix(string(got), "0\r\n\r\n") || !strings.HasPrefix(string(got), "HTTP/1.1 200") {
+	// The deadline runs from the status: on a loaded machine the answer
+	// may not have reached the socket before it passed, and then the
+	// connection closes with nothing sent, which frees it as well.
+	if took := time.Since(start); (errors.As(err, &ne) && ne.Timeout()) || took > 4*time.Second || strings.HasSuffix(string(got), "0\r\n\r\n") || len(got) > 0 && !strings.HasPrefix(string(got), "HTTP/1.1 200") {
 		t.Errorf("an answer not read for a second: %d bytes (%q...), %v; want the 200 cut and the connection closed when its write deadline passed", len(got), string(got[:min(len(got), 40)]), err)
 	}
 }
