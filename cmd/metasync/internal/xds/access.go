@@ -55,12 +55,7 @@ func (c *client) retryLater() {
 		c.retry.Reset(time.Second)
 		return
 	}
-	c.retry = time.AfterFunc(time.Second, func() {
-		select {
-		case c.again <- struct{}{}:
-		default:
-		}
-	})
+	c.retry = time.AfterFunc(time.Second, func() { c.st.signal(evAgain) })
 }
 
 // may tells whether the client may read t: always without an

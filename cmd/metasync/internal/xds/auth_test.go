@@ -69,9 +69,7 @@ func authedServer(t *testing.T, f *fakeAccess) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv := s.Transport(nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return s, ln.Addr().String()

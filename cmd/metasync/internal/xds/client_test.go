@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,9 +61,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	srv := &http.Server{Handler: xdsSrv}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv := xdsSrv.Transport(nil)
 	go func() { _ = srv.Serve(ln) }()
 	xdsAddr = ln.Addr().String()
 	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":"xds-test","locality":{"zone":"zone-a"}}}`, ln.Addr().String())

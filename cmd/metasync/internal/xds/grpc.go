@@ -1,21 +1,15 @@
 package xds
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 )
 
-// The one gRPC method of the server, served over HTTP/2 by net/http: the
-// daemon links no gRPC library. A gRPC message is a 5-byte prefix (a
+// The one gRPC method of the server, served over the server's own
+// HTTP/2 (h2.go): the daemon links no gRPC library. A gRPC message is a 5-byte prefix (a
 // compressed flag, then the length) and the message; the status is in
 // the trailers.
 
@@ -58,74 +52,6 @@ func codeOfHTTP(status int) int {
 	return codeUnavailable
 }
 
-// ServeHTTP serves gRPC requests: StreamAggregatedResources, and
-// UNIMPLEMENTED for any other method.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ct := r.Header.Get("Content-Type")
-	if r.ProtoMajor != 2 || ct != "application/grpc" && !strings.HasPrefix(ct, "application/grpc+") && !strings.HasPrefix(ct, "application/grpc;") {
-		http.Error(w, "metasync's xDS port speaks gRPC (HTTP/2, application/grpc) only", http.StatusUnsupportedMediaType)
-		return
-	}
-	w.Header().Set("Content-Type", "application/grpc")
-	w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
-	if r.URL.Path != adsPath {
-		finish(w, codeUnimplemented, "unknown method "+r.URL.Path+": this server serves "+adsPath)
-		return
-	}
-	if enc := r.Header.Get("Grpc-Encoding"); enc != "" && enc != "identity" {
-		finish(w, codeUnimplemented, "compression "+enc+" is not supported")
-		return
-	}
-	var user string
-	if s.authorize != nil {
-		// Who the client is, before anything is sent: a stream without
-		// a valid token ends at once (a review that failed ends it
-		// UNAVAILABLE, and the client tries again).
-		u, code, msg := s.authorize(r, "")
-		if code != 0 {
-			s.refusedLog.Do(func() {
-				s.log.Warn("xDS client refused", "remote", r.RemoteAddr, "status", code, "error", msg)
-			})
-			finish(w, codeOfHTTP(code), msg)
-			return
-		}
-		user = u
-	}
-	caller := callerOf(r, user)
-	release, reason, msg := s.gate.admit(r, caller)
-	if reason != "" {
-		s.refuse(reason, caller, msg)
-		finish(w, codeResourceExhausted, msg)
-		return
-	}
-	defer release()
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if err := rc.Flush(); err != nil {
-		return
-	}
-	st := &grpcStream{w: w, rc: rc, body: r.Body}
-	err := s.serve(r.Context(), st, r, user, caller)
-	code, message := codeOK, ""
-	var se *statusError
-	switch {
-	case err == nil, errors.Is(err, io.EOF), r.Context().Err() != nil:
-	case errors.As(err, &se):
-		code, message = se.code, se.message
-	default:
-		code, message = codeInternal, err.Error()
-	}
-	finish(w, code, message)
-}
-
-// finish writes the status trailers.
-func finish(w http.ResponseWriter, code int, message string) {
-	w.Header().Set("Grpc-Status", strconv.Itoa(code))
-	if message != "" {
-		w.Header().Set("Grpc-Message", encodeMessage(message))
-	}
-}
-
 // encodeMessage percent-encodes a status message, as gRPC's HTTP/2
 // mapping says.
 func encodeMessage(s string) string {
@@ -149,73 +75,10 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.message }
 
-// grpcStream reads and writes the messages of one call.
-type grpcStream struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	body io.ReadCloser
-}
-
-// close ends the reading: a recv waiting returns an error.
-func (g *grpcStream) close() { _ = g.body.Close() }
-
-// recv reads one message.
-func (g *grpcStream) recv() ([]byte, error) {
-	var head [5]byte
-	if _, err := io.ReadFull(g.body, head[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &statusError{codeInvalid, "a gRPC message cut short"}
-		}
-		return nil, err
-	}
-	switch head[0] {
-	case 0:
-	case 1:
-		return nil, &statusError{codeUnimplemented, "compressed messages are not supported"}
-	default:
-		return nil, &statusError{codeInvalid, "not a gRPC message"}
-	}
-	n := binary.BigEndian.Uint32(head[1:])
-	if n > maxMessage {
-		return nil, &statusError{codeInvalid, fmt.Sprintf("a request of %d bytes, over %d", n, maxMessage)}
-	}
-	// Read as it comes, not allocated as announced: a length alone
-	// reserves nothing; and within messageTimeout.
-	within := time.Duration(messageTimeout.Load())
-	if n > 0 {
-		_ = g.rc.SetReadDeadline(time.Now().Add(within))
-		defer g.rc.SetReadDeadline(time.Time{})
-	}
-	var buf bytes.Buffer
-	if m, err := io.CopyN(&buf, g.body, int64(n)); err != nil || m != int64(n) {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &statusError{codeInvalid, fmt.Sprintf("a message of %d bytes not received within %s", n, within)}
-		}
-		return nil, &statusError{codeInvalid, "a gRPC message cut short"}
-	}
-	return buf.Bytes(), nil
-}
-
 // sendTimeout bounds the write of one message: a client that reads
-// nothing loses its stream.
+// nothing loses its stream (and a connection whose writes wait that
+// long, its connection).
 var sendTimeout = 30 * time.Second
-
-// send writes one message and flushes it: frame is the message after
-// frameHeader bytes left for the gRPC prefix, written here.
-func (g *grpcStream) send(frame []byte) error {
-	// The deadline is a timer that resets the stream when it fires,
-	// writing or not: cleared once the message is out.
-	_ = g.rc.SetWriteDeadline(time.Now().Add(sendTimeout))
-	defer g.rc.SetWriteDeadline(time.Time{})
-	// One write of prefix and message: each write is a hand-off to the
-	// connection's writer.
-	frame[0] = 0
-	binary.BigEndian.PutUint32(frame[1:frameHeader], uint32(len(frame)-frameHeader))
-	if _, err := g.w.Write(frame); err != nil {
-		return err
-	}
-	return g.rc.Flush()
-}
 
 // frameHeader is the length of a gRPC message's prefix.
 const frameHeader = 5

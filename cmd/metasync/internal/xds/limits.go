@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	gosync "sync"
 	"time"
@@ -121,32 +120,23 @@ type xconn struct {
 	closed    bool // closed, or evicted: its place is given back
 }
 
-type connKey struct{}
-
-// callerOf is who r comes from: user (with an Authorizer), else the
-// remote address without port.
-func callerOf(r *http.Request, user string) string {
+// callerOf is who a client at the address remote is: user (with an
+// Authorizer), else the address without port.
+func callerOf(remote, user string) string {
 	if user != "" {
 		return "user:" + user
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		return "addr:" + r.RemoteAddr
+		return "addr:" + remote
 	}
 	return "addr:" + host
 }
 
-// connOf is the connection of Listener that r came on, or nil.
-func connOf(r *http.Request) *xconn {
-	xc, _ := r.Context().Value(connKey{}).(*xconn)
-	return xc
-}
-
-// admit takes a stream's place for caller on r's connection, or says why
-// not (a refusal reason and message).
-func (g *gate) admit(r *http.Request, caller string) (release func(), reason, msg string) {
+// admit takes a stream's place for caller on the connection xc (nil
+// when not Listener's), or says why not (a refusal reason and message).
+func (g *gate) admit(xc *xconn, caller string) (release func(), reason, msg string) {
 	l := g.s.limits
-	xc := connOf(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if l.StreamsPerCaller > 0 && g.streams[caller] >= l.StreamsPerCaller {

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,9 +28,7 @@ func adsClient(t testing.TB) discoveryv3.AggregatedDiscoveryService_StreamAggreg
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: xdsSrv}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv := xdsSrv.Transport(nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -1,9 +1,7 @@
 package xds
 
 import (
-	"context"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,21 +9,22 @@ import (
 	"time"
 )
 
-// client is one ADS stream. Its protocol state (what it asked for, what
-// it was sent, ACKs and NACKs, access verdicts) belongs to the stream's
-// goroutine, which runs serve: no lock guards it, and the one lock that
-// the status route and the metrics take (statusMu) guards a copy of it
-// and is never held across a write.
+// client is the ADS state of one stream. It belongs to the stream's
+// goroutine (h2stream.run, one at a time): no lock guards it, and the one
+// lock that the status route and the metrics take (statusMu) guards a
+// copy of it and is never held across a write.
 type client struct {
-	s      *Server
-	since  time.Time
-	ctx    context.Context
-	stream *grpcStream
-	// req is the stream's request, for the Authorizer; user who the
-	// client is; caller whom its limits count.
+	s     *Server
+	since time.Time
+	st    *h2stream
+	// req stands for the stream's request, for the Authorizer (nil
+	// without one); user is who the client is; caller whom its limits
+	// count.
 	req    *http.Request
 	user   string
 	caller string
+	// nextCheck is when the Authorizer is asked again (under s.mu).
+	nextCheck time.Time
 
 	node, zone string // from its first request
 	types      map[string]*typeState
@@ -44,11 +43,9 @@ type client struct {
 	retry          *time.Timer // a push again, after an access not told
 
 	// pending holds the assignments whose entry published a new state
-	// since the stream last looked (under pendMu); changed says so.
+	// since the stream last looked (under pendMu).
 	pendMu  gosync.Mutex
 	pending map[string]struct{}
-	changed chan struct{}
-	again   chan struct{} // access not told before: ask again
 
 	statusMu gosync.Mutex
 	status   ClientStatus // a copy of what Clients shows
@@ -77,126 +74,40 @@ type typeState struct {
 // fixed stands for a Listener, RouteConfiguration or Cluster sent.
 var fixed = &assignment{}
 
-// serve serves one client: its requests, and a push each time an
-// assignment it follows changes. r is its HTTP/2 request, user who it
-// is (with an Authorizer), caller whom its limits count.
-func (s *Server) serve(ctx context.Context, stream *grpcStream, r *http.Request, user, caller string) error {
-	s.clients.Inc()
-	defer s.clients.Dec()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// newClient makes the ADS state of the stream st, and counts it as
+// connected: r stands for its request (with an Authorizer), user is who
+// it is, caller whom its limits count.
+func (s *Server) newClient(st *h2stream, r *http.Request, user, caller string) *client {
 	c := &client{
 		s:       s,
 		since:   time.Now(),
-		ctx:     ctx,
-		stream:  stream,
+		st:      st,
 		req:     r,
 		user:    user,
 		caller:  caller,
 		types:   map[string]*typeState{},
 		follows: map[string]*entry{},
-		changed: make(chan struct{}, 1),
-		again:   make(chan struct{}, 1),
 	}
 	c.status = ClientStatus{User: user, Connected: c.since}
-	defer c.stopAll()
+	c.nextCheck = c.since.Add(recheckEvery)
+	s.clients.Inc()
 	s.mu.Lock()
 	if s.connected == nil {
 		s.connected = map[*client]struct{}{}
 	}
 	s.connected[c] = struct{}{}
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.connected, c)
-		s.mu.Unlock()
-	}()
-	reloaded := s.engine.StaleChanged()
-	var recheck <-chan time.Time
-	if s.authorize != nil {
-		t := time.NewTicker(recheckEvery)
-		defer t.Stop()
-		recheck = t.C
-	}
-	var first <-chan time.Time
-	if d := s.limits.FirstRequest; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		first = t.C
-	}
-	reqs := make(chan request)
-	errc := make(chan error, 1)
-	recvDone := make(chan struct{})
-	defer func() {
-		// The reader ends before the handler returns: the stream's
-		// writer (and its read deadline) is not to be touched after.
-		stream.close()
-		<-recvDone
-	}()
-	go func() {
-		defer close(recvDone)
-		for {
-			b, err := stream.recv()
-			if err == nil {
-				var req request
-				if req, err = decodeRequest(b); err == nil {
-					select {
-					case reqs <- req:
-						continue
-					case <-ctx.Done():
-						return
-					}
-				}
-				err = &statusError{codeInvalid, err.Error()}
-			}
-			errc <- err
-			return
-		}
-	}()
-	for {
-		var err error
-		select {
-		case <-ctx.Done():
-			return nil
-		case err = <-errc:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case <-first:
-			msg := "no DiscoveryRequest within " + s.limits.FirstRequest.String() + " of the stream's start"
-			s.refuse(refusedFirstRequest, caller, msg)
-			return &statusError{codeDeadlineExceeded, msg}
-		case req := <-reqs:
-			first = nil
-			err = c.request(req)
-		case <-c.changed:
-			err = c.pushPending()
-		case <-c.again:
-			err = c.pushChanged()
-		case <-recheck:
-			// The token may have gone, access may have been taken away
-			// (or granted): answers are built again, and what changed
-			// is sent.
-			if _, code, msg := s.authorize(r, ""); code == http.StatusUnauthorized {
-				return &statusError{codeUnauthenticated, msg}
-			}
-			err = c.pushChanged()
-		case <-reloaded:
-			// Targets a reload added or brought back: their entries
-			// subscribe again, and Listeners and Clusters are answered
-			// anew.
-			// The next signal first: a reload that comes while the
-			// entries restart (one that flips the home back) is heard.
-			next := s.engine.StaleChanged()
-			s.cache.restartEnded(reloaded)
-			reloaded = next
-			err = c.pushChanged()
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return c
+}
+
+// close lets go of what the client holds: its entries, its names, its
+// place among the connected.
+func (c *client) close() {
+	c.stopAll()
+	c.s.mu.Lock()
+	delete(c.s.connected, c)
+	c.s.mu.Unlock()
+	c.s.clients.Dec()
 }
 
 func (c *client) state(typeURL string) *typeState {
@@ -399,14 +310,10 @@ func (c *client) send(typeURL string, st *typeState, names []string) error {
 			resources = append(resources, st.sent[name].resource)
 		}
 	}
-	// What the status shows is copied before the write, which may wait
-	// on the client.
+	// What the status shows is copied before the message is queued;
+	// the push is counted once it is written.
 	c.publishStatus()
-	if err := c.stream.send(encodeFrame(typeURL, st.nonce, st.nonce, resources)); err != nil {
-		return err
-	}
-	c.s.pushes.WithLabelValues(typeNames[typeURL]).Inc()
-	return nil
+	return c.st.send(typeNames[typeURL], encodeFrame(typeURL, st.nonce, st.nonce, resources))
 }
 
 // resource is the state of the resource name of typeURL to send, or nil
@@ -451,10 +358,7 @@ func (c *client) wake(name string) {
 	}
 	c.pending[name] = struct{}{}
 	c.pendMu.Unlock()
-	select {
-	case c.changed <- struct{}{}:
-	default:
-	}
+	c.st.signal(evChanged)
 }
 
 // followOnly stops following the assignments not in names (those in

@@ -1,57 +1,45 @@
 package xds
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
-	"log"
 	"net"
 	"net/http"
-	"strings"
 	gosync "sync"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
-// Transport serves s's ADS on the connections of a listener, each
-// straight on an HTTP/2 server connection: over TLS with HTTP/2 chosen
-// by ALPN (as a bootstrap's "tls" channel credentials dial it), else
-// unencrypted HTTP/2 (h2c, as "insecure" credentials dial it). No HTTP/1
-// server stands in between, so a connection holds no HTTP/1 read and
-// write buffers: at 10,000 clients that is about 10 KiB a client.
+// Transport serves s's ADS on the connections of a listener, each with
+// the server's own HTTP/2 (h2.go): over TLS with HTTP/2 chosen by ALPN
+// (as a bootstrap's "tls" channel credentials dial it), else unencrypted
+// HTTP/2 (h2c, as "insecure" credentials dial it). A connection holds
+// one goroutine at rest, its reader.
 //
 // A gRPC client holds one ADS stream on a connection: a connection
 // carries at most 4, and one without a stream is closed after 30 s.
 type Transport struct {
 	s   *Server
 	tls *tls.Config
-	//lint:ignore SA1019 see serveConn
-	h2   *http2.Server
-	base *http.Server // the limits the HTTP/2 server reads of it
 
-	mu     gosync.Mutex
-	lns    map[net.Listener]bool
-	conns  map[net.Conn]bool
-	closed bool
+	mu      gosync.Mutex
+	lns     map[net.Listener]bool
+	conns   map[net.Conn]bool
+	closed  bool
+	watched bool
+	stop    chan struct{}
 }
 
-// handshakeTimeout bounds a TLS handshake; the HTTP/2 server bounds the
+// handshakeTimeout bounds a TLS handshake; the HTTP/2 reader bounds the
 // client's preface (10 s) and a connection without a stream (30 s).
 const handshakeTimeout = 10 * time.Second
 
 // Transport returns the transport of s, with TLS when tlsConfig is set.
 func (s *Server) Transport(tlsConfig *tls.Config) *Transport {
 	t := &Transport{
-		s: s,
-		// ServeConn reads its idle timeout here alone (not of its
-		// BaseConfig).
-		//lint:ignore SA1019 see serveConn
-		h2: &http2.Server{IdleTimeout: 30 * time.Second},
-		base: &http.Server{MaxHeaderBytes: 64 << 10, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4},
-			ErrorLog: log.New(connLog{s}, "", 0)},
+		s:     s,
 		lns:   map[net.Listener]bool{},
 		conns: map[net.Conn]bool{},
+		stop:  make(chan struct{}),
 	}
 	if tlsConfig != nil {
 		t.tls = tlsConfig.Clone()
@@ -70,6 +58,10 @@ func (t *Transport) Serve(ln net.Listener) error {
 		return http.ErrServerClosed
 	}
 	t.lns[ln] = true
+	if !t.watched {
+		t.watched = true
+		go t.s.watch(t.stop)
+	}
 	t.mu.Unlock()
 	var backoff time.Duration
 	for {
@@ -105,34 +97,29 @@ func isTemporary(err error) bool {
 
 // serveConn serves one connection until it ends.
 func (t *Transport) serveConn(c net.Conn) {
-	defer func() {
-		c.Close()
-		t.track(c, false)
-	}()
 	xc, _ := c.(*xconn)
 	conn := c
 	if t.tls != nil {
 		tc := tls.Server(c, t.tls)
 		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.Handshake(); err != nil {
+			t.closeConn(c)
 			return
 		}
 		if tc.ConnectionState().NegotiatedProtocol != "h2" {
-			return // gRPC speaks HTTP/2 only
+			t.closeConn(c) // gRPC speaks HTTP/2 only
+			return
 		}
 		_ = tc.SetDeadline(time.Time{})
 		conn = tc
 	}
-	ctx := context.Background()
-	if xc != nil {
-		ctx = context.WithValue(ctx, connKey{}, xc)
-	}
-	// ServeConn is deprecated for http.Server.Serve, which would put
-	// net/http's HTTP/1 server, its read and write buffers and its state,
-	// in front of every connection for its whole life: about 9 KiB a
-	// client, measured (BENCHMARKS.md, "What a client costs").
-	//lint:ignore SA1019 the only API that serves an accepted connection as HTTP/2 alone
-	t.h2.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, BaseConfig: t.base, Handler: t.s})
+	t.serveH2(conn, xc, c)
+}
+
+// closeConn closes an accepted connection and forgets it.
+func (t *Transport) closeConn(c net.Conn) {
+	c.Close()
+	t.track(c, false)
 }
 
 // track adds (or, with add false, removes) a connection; adding fails
@@ -161,6 +148,9 @@ func (t *Transport) isClosed() bool {
 // and their clients reconnect (to another server, when they know one).
 func (t *Transport) Close() error {
 	t.mu.Lock()
+	if !t.closed {
+		close(t.stop)
+	}
 	t.closed = true
 	lns, conns := t.lns, t.conns
 	t.lns, t.conns = map[net.Listener]bool{}, map[net.Conn]bool{}
@@ -175,15 +165,44 @@ func (t *Transport) Close() error {
 	return err
 }
 
-// connLog takes what the HTTP/2 server says of a connection (a client
-// that sent garbage, a flood of frames it ended) into the daemon's log,
-// at most a few lines a minute: one line per bad connection would be
-// the attacker's to write.
-type connLog struct{ s *Server }
-
-func (l connLog) Write(p []byte) (int, error) {
-	l.s.connLog.Do(func() {
-		l.s.log.Warn("xDS connection trouble (a few such lines a minute at most)", "detail", strings.TrimSpace(string(p)))
-	})
-	return len(p), nil
+// watch tells the streams of every client of s of a reload (after the
+// cache restarted the entries it ended), and, with an Authorizer, when
+// to ask it again (every recheckEvery for each client), until stop is
+// closed.
+func (s *Server) watch(stop <-chan struct{}) {
+	reloaded := s.engine.StaleChanged()
+	var tick <-chan time.Time
+	if s.authorize != nil {
+		t := time.NewTicker(min(max(recheckEvery/10, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var due []*client
+		ev := evReload
+		select {
+		case <-stop:
+			return
+		case <-reloaded:
+			// The next signal first: a reload that comes while the
+			// entries restart (one that flips the home back) is heard.
+			next := s.engine.StaleChanged()
+			s.cache.restartEnded(reloaded)
+			reloaded = next
+			due = s.connectedClients()
+		case now := <-tick:
+			ev = evRecheck
+			s.mu.Lock()
+			for c := range s.connected {
+				if !now.Before(c.nextCheck) {
+					c.nextCheck = now.Add(recheckEvery)
+					due = append(due, c)
+				}
+			}
+			s.mu.Unlock()
+		}
+		for _, c := range due {
+			c.st.signal(ev)
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -30,9 +29,7 @@ func adsClientOf(t *testing.T, s *Server) discoveryv3.AggregatedDiscoveryService
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv := s.Transport(nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
