@@ -50,7 +50,6 @@ type h2stream struct {
 	reqs       []queuedReq
 	recvErr    error
 	msgTimer   *time.Timer // a message begun, to be whole within messageTimeout
-	msgLen     int
 	ev         int
 	running    bool
 	remoteDone bool // the client ended its side

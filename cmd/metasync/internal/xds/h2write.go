@@ -1,0 +1,240 @@
+package xds
+
+import (
+	"encoding/binary"
+	"net"
+	"strconv"
+	"time"
+)
+
+// The writing half of the server's HTTP/2: a connection's writer, and
+// the frames and header blocks it writes.
+
+// kickLocked reports whether a writer is to start (under c.mu): there is
+// something to write and none runs.
+func (c *h2conn) kickLocked() bool {
+	if c.writing || c.dead || !c.writableLocked() {
+		return false
+	}
+	c.writing = true
+	return true
+}
+
+// writableLocked reports whether some frame can be written now.
+func (c *h2conn) writableLocked() bool {
+	if len(c.ctrl) > 0 {
+		return true
+	}
+	for _, st := range c.streams {
+		if st.head != nil || st.rst != 0 || len(st.out) > 0 && st.sendWindow > 0 && c.sendWindow > 0 || len(st.out) == 0 && st.tail != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *h2conn) startWriter(start bool) {
+	if start {
+		go c.write()
+	}
+}
+
+// write writes what there is to write, then ends: the connection holds
+// no writer at rest.
+func (c *h2conn) write() {
+	for {
+		c.mu.Lock()
+		if c.dead {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		bufs, done := c.collectLocked()
+		if len(bufs) == 0 {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.wmu.Lock()
+		_ = c.nc.SetWriteDeadline(time.Now().Add(sendTimeout))
+		_, err := bufs.WriteTo(c.nc)
+		c.wmu.Unlock()
+		if err != nil {
+			// A client that reads nothing for sendTimeout, or a
+			// connection gone: the reader sees it closed and ends it.
+			_ = c.nc.Close()
+			c.mu.Lock()
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Lock()
+		var starts []*h2stream
+		for _, w := range done {
+			if w.sent != "" {
+				c.t.s.pushes.WithLabelValues(w.sent).Inc()
+			}
+			st := w.st
+			if len(st.out) == 0 && st.timer != nil {
+				st.timer.Stop()
+			}
+			if st.finished && st.head == nil && st.tail == nil && st.rst == 0 && len(st.out) == 0 {
+				c.removeLocked(st)
+			} else if st.signalLocked(0) {
+				starts = append(starts, st)
+			}
+		}
+		c.mu.Unlock()
+		for _, st := range starts {
+			st.start(true)
+		}
+	}
+}
+
+// written is what a write finished for a stream: a message (of the short
+// type sent), its headers or trailers.
+type written struct {
+	st   *h2stream
+	sent string
+}
+
+// collectLocked takes the frames that can be written now, in order.
+func (c *h2conn) collectLocked() (net.Buffers, []written) {
+	var bufs net.Buffers
+	var done []written
+	if len(c.ctrl) > 0 {
+		bufs = append(bufs, c.ctrl)
+		c.ctrl = nil
+	}
+	for _, st := range c.streams {
+		touched := false
+		if st.rst != 0 {
+			bufs = append(bufs, rstFrame(st.id, st.rst))
+			st.rst = 0
+			touched = true
+		}
+		if st.head != nil {
+			bufs = append(bufs, appendFrameHeader(nil, len(st.head), frameHeaders, flagEndHeaders, st.id), st.head)
+			st.head = nil
+			touched = true
+		}
+		for len(st.out) > 0 && st.sendWindow > 0 && c.sendWindow > 0 {
+			m := st.out[0]
+			n := min(int64(len(m.b)-st.off), st.sendWindow, c.sendWindow, int64(c.peerFrame))
+			bufs = append(bufs, appendFrameHeader(nil, int(n), frameData, 0, st.id), m.b[st.off:st.off+int(n)])
+			st.off += int(n)
+			st.sendWindow -= n
+			c.sendWindow -= n
+			if st.off == len(m.b) {
+				st.out[0] = outMsg{}
+				st.out = st.out[1:]
+				st.off = 0
+				done = append(done, written{st, m.kind})
+				touched = false
+			}
+		}
+		if len(st.out) == 0 {
+			st.out = nil
+			if st.tail != nil {
+				bufs = append(bufs, appendFrameHeader(nil, len(st.tail), frameHeaders, flagEndHeaders|flagEndStream, st.id), st.tail)
+				st.tail = nil
+				touched = true
+			}
+		}
+		if touched {
+			done = append(done, written{st: st})
+		}
+	}
+	return bufs, done
+}
+
+// removeLocked forgets a stream that ended and whose frames are written.
+func (c *h2conn) removeLocked(st *h2stream) {
+	for i, s := range c.streams {
+		if s == st {
+			c.streams = append(c.streams[:i], c.streams[i+1:]...)
+			c.streams[len(c.streams):cap(c.streams)][0] = nil
+			break
+		}
+	}
+	if len(c.streams) == 0 {
+		c.streams = nil
+		c.idleLocked()
+	}
+}
+
+// appendFrameHeader appends a frame's 9-byte header.
+func appendFrameHeader(b []byte, n int, typ, flags byte, id uint32) []byte {
+	b = append(b, byte(n>>16), byte(n>>8), byte(n), typ, flags)
+	return binary.BigEndian.AppendUint32(b, id)
+}
+
+func rstFrame(id, code uint32) []byte {
+	return binary.BigEndian.AppendUint32(appendFrameHeader(nil, 4, frameRSTStream, 0, id), code)
+}
+
+func windowFrame(b []byte, id, inc uint32) []byte {
+	return binary.BigEndian.AppendUint32(appendFrameHeader(b, 4, frameWindowUpdate, 0, id), inc)
+}
+
+// The response's header blocks, in HPACK without the dynamic table: the
+// server keeps no encoder state per connection.
+
+// responseHead is ":status: 200" and "content-type: application/grpc".
+var responseHead = hpackField([]byte{0x88}, "", "application/grpc", 31)
+
+// hpackField appends a literal field without indexing: of the static
+// table's name idx when idx > 0, else of name.
+func hpackField(b []byte, name, value string, idx int) []byte {
+	switch {
+	case idx > 0:
+		b = hpackInt(b, 0x00, 4, idx)
+	case idx == 0:
+		b = append(b, 0x00)
+		b = hpackInt(b, 0x00, 7, len(name))
+		b = append(b, name...)
+	default:
+		return b
+	}
+	b = hpackInt(b, 0x00, 7, len(value))
+	return append(b, value...)
+}
+
+// hpackInt appends an HPACK integer of an n-bit prefix, with the first
+// byte's other bits from first.
+func hpackInt(b []byte, first byte, n uint, v int) []byte {
+	max := 1<<n - 1
+	if v < max {
+		return append(b, first|byte(v))
+	}
+	b = append(b, first|byte(max))
+	for v -= max; v >= 128; v >>= 7 {
+		b = append(b, byte(v&0x7f|0x80))
+	}
+	return append(b, byte(v))
+}
+
+// trailers is the header block that ends a stream with code and message;
+// with head, the response's headers come first (a response of trailers
+// alone).
+func trailers(head bool, code int, message string) []byte {
+	var b []byte
+	if head {
+		b = append(b, responseHead...)
+	}
+	b = hpackField(b, "grpc-status", strconv.Itoa(code), 0)
+	if message != "" {
+		if len(message) > 1024 {
+			message = message[:1024]
+		}
+		b = hpackField(b, "grpc-message", encodeMessage(message), 0)
+	}
+	return b
+}
+
+// httpStatus is a response of an HTTP status alone (":status" of the
+// static table's index 8).
+func httpStatus(code int) []byte {
+	return hpackField(nil, "", strconv.Itoa(code), 8)
+}
