@@ -212,7 +212,7 @@ func (g *gate) addNames(caller string, delta int) bool {
 }
 
 // Listener returns ln limited to Limits.Connections connections (see
-// Limits). Serve HTTPServer's server on it.
+// Limits). Serve the server's Transport on it.
 func (s *Server) Listener(ln net.Listener) net.Listener {
 	return &xlistener{Listener: ln, g: &s.gate}
 }

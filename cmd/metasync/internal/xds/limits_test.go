@@ -25,7 +25,7 @@ import (
 )
 
 // limitedServer serves a server of the tests' engine with limits l, as
-// the daemon serves it (its HTTPServer on its Listener), with metrics of
+// the daemon serves it (its Transport on its Listener), with metrics of
 // its own.
 func limitedServer(t *testing.T, l Limits) (s *Server, addr string, reg *prometheus.Registry) {
 	t.Helper()
