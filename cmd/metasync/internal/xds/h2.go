@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
@@ -103,10 +104,10 @@ type h2conn struct {
 	fields      headerFields // of the header block being decoded
 	block       []byte       // a header block continued, nil at rest
 	blockStream uint32
-	blockEnd    bool   // the HEADERS that started block ended the stream
-	lastID      uint32 // the highest stream id the client opened
-	recvWindow  int32  // what the client may still send on the connection
-	owed        int32  // credit of the connection not yet given back
+	blockEnd    bool          // the HEADERS that started block ended the stream
+	lastID      atomic.Uint32 // the highest stream id the client opened (read by a GOAWAY of the idle timer)
+	recvWindow  int32         // what the client may still send on the connection
+	owed        int32         // credit of the connection not yet given back
 
 	wmu gosync.Mutex // held while writing to nc
 
@@ -457,7 +458,7 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 	}
 	h := c.fields
 	c.fields = headerFields{}
-	if id%2 == 0 || id <= c.lastID {
+	if id%2 == 0 || id <= c.lastID.Load() {
 		c.mu.Lock()
 		known := c.streamLocked(id) != nil
 		c.mu.Unlock()
@@ -467,7 +468,7 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 		}
 		return connError{errProtocol, "HEADERS of a stream closed or not the client's"}
 	}
-	c.lastID = id
+	c.lastID.Store(id)
 	if h.bad {
 		return c.control(rstFrame(id, errRefusedStream))
 	}
@@ -528,7 +529,7 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 				return err
 			}
 		}
-		if st == nil && (id > c.lastID || id%2 == 0) {
+		if st == nil && (id > c.lastID.Load() || id%2 == 0) {
 			return connError{errProtocol, "DATA on a stream never opened"}
 		}
 		if st == nil || st.remoteDone && !st.gone() {
@@ -623,7 +624,7 @@ func (c *h2conn) goAway(code uint32) {
 	}
 	defer c.wmu.Unlock()
 	f := appendFrameHeader(nil, 8, frameGoAway, 0, 0)
-	f = binary.BigEndian.AppendUint32(f, c.lastID)
+	f = binary.BigEndian.AppendUint32(f, c.lastID.Load())
 	f = binary.BigEndian.AppendUint32(f, code)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.nc.Write(f)
