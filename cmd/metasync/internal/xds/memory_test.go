@@ -2,8 +2,16 @@ package xds
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"runtime"
@@ -20,10 +28,17 @@ import (
 // lightFollower is an ADS client on a raw HTTP/2 connection, as light
 // as a client can be: it asks for the assignment name, tells got when
 // the first one came, and reads no more (its goroutine ends).
-func lightFollower(b *testing.B, addr, name string, got chan<- struct{}) net.Conn {
+func lightFollower(b *testing.B, addr, name string, secure bool, got chan<- struct{}) net.Conn {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if secure {
+		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err := tc.Handshake(); err != nil {
+			b.Fatal(err)
+		}
+		c = tc
 	}
 	_, _ = c.Write([]byte(http2.ClientPreface))
 	fr := http2.NewFramer(c, c)
@@ -61,10 +76,17 @@ func lightFollower(b *testing.B, addr, name string, got chan<- struct{}) net.Con
 // BenchmarkClientMemory: the heap and stack that 2,000 connected ADS
 // clients (in this process, one stream each, following one assignment)
 // hold, over their number: the server's cost of a client, and the light
-// client's own heap (its framer and connection, under 2 KiB). With
-// XDS_HEAP_PROFILE=FILE it writes the heap profile with the clients
-// connected, for go tool pprof -sample_index=inuse_space.
+// client's own heap (its framer and connection, under 2 KiB; over TLS,
+// its TLS connection too). With XDS_HEAP_PROFILE=FILE it writes the heap
+// profile with the clients connected, for go tool pprof
+// -sample_index=inuse_space.
 func BenchmarkClientMemory(b *testing.B) {
+	for _, secure := range []bool{false, true} {
+		b.Run(fmt.Sprintf("tls=%v", secure), func(b *testing.B) { benchClientMemory(b, secure) })
+	}
+}
+
+func benchClientMemory(b *testing.B, secure bool) {
 	const clients = 2000
 	route(b, "mem-app", "mem-model", "10.7.0.9:80", "10.7.0.10:80")
 	srv := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
@@ -73,7 +95,11 @@ func BenchmarkClientMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr := srv.Transport(nil)
+	var config *tls.Config
+	if secure {
+		config = selfSigned(b)
+	}
+	tr := srv.Transport(config)
 	go func() { _ = tr.Serve(srv.Listener(ln)) }()
 	defer tr.Close()
 	for b.Loop() {
@@ -84,7 +110,7 @@ func BenchmarkClientMemory(b *testing.B) {
 		got := make(chan struct{}, clients)
 		var conns []net.Conn
 		for range clients {
-			conns = append(conns, lightFollower(b, ln.Addr().String(), "chains/model-to-endpoints/mem-model", got))
+			conns = append(conns, lightFollower(b, ln.Addr().String(), "chains/model-to-endpoints/mem-model", secure, got))
 		}
 		for i := range clients {
 			select {
@@ -115,4 +141,20 @@ func BenchmarkClientMemory(b *testing.B) {
 			c.Close()
 		}
 	}
+}
+
+// selfSigned is a server TLS config of a certificate made here.
+func selfSigned(b testing.TB) *tls.Config {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xds"},
+		DNSNames: []string{"xds"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
