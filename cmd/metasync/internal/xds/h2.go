@@ -287,9 +287,7 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 		st := c.streamLocked(id)
 		var start bool
 		if st != nil {
-			st.reset = true // nothing more is written to it
-			st.dropOutputLocked()
-			start = st.signalLocked(evGone)
+			start = st.resetLocked(0) // nothing more is written to it
 		}
 		c.mu.Unlock()
 		st.start(start)
@@ -460,13 +458,21 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 	c.fields = headerFields{}
 	if id%2 == 0 || id <= c.lastID.Load() {
 		c.mu.Lock()
-		known := c.streamLocked(id) != nil
-		c.mu.Unlock()
-		if known {
-			// Trailers of a request: gRPC sends none on this method.
-			return c.control(rstFrame(id, errProtocol))
+		st := c.streamLocked(id)
+		if st == nil {
+			c.mu.Unlock()
+			return connError{errProtocol, "HEADERS of a stream closed or not the client's"}
 		}
-		return connError{errProtocol, "HEADERS of a stream closed or not the client's"}
+		// Trailers of a request: gRPC sends none on this method.
+		var start bool
+		if !st.gone() {
+			start = st.resetLocked(errProtocol)
+		}
+		startW := c.kickLocked()
+		c.mu.Unlock()
+		st.start(start)
+		c.startWriter(startW)
+		return nil
 	}
 	c.lastID.Store(id)
 	if h.bad {
@@ -523,7 +529,13 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 	c.mu.Lock()
 	st := c.streamLocked(id)
 	if st == nil || st.remoteDone || st.gone() || st.recvErr != nil {
+		var start bool
+		if st != nil && st.remoteDone && !st.gone() {
+			// DATA after the client ended its side: the stream is reset.
+			start = st.resetLocked(errStreamClosed)
+		}
 		c.mu.Unlock()
+		st.start(start)
 		if ctrl != nil {
 			if err := c.control(ctrl); err != nil {
 				return err
@@ -532,9 +544,13 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 		if st == nil && (id > c.lastID.Load() || id%2 == 0) {
 			return connError{errProtocol, "DATA on a stream never opened"}
 		}
-		if st == nil || st.remoteDone && !st.gone() {
+		if st == nil {
 			return c.control(rstFrame(id, errStreamClosed))
 		}
+		c.mu.Lock()
+		startW := c.kickLocked()
+		c.mu.Unlock()
+		c.startWriter(startW)
 		return nil
 	}
 	if n > st.recvWindow {
@@ -542,15 +558,8 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 		return connError{errFlowControl, "DATA beyond the stream's window"}
 	}
 	st.recvWindow -= n
-	c.mu.Unlock()
-	credit, reqs, partial, began, err := st.take(p)
-	credit += pad
-	c.mu.Lock()
-	if st.gone() {
-		reqs, err = nil, nil
-	}
-	st.msgTimeoutLocked(partial && err == nil && !st.gone(), began)
-	if credit > 0 && !st.gone() && flags&flagEndStream == 0 {
+	credit := pad + st.takeLocked(p)
+	if credit > 0 && flags&flagEndStream == 0 {
 		ctrl = windowFrame(ctrl, id, uint32(credit))
 		st.recvWindow += credit
 	}
@@ -562,11 +571,9 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 		c.ctrl = append(c.ctrl, ctrl...)
 	}
 	ev := 0
-	if err != nil && st.recvErr == nil {
-		st.recvErr = err
+	if st.recvErr != nil {
 		ev |= evFail
 	}
-	st.reqs = append(st.reqs, reqs...)
 	if flags&flagEndStream != 0 {
 		st.remoteDone = true
 		ev |= evEOF
@@ -637,9 +644,7 @@ func (c *h2conn) teardown() {
 	c.dead = true
 	var starts []*h2stream
 	for _, st := range c.streams {
-		st.reset = true
-		st.dropOutputLocked()
-		if st.signalLocked(evGone) {
+		if st.resetLocked(0) {
 			starts = append(starts, st)
 		}
 	}

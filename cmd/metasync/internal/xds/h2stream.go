@@ -47,23 +47,32 @@ type h2stream struct {
 	off        int      // of out[0] written
 	rst        uint32   // a RST_STREAM to write
 	timer      *time.Timer
-	reqs       []queuedReq
-	recvErr    error
-	msgTimer   *time.Timer // a message begun, to be whole within messageTimeout
-	ev         int
-	running    bool
-	remoteDone bool // the client ended its side
-	reset      bool // reset, or its connection ended: nothing more is written
-	finished   bool // ended: its state is let go, what is queued is written
-
-	// The reader's own: the message being read.
-	msg  []byte
-	need int // its length, once its prefix is read
+	// inbox holds the request messages read and not handled yet (gRPC
+	// prefix included): ready bytes of whole messages, then the one
+	// being read. early is the flow-control credit given back for bytes
+	// of inbox before they were handled: only while no whole message
+	// waits, so that a message larger than the window can come whole,
+	// and a client may send one more request while a response waits on
+	// it. Else what inbox holds holds its credit: a stream holds at most
+	// one whole message (at most maxMessage) and its window.
+	inbox    []byte
+	ready    int
+	early    int32
+	partAt   int64 // where the message being read began, counted in all bytes read
+	consumed int64 // bytes of inbox handled, ever
+	recvErr  error
+	msgTimer *time.Timer // a message begun, to be whole within messageTimeout
+	cancel   context.CancelFunc
+	ev       int
+	running  bool
+	// remoteDone: the client ended its side; reset: reset, or its
+	// connection ended: nothing more is read or written; finished:
+	// ended, its state let go, what is queued is written.
+	remoteDone, reset, finished bool
 
 	// run's own.
 	cl         *client
 	release    func()
-	cancel     context.CancelFunc
 	first      *time.Timer
 	gotRequest bool
 	cleaned    bool
@@ -73,13 +82,6 @@ type h2stream struct {
 type outMsg struct {
 	b    []byte
 	kind string
-}
-
-// queuedReq is a request read and not handled yet, with the stream's
-// flow-control credit it holds back.
-type queuedReq struct {
-	r      request
-	credit int32
 }
 
 // gone reports whether nothing more is to be read or written (under
@@ -122,7 +124,21 @@ func (st *h2stream) runnableLocked() bool {
 	if st.finished || !st.idleLocked() {
 		return false
 	}
-	return st.ev != 0 || len(st.reqs) > 0
+	return st.ev != 0 || st.ready > 0
+}
+
+// resetLocked resets the stream (with a RST_STREAM of code, 0 for none):
+// what waits to be written is dropped, a review under way is cancelled,
+// and its goroutine lets its state go. It reports whether run is to
+// start.
+func (st *h2stream) resetLocked(code uint32) bool {
+	st.dropOutputLocked()
+	st.reset = true
+	st.rst = code
+	if st.cancel != nil {
+		st.cancel()
+	}
+	return st.signalLocked(evGone)
 }
 
 // signal adds events from outside the connection's goroutines.
@@ -145,65 +161,96 @@ func (st *h2stream) run() {
 	c := st.c
 	for {
 		c.mu.Lock()
-		job, q, has := st.nextLocked()
+		job, msg := st.nextLocked()
 		startW := false
-		if has && q.credit > 0 && !st.remoteDone && !st.gone() {
+		if msg != nil {
 			// The request is taken: the client may send as much again.
-			c.ctrl = windowFrame(c.ctrl, st.id, uint32(q.credit))
-			st.recvWindow += q.credit
-			startW = c.kickLocked()
+			if credit := st.creditLocked(int32(frameHeader + len(msg))); credit > 0 {
+				c.ctrl = windowFrame(c.ctrl, st.id, uint32(credit))
+				st.recvWindow += credit
+				startW = c.kickLocked()
+			}
 		}
-		if job == 0 && !has {
+		if job == 0 && msg == nil {
 			st.running = false
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
 		c.startWriter(startW)
-		st.handle(job, q, has)
+		st.handle(job, msg)
 	}
 }
 
+// creditLocked is the credit to give back once m bytes of inbox were
+// handled (those not given back early), and that of the message being
+// read when nothing else waits.
+func (st *h2stream) creditLocked(m int32) int32 {
+	if st.remoteDone || st.gone() {
+		return 0
+	}
+	paid := min(m, st.early)
+	st.early -= paid
+	return m - paid + st.payPartialLocked()
+}
+
+// payPartialLocked gives back early the credit of the message being
+// read, when no whole message waits.
+func (st *h2stream) payPartialLocked() int32 {
+	if st.ready > 0 || st.remoteDone || st.gone() {
+		return 0
+	}
+	unpaid := int32(len(st.inbox)) - st.early
+	if unpaid <= 0 {
+		return 0
+	}
+	st.early += unpaid
+	return unpaid
+}
+
 // nextLocked takes the next event to handle: the end first; else, when
-// nothing waits to be written, the opening, the requests in order, and
-// then the rest.
-func (st *h2stream) nextLocked() (job int, q queuedReq, has bool) {
+// nothing waits to be written, the opening, the requests in order (msg),
+// and then the rest.
+func (st *h2stream) nextLocked() (job int, msg []byte) {
 	if st.ev&evGone != 0 {
 		st.ev &^= evGone
-		return evGone, q, false
+		return evGone, nil
 	}
 	if st.finished || !st.idleLocked() {
-		return 0, q, false
+		return 0, nil
 	}
 	if st.ev&evOpen != 0 {
 		st.ev &^= evOpen
-		return evOpen, q, false
+		return evOpen, nil
 	}
-	if len(st.reqs) > 0 {
-		q = st.reqs[0]
-		st.reqs[0] = queuedReq{}
-		if st.reqs = st.reqs[1:]; len(st.reqs) == 0 {
-			st.reqs = nil
+	if st.ready > 0 {
+		// Handled out of the lock: nothing writes this part of inbox
+		// again (the reader appends after it).
+		m := frameHeader + int(binary.BigEndian.Uint32(st.inbox[1:frameHeader]))
+		msg = st.inbox[frameHeader:m:m]
+		st.inbox, st.ready, st.consumed = st.inbox[m:], st.ready-m, st.consumed+int64(m)
+		if len(st.inbox) == 0 {
+			st.inbox = nil
 		}
-		return 0, q, true
+		return 0, msg
 	}
 	for _, ev := range [...]int{evFail, evEOF, evFirst, evChanged, evAgain, evRecheck, evReload} {
 		if st.ev&ev != 0 {
 			st.ev &^= ev
-			return ev, q, false
+			return ev, nil
 		}
 	}
-	return 0, q, false
+	return 0, nil
 }
 
 // handle handles one event.
-func (st *h2stream) handle(job int, q queuedReq, has bool) {
+func (st *h2stream) handle(job int, msg []byte) {
 	c := st.c
 	if job == evGone {
 		st.cleanup()
 		c.mu.Lock()
 		st.finished = true
-		st.reqs = nil
+		st.inbox, st.ready = nil, 0
 		if st.idleLocked() {
 			c.removeLocked(st)
 		}
@@ -221,19 +268,29 @@ func (st *h2stream) handle(job int, q queuedReq, has bool) {
 	s := cl.s
 	var err error
 	switch {
-	case has:
+	case msg != nil:
 		if st.first != nil {
 			st.first.Stop()
 			st.first = nil
 		}
 		st.gotRequest = true
-		err = cl.request(q.r)
+		var req request
+		if req, err = decodeRequest(msg); err != nil {
+			err = &statusError{codeInvalid, err.Error()}
+		} else {
+			err = cl.request(req)
+		}
 	case job == evFail:
 		c.mu.Lock()
 		err = st.recvErr
 		c.mu.Unlock()
 	case job == evEOF:
 		err = io.EOF
+		c.mu.Lock()
+		if len(st.inbox) > 0 {
+			err = &statusError{codeInvalid, "a gRPC message cut short"}
+		}
+		c.mu.Unlock()
 	case job == evFirst:
 		if !st.gotRequest {
 			msg := "no DiscoveryRequest within " + s.limits.FirstRequest.String() + " of the stream's start"
@@ -288,7 +345,7 @@ func (st *h2stream) finish(tail []byte) {
 	c := st.c
 	c.mu.Lock()
 	st.finished = true
-	st.reqs = nil
+	st.inbox, st.ready = nil, 0
 	if !st.reset && tail != nil {
 		st.tail = tail
 	}
@@ -316,13 +373,12 @@ func (st *h2stream) cleanup() {
 	if st.release != nil {
 		st.release()
 	}
-	if st.cancel != nil {
-		st.cancel()
-	}
+	// The send timer stays: what the stream sent before it ended is
+	// still to be written within sendTimeout.
 	c := st.c
 	c.mu.Lock()
-	if st.timer != nil {
-		st.timer.Stop()
+	if st.cancel != nil {
+		st.cancel()
 	}
 	if st.msgTimer != nil {
 		st.msgTimer.Stop()
@@ -361,7 +417,12 @@ func (st *h2stream) open() {
 		// a valid token ends at once (a review that failed ends it
 		// UNAVAILABLE, and the client tries again).
 		ctx, cancel := context.WithCancel(context.Background())
+		c.mu.Lock()
 		st.cancel = cancel
+		if st.reset {
+			cancel() // reset already: the review ends at once
+		}
+		c.mu.Unlock()
 		r, _ = http.NewRequestWithContext(ctx, http.MethodPost, "http://xds"+adsPath, nil)
 		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0
 		r.RemoteAddr = c.remote
@@ -436,71 +497,45 @@ func (st *h2stream) expired() {
 		c.mu.Unlock()
 		return
 	}
-	st.dropOutputLocked()
-	st.reset = true
-	st.rst = errCancel
-	start := st.signalLocked(evGone)
+	start := st.resetLocked(errCancel)
 	startW := c.kickLocked()
 	c.mu.Unlock()
 	st.start(start)
 	c.startWriter(startW)
 }
 
-// take reads a DATA frame's bytes p into messages (the reader's): the
-// requests whole, each with the credit of its bytes in p, which they
-// hold until handled; the credit of the rest, to give back now; whether
-// a message is begun and not whole (and when one began in p); and the
-// error that ends the stream.
-func (st *h2stream) take(p []byte) (credit int32, reqs []queuedReq, partial, began bool, err error) {
-	credit = int32(len(p))
-	for len(p) > 0 {
-		if len(st.msg) == 0 && len(p) >= frameHeader {
-			// A whole message in p is read where it lies.
-			if n, err := messageLength(p); err != nil {
-				return credit, reqs, false, false, err
-			} else if len(p) >= frameHeader+n {
-				req, err := decodeRequest(p[frameHeader : frameHeader+n])
-				if err != nil {
-					return credit, reqs, false, false, &statusError{codeInvalid, err.Error()}
-				}
-				reqs = append(reqs, queuedReq{req, int32(frameHeader + n)})
-				credit -= int32(frameHeader + n)
-				p = p[frameHeader+n:]
-				continue
-			}
-		}
-		inP := 0
-		if len(st.msg) < frameHeader {
-			began = began || len(st.msg) == 0
-			k := min(frameHeader-len(st.msg), len(p))
-			st.msg = append(st.msg, p[:k]...)
-			p, inP = p[k:], k
-			if len(st.msg) < frameHeader {
-				return credit, reqs, true, began, nil
-			}
-			n, err := messageLength(st.msg)
-			if err != nil {
-				return credit, reqs, false, false, err
-			}
-			st.need = n
-		}
-		// Read as it comes, not allocated as announced: a length alone
-		// reserves nothing.
-		k := min(frameHeader+st.need-len(st.msg), len(p))
-		st.msg = append(st.msg, p[:k]...)
-		p, inP = p[k:], inP+k
-		if len(st.msg) < frameHeader+st.need {
-			return credit, reqs, true, began, nil
-		}
-		req, err := decodeRequest(st.msg[frameHeader:])
-		st.msg, st.need = nil, 0
-		if err != nil {
-			return credit, reqs, false, false, &statusError{codeInvalid, err.Error()}
-		}
-		reqs = append(reqs, queuedReq{req, int32(inP)})
-		credit -= int32(inP)
+// takeLocked takes a DATA frame's bytes into inbox and returns the
+// credit to give back now (under c.mu): all of it while no whole message
+// waits, else none. A message begun starts its timer; one whose prefix
+// is not gRPC's, or too long, sets recvErr.
+func (st *h2stream) takeLocked(p []byte) int32 {
+	backed := st.ready > 0
+	// Read as it comes, not allocated as announced: a length alone
+	// reserves nothing.
+	st.inbox = append(st.inbox, p...)
+	var credit int32
+	if !backed {
+		credit = int32(len(p))
+		st.early += credit
 	}
-	return credit, reqs, false, began, nil
+	for {
+		rest := st.inbox[st.ready:]
+		if len(rest) < frameHeader {
+			break
+		}
+		n, err := messageLength(rest)
+		if err != nil {
+			st.recvErr = err
+			st.inbox = st.inbox[:st.ready]
+			break
+		}
+		if len(rest) < frameHeader+n {
+			break
+		}
+		st.ready += frameHeader + n
+	}
+	st.msgTimeoutLocked()
+	return credit
 }
 
 // messageLength reads a gRPC message's prefix.
@@ -519,31 +554,37 @@ func messageLength(p []byte) (int, error) {
 	return int(n), nil
 }
 
-// msgTimeoutLocked starts (or stops) the bound on a message begun: it
-// is to be whole within messageTimeout, or the stream ends (under c.mu).
-func (st *h2stream) msgTimeoutLocked(partial, began bool) {
-	if !partial {
+// msgTimeoutLocked starts the bound on the message being read, when one
+// began, or stops it: it is to be whole within messageTimeout, or the
+// stream ends (under c.mu).
+func (st *h2stream) msgTimeoutLocked() {
+	if len(st.inbox) == st.ready || st.recvErr != nil {
 		if st.msgTimer != nil {
 			st.msgTimer.Stop()
 			st.msgTimer = nil
 		}
 		return
 	}
-	if st.msgTimer != nil && !began {
-		return
+	at := st.consumed + int64(st.ready)
+	if st.msgTimer != nil && at == st.partAt {
+		return // the same message
 	}
 	if st.msgTimer != nil {
 		st.msgTimer.Stop()
 	}
+	st.partAt = at
 	within := time.Duration(messageTimeout.Load())
-	n := st.need
+	n := -1
+	if rest := st.inbox[st.ready:]; len(rest) >= frameHeader {
+		n = int(binary.BigEndian.Uint32(rest[1:frameHeader]))
+	}
 	st.msgTimer = time.AfterFunc(within, func() {
 		c := st.c
 		c.mu.Lock()
 		start := false
-		if st.recvErr == nil && !st.gone() {
+		if st.recvErr == nil && !st.gone() && st.partAt == at && len(st.inbox) > st.ready {
 			st.recvErr = &statusError{codeInvalid, fmt.Sprintf("a message of %d bytes not received within %s", n, within)}
-			if n == 0 {
+			if n < 0 {
 				st.recvErr = &statusError{codeInvalid, "a gRPC message's prefix not received within " + within.String()}
 			}
 			start = st.signalLocked(evFail)

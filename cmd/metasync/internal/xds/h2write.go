@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"strconv"
+	gosync "sync"
 	"time"
 )
 
@@ -56,10 +57,22 @@ func (c *h2conn) write() {
 			return
 		}
 		c.mu.Unlock()
+		// One write of every frame: net.Buffers would write each part
+		// apart on a TLS or limited connection (a 9-byte frame header a
+		// packet, or a record).
+		bp := writePool.Get().(*[]byte)
+		b := (*bp)[:0]
+		for _, p := range bufs {
+			b = append(b, p...)
+		}
 		c.wmu.Lock()
 		_ = c.nc.SetWriteDeadline(time.Now().Add(sendTimeout))
-		_, err := bufs.WriteTo(c.nc)
+		_, err := c.nc.Write(b)
 		c.wmu.Unlock()
+		if cap(b) <= 256<<10 {
+			*bp = b[:0]
+			writePool.Put(bp)
+		}
 		if err != nil {
 			// A client that reads nothing for sendTimeout, or a
 			// connection gone: the reader sees it closed and ends it.
@@ -79,9 +92,11 @@ func (c *h2conn) write() {
 			if len(st.out) == 0 && st.timer != nil {
 				st.timer.Stop()
 			}
-			if st.finished && st.head == nil && st.tail == nil && st.rst == 0 && len(st.out) == 0 {
+			if st.finished && st.idleLocked() {
 				c.removeLocked(st)
-			} else if st.signalLocked(0) {
+				continue
+			}
+			if st.signalLocked(0) {
 				starts = append(starts, st)
 			}
 		}
@@ -91,6 +106,9 @@ func (c *h2conn) write() {
 		}
 	}
 }
+
+// writePool holds the buffers that a write gathers its frames in.
+var writePool = gosync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 // written is what a write finished for a stream: a message (of the short
 // type sent), its headers or trailers.
