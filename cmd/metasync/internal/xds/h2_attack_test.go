@@ -280,7 +280,6 @@ func windowsRun(t *testing.T, addr string, seed int64) {
 			_ = r.fr.WriteWindowUpdate(0, 30000)
 		}
 	}
-	_ = fmt.Sprintf("seed %d: a response of %d bytes within the windows", seed, want)
 }
 
 // serverState is what a server holds of its clients, "" when nothing.
