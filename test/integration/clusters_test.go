@@ -2,11 +2,13 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -368,24 +370,29 @@ func TestKubeconfigRotation(t *testing.T) {
 	})
 
 	// An address where nothing answers yet: refused, and tried again
-	// unchanged until it answers, then taken.
-	later, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := later.Addr()
-	later.Close()
-	errorsBefore = west1().KubeconfigErrors
-	rewrite(at(&testenv.Proxy{}, addr))
-	testenv.Eventually(t, "a kubeconfig whose apiserver does not answer refused, twice", func() string {
-		if st := west1(); st.KubeconfigErrors < errorsBefore+2 || st.KubeconfigRotations != 1 {
-			return fmt.Sprintf("%+v", st)
+	// unchanged until it answers, then taken. The port is free when it
+	// is picked; another process may take it before the proxy does: then
+	// again, on another port.
+	var later *testenv.Proxy
+	for attempt := 1; later == nil; attempt++ {
+		free, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return ""
-	})
-	later, err = testenv.NewProxy(addr, apiserverAddr(west))
-	if err != nil {
-		t.Fatal(err)
+		addr := free.Addr()
+		free.Close()
+		errorsBefore = west1().KubeconfigErrors
+		rewrite(at(&testenv.Proxy{}, addr))
+		testenv.Eventually(t, "a kubeconfig whose apiserver does not answer refused, twice", func() string {
+			if st := west1(); st.KubeconfigErrors < errorsBefore+2 || st.KubeconfigRotations != 1 {
+				return fmt.Sprintf("%+v", st)
+			}
+			return ""
+		})
+		later, err = testenv.NewProxy(addr, apiserverAddr(west))
+		if err != nil && (attempt == 5 || !errors.Is(err, syscall.EADDRINUSE)) {
+			t.Fatal(err)
+		}
 	}
 	defer later.Close()
 	testenv.Eventually(t, "the same kubeconfig taken once its apiserver answers", func() string {
