@@ -3,22 +3,11 @@ package xds
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	crand "crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/net/http2/hpack"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"io"
 	"log/slog"
-	"math/big"
 	"math/rand"
 	"net"
 	"net/http"
@@ -30,7 +19,13 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // windowTracker reads a raw client's frames in a goroutine and keeps the
@@ -495,21 +490,6 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-func selfSignedPool(t *testing.T) (*tls.Config, *x509.CertPool) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, pool
-}
-
 // TestTLSWrites: over TLS, grpc-go's client gets its answers; the writes
 // each response costs are counted.
 func TestTLSWrites(t *testing.T) {
@@ -529,7 +509,7 @@ func TestTLSWrites(t *testing.T) {
 			var cfg *tls.Config
 			if useTLS {
 				var pool *x509.CertPool
-				cfg, pool = selfSignedPool(t)
+				cfg, pool = selfSigned(t)
 				creds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})
 			}
 			srv := s.Transport(cfg)
@@ -606,7 +586,7 @@ func TestCloseDuringActivity(t *testing.T) {
 		}
 		var cfg *tls.Config
 		if round%2 == 1 {
-			cfg, _ = selfSignedPool(t)
+			cfg, _ = selfSigned(t)
 		}
 		srv := s.Transport(cfg)
 		go func() { _ = srv.Serve(s.Listener(ln)) }()

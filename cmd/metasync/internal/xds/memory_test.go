@@ -2,16 +2,11 @@ package xds
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"runtime"
@@ -23,6 +18,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/iidp/metasync/test/testenv"
 )
 
 // lightFollower is an ADS client on a raw HTTP/2 connection, as light
@@ -97,7 +94,7 @@ func benchClientMemory(b *testing.B, secure bool) {
 	}
 	var config *tls.Config
 	if secure {
-		config = selfSigned(b)
+		config, _ = selfSigned(b)
 	}
 	tr := srv.Transport(config)
 	go func() { _ = tr.Serve(srv.Listener(ln)) }()
@@ -143,18 +140,16 @@ func benchClientMemory(b *testing.B, secure bool) {
 	}
 }
 
-// selfSigned is a server TLS config of a certificate made here.
-func selfSigned(b testing.TB) *tls.Config {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// selfSigned is a server TLS config of a certificate for localhost,
+// 127.0.0.1 and xds, and the pool of its CA.
+func selfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
+	ca := testenv.NewCA(t, "xds-test-ca")
+	certPEM, keyPEM, _ := ca.Issue(t, "localhost", "127.0.0.1", "xds")
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xds"},
-		DNSNames: []string{"xds"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, pool
 }
