@@ -479,7 +479,7 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 		return c.control(rstFrame(id, errRefusedStream))
 	}
 	c.mu.Lock()
-	if c.dead || len(c.streams) >= h2MaxStreams {
+	if c.dead || c.openLocked() >= h2MaxStreams || len(c.streams) >= 4*h2MaxStreams {
 		c.mu.Unlock()
 		return c.control(rstFrame(id, errRefusedStream))
 	}
@@ -584,6 +584,20 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 	st.start(start)
 	c.startWriter(startW)
 	return nil
+}
+
+// openLocked is the number of streams open: those the client reset are
+// not, though their goroutines may not have let them go yet (under
+// c.mu). A stream reset and one opened at once are not refused; the
+// streams kept until let go are bounded apart.
+func (c *h2conn) openLocked() int {
+	n := 0
+	for _, st := range c.streams {
+		if !st.reset {
+			n++
+		}
+	}
+	return n
 }
 
 // streamLocked is the stream id, or nil (under c.mu).

@@ -232,6 +232,7 @@ func (st *h2stream) nextLocked() (job int, msg []byte) {
 		if len(st.inbox) == 0 {
 			st.inbox = nil
 		}
+		st.msgTimeoutLocked() // the message being read gets its credit: its time runs
 		return 0, msg
 	}
 	for _, ev := range [...]int{evFail, evEOF, evFirst, evChanged, evAgain, evRecheck, evReload} {
@@ -556,9 +557,11 @@ func messageLength(p []byte) (int, error) {
 
 // msgTimeoutLocked starts the bound on the message being read, when one
 // began, or stops it: it is to be whole within messageTimeout, or the
-// stream ends (under c.mu).
+// stream ends (under c.mu). It does not run while a whole message waits:
+// the message being read then waits on credit that the server holds
+// back, and it gets messageTimeout anew once the credit comes.
 func (st *h2stream) msgTimeoutLocked() {
-	if len(st.inbox) == st.ready || st.recvErr != nil {
+	if len(st.inbox) == st.ready || st.recvErr != nil || st.ready > 0 {
 		if st.msgTimer != nil {
 			st.msgTimer.Stop()
 			st.msgTimer = nil
