@@ -505,7 +505,6 @@ func creditRun(t *testing.T, addr string, seed int64) bool {
 	return !failed.Load()
 }
 
-
 // TestGRPCGoStress: grpc-go clients subscribe to large name sets
 // (1000 names of ~1 KB), re-subscribe rapidly, ACK and NACK, cancel
 // streams mid-response, while the engine changes; every subscription
