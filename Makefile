@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run first-run-note apply bench bench-micro chaos image
+.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run first-run-note apply bench bench-micro bench-xds chaos image
 
 ## all: the default: build.
 all: build
@@ -140,6 +140,24 @@ bench:
 ## p99, while another is written, explained or relisted).
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./indexer/ | tee bench-micro.txt
+
+## bench-xds: the xDS server side by side with go-control-plane's
+## (hack/xdspeer) on one control plane: 10,000 raw ADS clients over 100
+## targets, then 100 clients following 1,000 targets each (see
+## BENCHMARKS.md, "xDS for a fleet"). Every client comes from this host,
+## one caller: the per-caller limits are off. XDS_FLAGS passes flags to
+## both runs of hack/xdsload.
+XDS_FLAGS ?=
+bench-xds:
+	@assets=$$(bash hack/envtest-assets.sh) && \
+	  $(GO) build -o $(BIN)/xdsload ./hack/xdsload && \
+	  $(GO) build -o $(BIN)/metasync ./cmd/metasync && \
+	  export KUBEBUILDER_ASSETS=$$assets METASYNC_XDS_MAX_CONNECTIONS=12000 \
+	    METASYNC_XDS_MAX_CONNECTIONS_PER_CALLER=0 METASYNC_XDS_MAX_STREAMS_PER_CALLER=0 \
+	    METASYNC_XDS_MAX_NAMES_PER_CALLER=0 && \
+	  $(BIN)/xdsload -bin $(BIN)/metasync -peer -client h2 -clients 10000 -targets 100 -rate 20 -for 20s $(XDS_FLAGS) && \
+	  $(BIN)/xdsload -bin $(BIN)/metasync -peer -client h2 -clients 100 -targets 1000 -follow 1000 \
+	    -endpoints 10 -rate 20 -for 20s -connect-timeout 300s $(XDS_FLAGS)
 
 ## chaos: the full convergence test under faults (2,000 operations); its
 ## report is in RELIABILITY.md.
