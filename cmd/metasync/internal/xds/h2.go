@@ -77,9 +77,13 @@ const (
 	// acknowledgements, window updates, resets) waiting to be written: a
 	// client that asks for them faster than it reads is closed.
 	h2MaxControl = 64 << 10
-	// h2PrefaceTimeout bounds the client's preface; h2IdleTimeout closes
-	// a connection without a stream; h2FrameTimeout bounds the read of a
-	// frame's payload once its header came.
+)
+
+// h2PrefaceTimeout bounds the client's preface; h2IdleTimeout closes a
+// connection without a stream; h2FrameTimeout bounds the read of a
+// frame's payload once its header came, and of a header block once
+// begun. Variables for the tests.
+var (
 	h2PrefaceTimeout = 10 * time.Second
 	h2IdleTimeout    = 30 * time.Second
 	h2FrameTimeout   = 10 * time.Second
@@ -104,10 +108,12 @@ type h2conn struct {
 	fields      headerFields // of the header block being decoded
 	block       []byte       // a header block continued, nil at rest
 	blockStream uint32
-	blockEnd    bool          // the HEADERS that started block ended the stream
-	lastID      atomic.Uint32 // the highest stream id the client opened (read by a GOAWAY of the idle timer)
-	recvWindow  int32         // what the client may still send on the connection
-	owed        int32         // credit of the connection not yet given back
+	blockEnd    bool // the HEADERS that started block ended the stream
+	// blockDeadline: when block is to be whole (zero: no block begun).
+	blockDeadline time.Time
+	lastID        atomic.Uint32 // the highest stream id the client opened (read by a GOAWAY of the idle timer)
+	recvWindow    int32         // what the client may still send on the connection
+	owed          int32         // credit of the connection not yet given back
 
 	wmu gosync.Mutex // held while writing to nc
 
@@ -119,6 +125,7 @@ type h2conn struct {
 	ctrl       []byte      // control frames to write
 	writing    bool        // a writer runs
 	dead       bool        // read side ended: streams gone, nc to close
+	closing    bool        // closed for idleness: no stream is opened
 	idle       *time.Timer // closes a connection without a stream
 }
 
@@ -233,9 +240,13 @@ func (c *h2conn) next() (deep bool, err error) {
 		buf = framePool.Get().(*[h2MaxFrame]byte)
 		defer framePool.Put(buf)
 		p = buf[:n]
-		_ = c.nc.SetReadDeadline(time.Now().Add(h2FrameTimeout))
+		deadline := time.Now().Add(h2FrameTimeout)
+		if !c.blockDeadline.IsZero() && c.blockDeadline.Before(deadline) {
+			deadline = c.blockDeadline
+		}
+		_ = c.nc.SetReadDeadline(deadline)
 		_, err := io.ReadFull(c.nc, p)
-		_ = c.nc.SetReadDeadline(time.Time{})
+		_ = c.nc.SetReadDeadline(c.blockDeadline) // zero: none
 		if err != nil {
 			return false, err
 		}
@@ -270,7 +281,8 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 		c.block = append(c.block, p...)
 		if flags&flagEndHeaders != 0 {
 			block := c.block
-			c.block = nil
+			c.block, c.blockDeadline = nil, time.Time{}
+			_ = c.nc.SetReadDeadline(time.Time{})
 			return c.open(c.blockStream, c.blockEnd, block)
 		}
 		return nil
@@ -418,6 +430,10 @@ func (c *h2conn) headers(flags byte, id uint32, p []byte) error {
 	}
 	c.block = append(make([]byte, 0, len(p)+1024), p...)
 	c.blockStream, c.blockEnd = id, end
+	// A header block is to be whole within h2FrameTimeout: one begun
+	// and never ended would hold what it has read for good.
+	c.blockDeadline = time.Now().Add(h2FrameTimeout)
+	_ = c.nc.SetReadDeadline(c.blockDeadline)
 	return nil
 }
 
@@ -444,6 +460,10 @@ func (c *h2conn) emit(f hpack.HeaderField) {
 	}
 }
 
+// hpackRelease is an indexed field of the static table (":method: GET"):
+// decoding it changes no state.
+var hpackRelease = []byte{0x82}
+
 // open decodes a whole header block and opens its stream.
 func (c *h2conn) open(id uint32, end bool, block []byte) error {
 	c.fields = headerFields{}
@@ -454,6 +474,13 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 	if err := c.dec.Close(); err != nil {
 		return connError{errCompression, "a header block cut short"}
 	}
+	// The decoder keeps the last bytes written to it: a field of the
+	// static table, decoded with emit off, leaves it holding that byte,
+	// not the block (nor the pooled frame that it lies in) for the
+	// connection's life.
+	c.dec.SetEmitEnabled(false)
+	_, _ = c.dec.Write(hpackRelease)
+	_ = c.dec.Close()
 	h := c.fields
 	c.fields = headerFields{}
 	if id%2 == 0 || id <= c.lastID.Load() {
@@ -479,7 +506,7 @@ func (c *h2conn) open(id uint32, end bool, block []byte) error {
 		return c.control(rstFrame(id, errRefusedStream))
 	}
 	c.mu.Lock()
-	if c.dead || c.openLocked() >= h2MaxStreams || len(c.streams) >= 4*h2MaxStreams {
+	if c.dead || c.closing || c.openLocked() >= h2MaxStreams || len(c.streams) >= 4*h2MaxStreams {
 		c.mu.Unlock()
 		return c.control(rstFrame(id, errRefusedStream))
 	}
@@ -618,11 +645,15 @@ func (c *h2conn) idleLocked() {
 	}
 	if c.idle == nil {
 		c.idle = time.AfterFunc(h2IdleTimeout, func() {
+			// Closing: a stream that comes now is refused (its client
+			// may retry it elsewhere), not opened to be cut.
 			c.mu.Lock()
-			idle := len(c.streams) == 0
+			idle := len(c.streams) == 0 && !c.dead
+			c.closing = c.closing || idle
+			last := c.lastID.Load()
 			c.mu.Unlock()
 			if idle {
-				c.goAway(errNo)
+				c.goAway(errNo, last)
 				_ = c.nc.Close()
 			}
 		})
@@ -634,18 +665,19 @@ func (c *h2conn) idleLocked() {
 // fail sends a GOAWAY for e (when no write holds the connection) and
 // returns e: the reader ends, and the connection with it.
 func (c *h2conn) fail(e connError) error {
-	c.goAway(e.code)
+	c.goAway(e.code, c.lastID.Load())
 	return e
 }
 
-// goAway writes a GOAWAY of code, unless a write is under way.
-func (c *h2conn) goAway(code uint32) {
+// goAway writes a GOAWAY of code, the last stream handled last, unless
+// a write is under way.
+func (c *h2conn) goAway(code, last uint32) {
 	if !c.wmu.TryLock() {
 		return
 	}
 	defer c.wmu.Unlock()
 	f := appendFrameHeader(nil, 8, frameGoAway, 0, 0)
-	f = binary.BigEndian.AppendUint32(f, c.lastID.Load())
+	f = binary.BigEndian.AppendUint32(f, last)
 	f = binary.BigEndian.AppendUint32(f, code)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.nc.Write(f)
