@@ -486,7 +486,12 @@ func (st *h2stream) send(kind string, frame []byte) error {
 	st.out = append(st.out, outMsg{frame, kind})
 	start := c.kickLocked()
 	c.mu.Unlock()
-	c.startWriter(start)
+	if start {
+		// Written here, not by a writer of its own: the stream's
+		// goroutine has nothing else to do until its message is out
+		// (a write that waits on the client waits for this stream alone).
+		c.write()
+	}
 	return nil
 }
 
