@@ -16,10 +16,11 @@ import (
 
 // The server's own HTTP/2 (RFC 9113), the part that gRPC's one method
 // here needs: a connection costs one goroutine, its reader, which parks
-// on a 9-byte frame header; frames are read into pooled buffers; writes
-// are made by a goroutine started when there is something to write and
-// gone once it is written; a stream's requests and pushes run in a
-// goroutine started when there is something to do (see h2stream.run).
+// on a 9-byte frame header; frames are read into pooled buffers; a
+// stream's requests and pushes run in a goroutine started when there is
+// something to do (see h2stream.run), which writes what it sends; other
+// frames are written by a goroutine started when there are some, gone
+// once they are written.
 // At rest a client holds its connection's reader, a few hundred bytes of
 // connection and stream state, and its ADS state.
 

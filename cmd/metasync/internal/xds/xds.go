@@ -32,9 +32,9 @@
 //     loop);
 //   - the transport (h2.go, h2stream.go, h2write.go) is the part of
 //     HTTP/2 that gRPC's one method needs: a connection holds one
-//     goroutine at rest, its frame reader; a stream's events, and a
-//     connection's writes, run in goroutines started when there is
-//     something to do. A client at rest costs about 12 KiB resident
+//     goroutine at rest, its frame reader; a stream's events run in a
+//     goroutine started when there is something to do, which writes
+//     its messages. A client at rest costs about 12 KiB resident
 //     (x/net's HTTP/2 server held four goroutines and about 50 KiB);
 //   - access.go holds the Authorizer's verdicts, status.go what the
 //     status route and the metrics read (copies, never a lock held
