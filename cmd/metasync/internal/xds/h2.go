@@ -663,19 +663,19 @@ func (c *h2conn) idleLocked() {
 	c.idle.Reset(h2IdleTimeout)
 }
 
-// fail sends a GOAWAY for e (when no write holds the connection) and
-// returns e: the reader ends, and the connection with it.
+// fail sends a GOAWAY for e and returns e: the reader ends, and the
+// connection with it.
 func (c *h2conn) fail(e connError) error {
 	c.goAway(e.code, c.lastID.Load())
 	return e
 }
 
-// goAway writes a GOAWAY of code, the last stream handled last, unless
-// a write is under way.
+// goAway writes a GOAWAY of code, the last stream handled last. A write
+// under way is given a second to finish (its deadline is cut to that):
+// the connection ends either way.
 func (c *h2conn) goAway(code, last uint32) {
-	if !c.wmu.TryLock() {
-		return
-	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	f := appendFrameHeader(nil, 8, frameGoAway, 0, 0)
 	f = binary.BigEndian.AppendUint32(f, last)
