@@ -117,6 +117,10 @@ type h2conn struct {
 	owed          int32         // credit of the connection not yet given back
 
 	wmu gosync.Mutex // held while writing to nc
+	// broken: a write to nc failed (under wmu); goingAway: a GOAWAY
+	// waits to be written, and writes get a second, not sendTimeout.
+	broken    bool
+	goingAway atomic.Bool
 
 	mu         gosync.Mutex
 	streams    []*h2stream // open, or with frames still to write
@@ -674,9 +678,13 @@ func (c *h2conn) fail(e connError) error {
 // under way is given a second to finish (its deadline is cut to that):
 // the connection ends either way.
 func (c *h2conn) goAway(code, last uint32) {
+	c.goingAway.Store(true)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.broken {
+		return // a write failed, perhaps inside a frame
+	}
 	f := appendFrameHeader(nil, 8, frameGoAway, 0, 0)
 	f = binary.BigEndian.AppendUint32(f, last)
 	f = binary.BigEndian.AppendUint32(f, code)

@@ -488,9 +488,10 @@ func (st *h2stream) send(kind string, frame []byte) error {
 	c.mu.Unlock()
 	if start {
 		// Written here, not by a writer of its own: the stream's
-		// goroutine has nothing else to do until its message is out
-		// (a write that waits on the client waits for this stream alone).
-		c.write()
+		// goroutine has nothing else to do until its message is out.
+		// Once it is, what the connection's other streams have to write
+		// goes to a writer of its own.
+		c.write(st)
 	}
 	return nil
 }

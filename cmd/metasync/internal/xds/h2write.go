@@ -36,16 +36,29 @@ func (c *h2conn) writableLocked() bool {
 
 func (c *h2conn) startWriter(start bool) {
 	if start {
-		go c.write()
+		go c.write(nil)
 	}
 }
 
 // write writes what there is to write, then ends: the connection holds
-// no writer at rest.
-func (c *h2conn) write() {
-	for {
+// no writer at rest. With own, the stream whose goroutine writes its own
+// message: once that message is out, what else there is goes to a
+// writer of its own, so that the stream's goroutine is not kept writing
+// for the others.
+func (c *h2conn) write(own *h2stream) {
+	for round := 0; ; round++ {
 		c.mu.Lock()
 		if c.dead {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		if own != nil && round > 0 && len(own.out) == 0 {
+			if c.writableLocked() {
+				c.mu.Unlock()
+				go c.write(nil) // the writer's part goes with it
+				return
+			}
 			c.writing = false
 			c.mu.Unlock()
 			return
@@ -66,8 +79,21 @@ func (c *h2conn) write() {
 			b = append(b, p...)
 		}
 		c.wmu.Lock()
-		_ = c.nc.SetWriteDeadline(time.Now().Add(sendTimeout))
-		_, err := c.nc.Write(b)
+		var err error
+		if c.broken {
+			err = net.ErrClosed
+		} else {
+			within := sendTimeout
+			if c.goingAway.Load() {
+				within = time.Second // a GOAWAY waits on this write
+			}
+			_ = c.nc.SetWriteDeadline(time.Now().Add(within))
+			if _, err = c.nc.Write(b); err != nil {
+				// What was written of b may end inside a frame:
+				// nothing is written after it.
+				c.broken = true
+			}
+		}
 		c.wmu.Unlock()
 		if cap(b) <= 256<<10 {
 			*bp = b[:0]
