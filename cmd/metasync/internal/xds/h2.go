@@ -412,16 +412,26 @@ func (c *h2conn) control(f []byte) error {
 	return nil
 }
 
+// unpad is a padded frame's payload without its padding, and the bytes
+// of padding (its length byte counted).
+func unpad(flags byte, p []byte) ([]byte, int32, error) {
+	if flags&flagPadded == 0 {
+		return p, 0, nil
+	}
+	if len(p) < 1 || int(p[0]) >= len(p) {
+		return nil, 0, connError{errProtocol, "bad padding"}
+	}
+	return p[1 : len(p)-int(p[0])], int32(p[0]) + 1, nil
+}
+
 // headers starts a header block; open takes it once whole.
 func (c *h2conn) headers(flags byte, id uint32, p []byte) error {
 	if id == 0 {
 		return connError{errProtocol, "HEADERS without a stream"}
 	}
-	if flags&flagPadded != 0 {
-		if len(p) < 1 || int(p[0]) >= len(p) {
-			return connError{errProtocol, "bad padding"}
-		}
-		p = p[1 : len(p)-int(p[0])]
+	p, _, err := unpad(flags, p)
+	if err != nil {
+		return err
 	}
 	if flags&flagPriority != 0 {
 		if len(p) < 5 {
@@ -544,13 +554,9 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 	// holds back a client that sends faster than its requests are
 	// handled.
 	c.owed += n
-	var pad int32
-	if flags&flagPadded != 0 {
-		if len(p) < 1 || int(p[0]) >= len(p) {
-			return connError{errProtocol, "bad padding"}
-		}
-		pad = int32(p[0]) + 1
-		p = p[1 : len(p)-int(p[0])]
+	p, pad, err := unpad(flags, p)
+	if err != nil {
+		return err
 	}
 	var ctrl []byte
 	if c.owed >= h2Window/4 {
