@@ -21,9 +21,11 @@ const adsPath = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAg
 // resources of MaxNameLength bytes each, about 1 MiB at most.
 const maxMessage = 3 << 19
 
-// messageTimeout bounds the read of one message once its prefix came: a
-// client that announces a message and sends it only in part loses its
-// stream, and what it sent, instead of holding it for good.
+// messageTimeout bounds the read of one message from its first bytes,
+// counted while the server gives it credit (not while a whole message
+// before it waits): a client that begins a message and sends it only in
+// part loses its stream, and what it sent, instead of holding it for
+// good.
 var messageTimeout = func() *atomic.Int64 {
 	var d atomic.Int64
 	d.Store(int64(10 * time.Second))
