@@ -38,13 +38,15 @@ envtest:
 	@bash hack/envtest-assets.sh
 
 ## test: lint, every test with -race on a real control plane (the short
-## convergence-under-faults test included), then a short run of each fuzzer.
+## convergence-under-faults test included, and h2spec against the xDS
+## port), then a short run of each fuzzer.
 test: lint
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  promtool=$$(bash hack/promtool.sh) && \
 	  { [ -n "$$promtool" ] || echo "WARNING: no promtool: the alert rule tests skip"; } && \
-	  echo "KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool" && \
-	  KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	  h2spec=$$(bash hack/h2spec.sh) && \
+	  echo "KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool H2SPEC=$$h2spec" && \
+	  KUBEBUILDER_ASSETS=$$assets PROMTOOL=$$promtool H2SPEC=$$h2spec $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=500x
 
 ## fuzz: run each fuzz target for FUZZTIME (default 1m); the seed corpora

@@ -110,6 +110,9 @@ type h2conn struct {
 	block       []byte       // a header block continued, nil at rest
 	blockStream uint32
 	blockEnd    bool // the HEADERS that started block ended the stream
+	// blockWhy: why the HEADERS that started block is malformed (a
+	// priority on itself), "" when it is not.
+	blockWhy string
 	// blockDeadline: when block is to be whole (zero: no block begun).
 	blockDeadline time.Time
 	lastID        atomic.Uint32 // the highest stream id the client opened (read by a GOAWAY of the idle timer)
@@ -117,10 +120,26 @@ type h2conn struct {
 	owed          int32         // credit of the connection not yet given back
 
 	wmu gosync.Mutex // held while writing to nc
-	// broken: a write to nc failed (under wmu); goingAway: a GOAWAY
-	// waits to be written, and writes get a second, not sendTimeout.
-	broken    bool
-	goingAway atomic.Bool
+	// broken: a write to nc failed (under wmu); shut: the writing side
+	// is closed, and what is left to write is dropped (under wmu);
+	// goingAway: a GOAWAY waits to be written, and writes get a second,
+	// not sendTimeout; goneAway: a GOAWAY was written (or the
+	// connection ends without one).
+	broken, shut bool
+	goingAway    atomic.Bool
+	goneAway     atomic.Bool
+
+	// The reader's own: the first frame came (a SETTINGS), the budget
+	// of PINGs and SETTINGS (see pingBudget), the bytes of block counted
+	// in the transport's blockBytes.
+	started   bool
+	tokens    int32
+	budgetAt  time.Time
+	blockHeld int
+	// lastRead is when the reader last read a frame (unix nanoseconds):
+	// the keepalive pings a connection quiet longer than
+	// h2KeepaliveTime.
+	lastRead atomic.Int64
 
 	mu         gosync.Mutex
 	streams    []*h2stream // open, or with frames still to write
@@ -130,15 +149,11 @@ type h2conn struct {
 	ctrl       []byte      // control frames to write
 	writing    bool        // a writer runs
 	dead       bool        // read side ended: streams gone, nc to close
-	closing    bool        // closed for idleness: no stream is opened
+	closing    bool        // going away: no stream is opened
+	shutting   bool        // shutting down: closed once its streams ended
 	idle       *time.Timer // closes a connection without a stream
-}
-
-// headerFields is what a request's header block says.
-type headerFields struct {
-	method, path, contentType, encoding, auth string
-	size                                      int // decoded, as RFC 9113 counts it
-	bad                                       bool
+	pingAt     time.Time   // a keepalive PING sent and not acknowledged
+	dataFrames int32       // DATA frames written since the reader last counted them
 }
 
 // serveH2 serves the HTTP/2 connection nc (xc its place in the limits,
@@ -151,6 +166,13 @@ func (t *Transport) serveH2(nc net.Conn, xc *xconn, raw net.Conn) {
 	if err := c.preface(); err != nil {
 		c.end(err)
 		return
+	}
+	if !c.t.register(c) {
+		c.end(connError{errNo, "the server is shutting down"})
+		return
+	}
+	if xc != nil {
+		xc.handshaken()
 	}
 	c.loop()
 }
@@ -178,20 +200,6 @@ func (c *h2conn) loop() {
 	}
 }
 
-// end ends the connection once its reader ended for err.
-func (c *h2conn) end(err error) {
-	c.teardown()
-	c.t.closeConn(c.raw)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		var ce connError
-		if errors.As(err, &ce) {
-			c.t.s.connLog.Do(func() {
-				c.t.s.log.Warn("xDS connection trouble (a few such lines a minute at most)", "remote", c.remote, "error", err.Error())
-			})
-		}
-	}
-}
-
 // connError ends a connection with a GOAWAY of code.
 type connError struct {
 	code uint32
@@ -210,7 +218,8 @@ func (c *h2conn) preface() error {
 		return err
 	}
 	if string(preface[:]) != h2Preface {
-		return c.fail(connError{errProtocol, "not the HTTP/2 client preface (this port speaks gRPC over HTTP/2 only)"})
+		c.goneAway.Store(true) // not HTTP/2: no GOAWAY, but the drain
+		return connError{errProtocol, "not the HTTP/2 client preface (this port speaks gRPC over HTTP/2 only)"}
 	}
 	_ = c.nc.SetReadDeadline(time.Time{})
 	// Our settings: at most h2MaxStreams streams, and the header list
@@ -239,6 +248,13 @@ func (c *h2conn) next() (deep bool, err error) {
 	if n > h2MaxFrame {
 		return false, c.fail(connError{errFrameSize, fmt.Sprintf("a frame of %d bytes, over %d", n, h2MaxFrame)})
 	}
+	if !c.started {
+		// The client's preface ends with a SETTINGS frame (§3.4).
+		if typ != frameSettings || flags&flagAck != 0 {
+			return false, c.fail(connError{errProtocol, "the first frame is not SETTINGS"})
+		}
+		c.started = true
+	}
 	var buf *[h2MaxFrame]byte
 	var p []byte
 	if n > 0 {
@@ -256,6 +272,7 @@ func (c *h2conn) next() (deep bool, err error) {
 			return false, err
 		}
 	}
+	c.lastRead.Store(time.Now().UnixNano())
 	if err := c.frame(typ, flags, id, p); err != nil {
 		var ce connError
 		if errors.As(err, &ce) {
@@ -283,27 +300,33 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 		if len(c.block)+len(p) > h2MaxHeaderList {
 			return connError{errEnhanceCalm, "a header block over 64 KiB"}
 		}
-		c.block = append(c.block, p...)
+		if err := c.growBlock(p); err != nil {
+			return err
+		}
 		if flags&flagEndHeaders != 0 {
 			block := c.block
 			c.block, c.blockDeadline = nil, time.Time{}
+			c.holdBlock(0)
 			_ = c.nc.SetReadDeadline(time.Time{})
-			return c.open(c.blockStream, c.blockEnd, block)
+			return c.open(c.blockStream, c.blockEnd, block, c.blockWhy)
 		}
 		return nil
 	case framePriority:
-		if id == 0 || len(p) != 5 {
-			return connError{errProtocol, "a bad PRIORITY frame"}
-		}
-		return nil
+		return c.priority(id, p)
 	case frameRSTStream:
-		if id == 0 || len(p) != 4 {
-			return connError{errProtocol, "a bad RST_STREAM frame"}
+		if id == 0 {
+			return connError{errProtocol, "RST_STREAM without a stream"}
+		}
+		if len(p) != 4 {
+			return connError{errFrameSize, "an RST_STREAM frame not of 4 bytes"}
+		}
+		if c.idleStream(id) {
+			return connError{errProtocol, "RST_STREAM on an idle stream"}
 		}
 		c.mu.Lock()
 		st := c.streamLocked(id)
 		var start bool
-		if st != nil {
+		if st != nil && !st.reset {
 			start = st.resetLocked(0) // nothing more is written to it
 		}
 		c.mu.Unlock()
@@ -314,41 +337,17 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 	case framePushPromise:
 		return connError{errProtocol, "a client's PUSH_PROMISE"}
 	case framePing:
-		if id != 0 || len(p) != 8 {
-			return connError{errProtocol, "a bad PING frame"}
-		}
-		if flags&flagAck != 0 {
-			return nil
-		}
-		return c.control(append(appendFrameHeader(nil, 8, framePing, flagAck, 0), p...))
+		return c.ping(flags, id, p)
 	case frameGoAway:
+		if id != 0 {
+			return connError{errProtocol, "GOAWAY on a stream"}
+		}
 		return nil // the client closes the connection next
 	case frameWindowUpdate:
 		if len(p) != 4 {
 			return connError{errFrameSize, "a bad WINDOW_UPDATE frame"}
 		}
-		inc := int64(binary.BigEndian.Uint32(p) & 0x7fffffff)
-		if inc == 0 {
-			return connError{errProtocol, "a WINDOW_UPDATE of 0"}
-		}
-		c.mu.Lock()
-		if id == 0 {
-			c.sendWindow += inc
-			if c.sendWindow > 1<<31-1 {
-				c.mu.Unlock()
-				return connError{errFlowControl, "the connection's window over 2^31-1"}
-			}
-		} else if st := c.streamLocked(id); st != nil {
-			st.sendWindow += inc
-			if st.sendWindow > 1<<31-1 {
-				c.mu.Unlock()
-				return connError{errFlowControl, "a stream's window over 2^31-1"}
-			}
-		}
-		start := c.kickLocked()
-		c.mu.Unlock()
-		c.startWriter(start)
-		return nil
+		return c.windowUpdate(id, int64(binary.BigEndian.Uint32(p)&0x7fffffff))
 	}
 	return nil // an unknown type is ignored
 }
@@ -367,6 +366,9 @@ func (c *h2conn) settings(flags byte, id uint32, p []byte) error {
 	if len(p)%6 != 0 {
 		return connError{errFrameSize, "a SETTINGS frame of a length not a multiple of 6"}
 	}
+	if err := c.pingBudget(time.Now()); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	for ; len(p) > 0; p = p[6:] {
 		v := binary.BigEndian.Uint32(p[2:])
@@ -382,6 +384,12 @@ func (c *h2conn) settings(flags byte, id uint32, p []byte) error {
 				return connError{errFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1"}
 			}
 			delta := int64(v) - int64(c.peerWindow)
+			for _, st := range c.streams {
+				if st.sendWindow+delta > 1<<31-1 {
+					c.mu.Unlock()
+					return connError{errFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE takes a stream's window over 2^31-1"}
+				}
+			}
 			c.peerWindow = int32(v)
 			for _, st := range c.streams {
 				st.sendWindow += delta
@@ -433,194 +441,28 @@ func (c *h2conn) headers(flags byte, id uint32, p []byte) error {
 	if err != nil {
 		return err
 	}
+	why := ""
 	if flags&flagPriority != 0 {
 		if len(p) < 5 {
 			return connError{errProtocol, "a bad HEADERS priority"}
+		}
+		if binary.BigEndian.Uint32(p)&0x7fffffff == id {
+			why = "a stream that depends on itself"
 		}
 		p = p[5:]
 	}
 	end := flags&flagEndStream != 0
 	if flags&flagEndHeaders != 0 {
-		return c.open(id, end, p)
+		return c.open(id, end, p, why)
 	}
-	c.block = append(make([]byte, 0, len(p)+1024), p...)
-	c.blockStream, c.blockEnd = id, end
+	if err := c.growBlock(p); err != nil {
+		return err
+	}
+	c.blockStream, c.blockEnd, c.blockWhy = id, end, why
 	// A header block is to be whole within h2FrameTimeout: one begun
 	// and never ended would hold what it has read for good.
 	c.blockDeadline = time.Now().Add(h2FrameTimeout)
 	_ = c.nc.SetReadDeadline(c.blockDeadline)
-	return nil
-}
-
-// emit takes one decoded header field.
-func (c *h2conn) emit(f hpack.HeaderField) {
-	h := &c.fields
-	h.size += len(f.Name) + len(f.Value) + 32
-	if h.size > h2MaxHeaderList {
-		h.bad = true
-		c.dec.SetEmitEnabled(false)
-		return
-	}
-	switch f.Name {
-	case ":method":
-		h.method = f.Value
-	case ":path":
-		h.path = f.Value
-	case "content-type":
-		h.contentType = f.Value
-	case "grpc-encoding":
-		h.encoding = f.Value
-	case "authorization":
-		h.auth = f.Value
-	}
-}
-
-// hpackRelease is an indexed field of the static table (":method: GET"):
-// decoding it changes no state.
-var hpackRelease = []byte{0x82}
-
-// open decodes a whole header block and opens its stream.
-func (c *h2conn) open(id uint32, end bool, block []byte) error {
-	c.fields = headerFields{}
-	c.dec.SetEmitEnabled(true)
-	if _, err := c.dec.Write(block); err != nil {
-		return connError{errCompression, "a header block that does not decode: " + err.Error()}
-	}
-	if err := c.dec.Close(); err != nil {
-		return connError{errCompression, "a header block cut short"}
-	}
-	// The decoder keeps the last bytes written to it: a field of the
-	// static table, decoded with emit off, leaves it holding that byte,
-	// not the block (nor the pooled frame that it lies in) for the
-	// connection's life.
-	c.dec.SetEmitEnabled(false)
-	_, _ = c.dec.Write(hpackRelease)
-	_ = c.dec.Close()
-	h := c.fields
-	c.fields = headerFields{}
-	if id%2 == 0 || id <= c.lastID.Load() {
-		c.mu.Lock()
-		st := c.streamLocked(id)
-		if st == nil {
-			c.mu.Unlock()
-			return connError{errProtocol, "HEADERS of a stream closed or not the client's"}
-		}
-		// Trailers of a request: gRPC sends none on this method.
-		var start bool
-		if !st.gone() {
-			start = st.resetLocked(errProtocol)
-		}
-		startW := c.kickLocked()
-		c.mu.Unlock()
-		st.start(start)
-		c.startWriter(startW)
-		return nil
-	}
-	c.lastID.Store(id)
-	if h.bad {
-		return c.control(rstFrame(id, errRefusedStream))
-	}
-	c.mu.Lock()
-	if c.dead || c.closing || c.openLocked() >= h2MaxStreams || len(c.streams) >= 4*h2MaxStreams {
-		c.mu.Unlock()
-		return c.control(rstFrame(id, errRefusedStream))
-	}
-	st := &h2stream{c: c, id: id, sendWindow: int64(c.peerWindow), recvWindow: h2Window, req: &h, ev: evOpen}
-	if end {
-		st.ev |= evEOF
-		st.remoteDone = true
-	}
-	c.streams = append(c.streams, st)
-	if c.idle != nil {
-		c.idle.Stop()
-	}
-	start := st.signalLocked(0)
-	c.mu.Unlock()
-	st.start(start)
-	return nil
-}
-
-// data takes a DATA frame's bytes into its stream's messages.
-func (c *h2conn) data(flags byte, id uint32, p []byte) error {
-	if id == 0 {
-		return connError{errProtocol, "DATA without a stream"}
-	}
-	n := int32(len(p))
-	if n > c.recvWindow {
-		return connError{errFlowControl, "DATA beyond the connection's window"}
-	}
-	c.recvWindow -= n
-	// The connection's credit goes back at once: a stream's own window
-	// holds back a client that sends faster than its requests are
-	// handled.
-	c.owed += n
-	p, pad, err := unpad(flags, p)
-	if err != nil {
-		return err
-	}
-	var ctrl []byte
-	if c.owed >= h2Window/4 {
-		ctrl = windowFrame(ctrl, 0, uint32(c.owed))
-		c.recvWindow += c.owed
-		c.owed = 0
-	}
-	c.mu.Lock()
-	st := c.streamLocked(id)
-	if st == nil || st.remoteDone || st.gone() || st.recvErr != nil {
-		var start bool
-		if st != nil && st.remoteDone && !st.gone() {
-			// DATA after the client ended its side: the stream is reset.
-			start = st.resetLocked(errStreamClosed)
-		}
-		c.mu.Unlock()
-		st.start(start)
-		if ctrl != nil {
-			if err := c.control(ctrl); err != nil {
-				return err
-			}
-		}
-		if st == nil && (id > c.lastID.Load() || id%2 == 0) {
-			return connError{errProtocol, "DATA on a stream never opened"}
-		}
-		if st == nil {
-			return c.control(rstFrame(id, errStreamClosed))
-		}
-		c.mu.Lock()
-		startW := c.kickLocked()
-		c.mu.Unlock()
-		c.startWriter(startW)
-		return nil
-	}
-	if n > st.recvWindow {
-		c.mu.Unlock()
-		return connError{errFlowControl, "DATA beyond the stream's window"}
-	}
-	st.recvWindow -= n
-	credit := pad + st.takeLocked(p)
-	if credit > 0 && flags&flagEndStream == 0 {
-		ctrl = windowFrame(ctrl, id, uint32(credit))
-		st.recvWindow += credit
-	}
-	if ctrl != nil {
-		if len(c.ctrl)+len(ctrl) > h2MaxControl {
-			c.mu.Unlock()
-			return connError{errEnhanceCalm, "control frames asked for faster than they are read"}
-		}
-		c.ctrl = append(c.ctrl, ctrl...)
-	}
-	ev := 0
-	if st.recvErr != nil {
-		ev |= evFail
-	}
-	if flags&flagEndStream != 0 {
-		st.remoteDone = true
-		ev |= evEOF
-	}
-	start := st.signalLocked(ev)
-	startW := c.kickLocked()
-	c.mu.Unlock()
-	st.start(start)
-	c.startWriter(startW)
 	return nil
 }
 
@@ -646,75 +488,4 @@ func (c *h2conn) streamLocked(id uint32) *h2stream {
 		}
 	}
 	return nil
-}
-
-// idleLocked closes the connection after h2IdleTimeout without a stream
-// (under c.mu, when it has none).
-func (c *h2conn) idleLocked() {
-	if c.dead {
-		return
-	}
-	if c.idle == nil {
-		c.idle = time.AfterFunc(h2IdleTimeout, func() {
-			// Closing: a stream that comes now is refused (its client
-			// may retry it elsewhere), not opened to be cut.
-			c.mu.Lock()
-			idle := len(c.streams) == 0 && !c.dead
-			c.closing = c.closing || idle
-			last := c.lastID.Load()
-			c.mu.Unlock()
-			if idle {
-				c.goAway(errNo, last)
-				_ = c.nc.Close()
-			}
-		})
-		return
-	}
-	c.idle.Reset(h2IdleTimeout)
-}
-
-// fail sends a GOAWAY for e and returns e: the reader ends, and the
-// connection with it.
-func (c *h2conn) fail(e connError) error {
-	c.goAway(e.code, c.lastID.Load())
-	return e
-}
-
-// goAway writes a GOAWAY of code, the last stream handled last. A write
-// under way is given a second to finish (its deadline is cut to that):
-// the connection ends either way.
-func (c *h2conn) goAway(code, last uint32) {
-	c.goingAway.Store(true)
-	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.broken {
-		return // a write failed, perhaps inside a frame
-	}
-	f := appendFrameHeader(nil, 8, frameGoAway, 0, 0)
-	f = binary.BigEndian.AppendUint32(f, last)
-	f = binary.BigEndian.AppendUint32(f, code)
-	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = c.nc.Write(f)
-}
-
-// teardown ends the connection once its reader ended: every stream is
-// gone (each ends in its own goroutine), and the connection is closed.
-func (c *h2conn) teardown() {
-	c.mu.Lock()
-	c.dead = true
-	var starts []*h2stream
-	for _, st := range c.streams {
-		if st.resetLocked(0) {
-			starts = append(starts, st)
-		}
-	}
-	if c.idle != nil {
-		c.idle.Stop()
-	}
-	c.mu.Unlock()
-	_ = c.nc.Close()
-	for _, st := range starts {
-		st.start(true)
-	}
 }

@@ -22,6 +22,7 @@ const (
 	evEOF                 // the client ended its side
 	evFail                // a request that cannot be read (recvErr)
 	evGone                // reset, or its connection ended
+	evShutdown            // the server shuts down: the stream ends UNAVAILABLE
 )
 
 // errGone ends a stream that the client reset, or whose connection
@@ -69,6 +70,17 @@ type h2stream struct {
 	// connection ended: nothing more is read or written; finished:
 	// ended, its state let go, what is queued is written.
 	remoteDone, reset, finished bool
+	// rstSent: the server reset the stream (a RST_STREAM written or to
+	// write): frames that come after on it are ignored. endData: the
+	// response ends with its last DATA frame (a plain HTTP response),
+	// not with trailers.
+	rstSent, endData bool
+	// plain: a request that is not gRPC's: its body is dropped, and it
+	// is answered once whole (or after h2FrameTimeout).
+	plain bool
+	// contentLength is the request's content-length (-1: none), bodyLen
+	// the DATA read, when it has one.
+	contentLength, bodyLen int64
 
 	// run's own.
 	cl         *client
@@ -135,6 +147,7 @@ func (st *h2stream) resetLocked(code uint32) bool {
 	st.dropOutputLocked()
 	st.reset = true
 	st.rst = code
+	st.rstSent = st.rstSent || code != 0
 	if st.cancel != nil {
 		st.cancel()
 	}
@@ -235,7 +248,7 @@ func (st *h2stream) nextLocked() (job int, msg []byte) {
 		st.msgTimeoutLocked() // the message being read gets its credit: its time runs
 		return 0, msg
 	}
-	for _, ev := range [...]int{evFail, evEOF, evFirst, evChanged, evAgain, evRecheck, evReload} {
+	for _, ev := range [...]int{evShutdown, evFail, evEOF, evFirst, evChanged, evAgain, evRecheck, evReload} {
 		if st.ev&ev != 0 {
 			st.ev &^= ev
 			return ev, nil
@@ -264,6 +277,9 @@ func (st *h2stream) handle(job int, msg []byte) {
 	}
 	cl := st.cl
 	if cl == nil {
+		if st.plain && (job == evEOF || job == evFirst || job == evShutdown) {
+			st.finishPlain(http.StatusUnsupportedMediaType, notGRPC)
+		}
 		return
 	}
 	s := cl.s
@@ -281,6 +297,8 @@ func (st *h2stream) handle(job int, msg []byte) {
 		} else {
 			err = cl.request(req)
 		}
+	case job == evShutdown:
+		err = &statusError{codeUnavailable, "the xDS server is shutting down: connect again"}
 	case job == evFail:
 		c.mu.Lock()
 		err = st.recvErr
@@ -358,6 +376,37 @@ func (st *h2stream) finish(tail []byte) {
 	c.startWriter(start)
 }
 
+// notGRPC is the body of the answer to a request that is not gRPC.
+const notGRPC = "this port serves gRPC only (xDS: " + adsPath + ")\n"
+
+// finishPlain ends the stream with a plain HTTP response of status code
+// and a text body (a request that is not gRPC's), written within
+// sendTimeout.
+func (st *h2stream) finishPlain(code int, body string) {
+	if st.finished {
+		return
+	}
+	st.cleanup()
+	c := st.c
+	c.mu.Lock()
+	st.finished = true
+	st.inbox, st.ready = nil, 0
+	if !st.reset {
+		st.head = plainHead(code)
+		st.out = []outMsg{{b: []byte(body)}}
+		st.endData = true
+		if st.timer == nil {
+			st.timer = time.AfterFunc(sendTimeout, st.expired)
+		}
+	}
+	if st.idleLocked() {
+		c.removeLocked(st)
+	}
+	start := c.kickLocked()
+	c.mu.Unlock()
+	c.startWriter(start)
+}
+
 // cleanup lets go of what the stream holds: its client's state and
 // entries, its place in the limits, its timers.
 func (st *h2stream) cleanup() {
@@ -400,7 +449,18 @@ func (st *h2stream) open() {
 	c.mu.Unlock()
 	ct := h.contentType
 	if h.method != http.MethodPost || ct != "application/grpc" && !strings.HasPrefix(ct, "application/grpc+") && !strings.HasPrefix(ct, "application/grpc;") {
-		st.finish(httpStatus(http.StatusUnsupportedMediaType))
+		// Answered once the request is whole, as an HTTP server that
+		// reads the body does.
+		c.mu.Lock()
+		st.plain = true
+		st.inbox, st.ready, st.recvErr = nil, 0, nil
+		whole := st.remoteDone
+		c.mu.Unlock()
+		if whole {
+			st.finishPlain(http.StatusUnsupportedMediaType, notGRPC)
+		} else {
+			st.first = time.AfterFunc(h2FrameTimeout, func() { st.signal(evFirst) })
+		}
 		return
 	}
 	if h.path != adsPath {
@@ -516,6 +576,9 @@ func (st *h2stream) expired() {
 // waits, else none. A message begun starts its timer; one whose prefix
 // is not gRPC's, or too long, sets recvErr.
 func (st *h2stream) takeLocked(p []byte) int32 {
+	if st.plain {
+		return int32(len(p)) // a body that is not gRPC's: dropped
+	}
 	backed := st.ready > 0
 	// Read as it comes, not allocated as announced: a length alone
 	// reserves nothing.

@@ -80,9 +80,12 @@ func (c *h2conn) write(own *h2stream) {
 		}
 		c.wmu.Lock()
 		var err error
-		if c.broken {
+		switch {
+		case c.shut:
+			// The writing side is closed (a GOAWAY went): dropped.
+		case c.broken:
 			err = net.ErrClosed
-		} else {
+		default:
 			within := sendTimeout
 			if c.goingAway.Load() {
 				within = time.Second // a GOAWAY waits on this write
@@ -166,7 +169,12 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 		for len(st.out) > 0 && st.sendWindow > 0 && c.sendWindow > 0 {
 			m := st.out[0]
 			n := min(int64(len(m.b)-st.off), st.sendWindow, c.sendWindow, int64(c.peerFrame))
-			bufs = append(bufs, appendFrameHeader(nil, int(n), frameData, 0, st.id), m.b[st.off:st.off+int(n)])
+			var flags byte
+			if st.endData && len(st.out) == 1 && st.off+int(n) == len(m.b) {
+				flags = flagEndStream
+			}
+			bufs = append(bufs, appendFrameHeader(nil, int(n), frameData, flags, st.id), m.b[st.off:st.off+int(n)])
+			c.dataFrames = min(c.dataFrames+1, h2PingBurst)
 			st.off += int(n)
 			st.sendWindow -= n
 			c.sendWindow -= n
@@ -176,6 +184,10 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 				st.off = 0
 				done = append(done, written{st, m.kind})
 				touched = false
+				if flags != 0 {
+					bufs = st.endedLocked(bufs)
+					touched = true
+				}
 			}
 		}
 		if len(st.out) == 0 {
@@ -183,6 +195,7 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 			if st.tail != nil {
 				bufs = append(bufs, appendFrameHeader(nil, len(st.tail), frameHeaders, flagEndHeaders|flagEndStream, st.id), st.tail)
 				st.tail = nil
+				bufs = st.endedLocked(bufs)
 				touched = true
 			}
 		}
@@ -191,6 +204,17 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 		}
 	}
 	return bufs, done
+}
+
+// endedLocked follows the frame that ended the server's side of st: a
+// client that has not ended its own is told with a RST_STREAM of
+// NO_ERROR to stop sending (RFC 9113 §8.1), and the stream is closed.
+func (st *h2stream) endedLocked(bufs net.Buffers) net.Buffers {
+	if st.remoteDone || st.reset {
+		return bufs
+	}
+	st.reset, st.rstSent = true, true
+	return append(bufs, rstFrame(st.id, errNo))
 }
 
 // removeLocked forgets a stream that ended and whose frames are written.
@@ -277,8 +301,9 @@ func trailers(head bool, code int, message string) []byte {
 	return b
 }
 
-// httpStatus is a response of an HTTP status alone (":status" of the
-// static table's index 8).
-func httpStatus(code int) []byte {
-	return hpackField(nil, "", strconv.Itoa(code), 8)
+// plainHead is the header block of a plain response of status code
+// (":status" of the static table's index 8) with a text body.
+func plainHead(code int) []byte {
+	b := hpackField(nil, "", strconv.Itoa(code), 8)
+	return hpackField(b, "", "text/plain; charset=utf-8", 31)
 }

@@ -99,6 +99,9 @@ type gate struct {
 
 	mu      gosync.Mutex
 	open    int            // connections open (through Listener)
+	// incomplete is the connections open whose handshake (TLS, and the
+	// HTTP/2 preface) is not done yet: the first to make room.
+	incomplete int
 	idle    list.List      // *xconn without a stream, idle longest first
 	conns   map[string]int // connections owned, by caller
 	unowned map[string]int // connections without an owner yet, by address
@@ -118,6 +121,20 @@ type xconn struct {
 	owner     string        // its first stream's caller; "": counted in unowned
 	streams   int
 	closed    bool // closed, or evicted: its place is given back
+	ready     bool // its handshake is done
+}
+
+// handshaken marks the connection's handshake done (TLS, and the
+// HTTP/2 preface): from now on it is evicted only as an established
+// connection is.
+func (xc *xconn) handshaken() {
+	g := xc.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !xc.ready && !xc.closed {
+		g.incomplete--
+	}
+	xc.ready = true
 }
 
 // callerOf is who a client at the address remote is: user (with an
@@ -148,7 +165,9 @@ func (g *gate) admit(xc *xconn, caller string) (release func(), reason, msg stri
 		switch {
 		case l.ConnectionsPerCaller > 0 && held >= l.ConnectionsPerCaller:
 			return nil, refusedConnsOfCaller, fmt.Sprintf("too many xDS connections of this caller (at most %d); retry later", l.ConnectionsPerCaller)
-		case l.Connections > 0 && held > 0 && g.open > l.Connections-headroom(l.Connections):
+		case l.Connections > 0 && held > 0 && g.open-g.incomplete > l.Connections-headroom(l.Connections):
+			// Connections whose handshake is not done do not count:
+			// they make room for any new one.
 			return nil, refusedHeadroom, "the xDS server is near its connection limit: the rest is kept for callers without a connection; retry later"
 		}
 		xc.owner = caller
@@ -270,6 +289,7 @@ func (l *xlistener) Accept() (net.Conn, error) {
 			victim.release()
 		}
 		g.open++
+		g.incomplete++
 		if g.unowned == nil {
 			g.unowned = map[string]int{}
 		}
@@ -302,13 +322,28 @@ func (g *gate) oldestUnowned(addr string) *list.Element {
 }
 
 // victim is the connection without a stream to close for a new one from
-// addr (under gate.mu): addr's own idle longest, else another's idle
-// longer than evictAfter, else none. One address's flood of connections
-// evicts only its own, and never a newcomer still opening its stream.
+// addr (under gate.mu): addr's own idle longest, else the oldest whose
+// handshake is not done, else another's idle longer than evictAfter,
+// else none. One address's flood of connections evicts only its own;
+// a flood of handshakes never finished (a slowloris) makes room for
+// any new connection; a newcomer that finished its handshake is safe
+// while it opens its stream.
 func (g *gate) victim(addr string) *list.Element {
+	for e := g.idle.Front(); e != nil; e = e.Next() {
+		if xc := e.Value.(*xconn); xc.addr == addr {
+			return e
+		}
+	}
+	if g.incomplete > 0 {
+		for e := g.idle.Front(); e != nil; e = e.Next() {
+			if xc := e.Value.(*xconn); !xc.ready {
+				return e
+			}
+		}
+	}
 	old := time.Now().Add(-evictAfter)
 	for e := g.idle.Front(); e != nil; e = e.Next() {
-		if xc := e.Value.(*xconn); xc.addr == addr || xc.idleSince.Before(old) {
+		if xc := e.Value.(*xconn); xc.idleSince.Before(old) {
 			return e
 		}
 	}
@@ -331,6 +366,9 @@ func (xc *xconn) release() {
 	g := xc.g
 	xc.closed = true
 	g.open--
+	if !xc.ready {
+		g.incomplete--
+	}
 	if xc.owner == "" {
 		g.disown(xc.addr)
 	} else if g.conns[xc.owner]--; g.conns[xc.owner] <= 0 {

@@ -1,11 +1,13 @@
 package xds
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,9 +26,15 @@ type Transport struct {
 	mu      gosync.Mutex
 	lns     map[net.Listener]bool
 	conns   map[net.Conn]bool
+	h2      map[*h2conn]bool // the connections past their preface
 	closed  bool
 	watched bool
 	stop    chan struct{}
+	gone    chan struct{} // closed, and made anew, when a connection ends
+
+	// blockBytes is the header blocks begun and not ended, of every
+	// connection (see h2MaxBlockBytes).
+	blockBytes atomic.Int64
 }
 
 // handshakeTimeout bounds a TLS handshake; the HTTP/2 reader bounds the
@@ -39,7 +47,9 @@ func (s *Server) Transport(tlsConfig *tls.Config) *Transport {
 		s:     s,
 		lns:   map[net.Listener]bool{},
 		conns: map[net.Conn]bool{},
+		h2:    map[*h2conn]bool{},
 		stop:  make(chan struct{}),
+		gone:  make(chan struct{}),
 	}
 	if tlsConfig != nil {
 		t.tls = tlsConfig.Clone()
@@ -61,6 +71,7 @@ func (t *Transport) Serve(ln net.Listener) error {
 	if !t.watched {
 		t.watched = true
 		go t.s.watch(t.stop)
+		go t.keepalive()
 	}
 	t.mu.Unlock()
 	var backoff time.Duration
@@ -136,6 +147,94 @@ func (t *Transport) track(c net.Conn, add bool) bool {
 	}
 	t.conns[c] = true
 	return true
+}
+
+// register counts c among the connections past their preface, or
+// reports false once t is closed.
+func (t *Transport) register(c *h2conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.h2[c] = true
+	return true
+}
+
+// unregister forgets c, which ended.
+func (t *Transport) unregister(c *h2conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.h2[c] {
+		delete(t.h2, c)
+		close(t.gone)
+		t.gone = make(chan struct{})
+	}
+}
+
+// keepalive PINGs the connections quiet for h2KeepaliveTime, and closes
+// those whose PING went unanswered, until t is closed.
+func (t *Transport) keepalive() {
+	tick := time.NewTicker(h2KeepaliveTime / 6)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tick.C:
+			t.mu.Lock()
+			conns := make([]*h2conn, 0, len(t.h2))
+			for c := range t.h2 {
+				conns = append(conns, c)
+			}
+			t.mu.Unlock()
+			for _, c := range conns {
+				c.keepalive(now)
+			}
+		}
+	}
+}
+
+// Shutdown stops accepting, and ends every connection gracefully: a
+// GOAWAY(NO_ERROR), every open ADS stream ended with UNAVAILABLE (its
+// client connects again, to another server when it knows one), then the
+// connection closed once that is written. It waits for them until ctx
+// is done, then closes what is left, as Close does.
+func (t *Transport) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	if !t.closed {
+		close(t.stop)
+	}
+	t.closed = true
+	lns := t.lns
+	t.lns = map[net.Listener]bool{}
+	conns := make([]*h2conn, 0, len(t.h2))
+	for c := range t.h2 {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	var err error
+	for ln := range lns {
+		err = errors.Join(err, ln.Close())
+	}
+	for _, c := range conns {
+		c.shutdown()
+	}
+	for {
+		t.mu.Lock()
+		left, gone := len(t.h2), t.gone
+		t.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		select {
+		case <-gone:
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	return errors.Join(err, t.Close())
 }
 
 func (t *Transport) isClosed() bool {
