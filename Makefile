@@ -52,7 +52,7 @@ test: lint
 ## fuzz: run each fuzz target for FUZZTIME (default 1m); the seed corpora
 ## are in testdata/fuzz.
 FUZZTIME ?= 1m
-FUZZ_TARGETS = schema:FuzzLoad internal/plan:FuzzRuleEval internal/plan:FuzzGJSONPath internal/plan:FuzzScanSlice indexer:FuzzIncrementalEqualsRebuild indexer:FuzzEncodingRoundTrip sync:FuzzStreamList sync:FuzzFrames cmd/metasync/internal/server:FuzzHTTP internal/warmfile:FuzzDecode cmd/metasync/internal/xds:FuzzDecodeRequest
+FUZZ_TARGETS = schema:FuzzLoad internal/plan:FuzzRuleEval internal/plan:FuzzGJSONPath internal/plan:FuzzScanSlice indexer:FuzzIncrementalEqualsRebuild indexer:FuzzEncodingRoundTrip sync:FuzzStreamList sync:FuzzFrames cmd/metasync/internal/server:FuzzHTTP internal/warmfile:FuzzDecode cmd/metasync/internal/xds:FuzzDecodeRequest cmd/metasync/internal/xds:FuzzConnection
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

@@ -256,7 +256,16 @@ func (f *serveFlags) run(d *daemon, limits faceLimits, cert *tlsfiles.Certificat
 		log.Warn("HTTP drain incomplete", "error", err.Error())
 	}
 	if xdsSrv != nil {
-		_ = xdsSrv.Close() // ADS streams last: end them (clients reconnect elsewhere)
+		// ADS streams last: each connection gets GOAWAY(NO_ERROR) and
+		// each stream ends UNAVAILABLE, so that its client reconnects
+		// at once (to another replica), within what is left of the
+		// shutdown's time, 2 s at least.
+		deadline, _ := ctx.Deadline()
+		xctx, xcancel := context.WithTimeout(context.Background(), max(time.Until(deadline), 2*time.Second))
+		if err := xdsSrv.Shutdown(xctx); err != nil {
+			log.Warn("xDS drain incomplete", "error", err.Error())
+		}
+		xcancel()
 	}
 	if consulSrv != nil {
 		// Blocking queries answer what they hold at once, then the

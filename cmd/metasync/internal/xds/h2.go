@@ -128,6 +128,10 @@ type h2conn struct {
 	broken, shut bool
 	goingAway    atomic.Bool
 	goneAway     atomic.Bool
+	// draining: the reader reads what comes until drainAt (unix
+	// nanoseconds), and the connection ends.
+	draining atomic.Bool
+	drainAt  atomic.Int64
 
 	// The reader's own: the first frame came (a SETTINGS), the budget
 	// of PINGs and SETTINGS (see pingBudget), the bytes of block counted
@@ -167,8 +171,9 @@ func (t *Transport) serveH2(nc net.Conn, xc *xconn, raw net.Conn) {
 		c.end(err)
 		return
 	}
+	c.lastRead.Store(time.Now().UnixNano())
 	if !c.t.register(c) {
-		c.end(connError{errNo, "the server is shutting down"})
+		c.end(c.fail(connError{errNo, "the server is shutting down"}))
 		return
 	}
 	if xc != nil {
@@ -262,12 +267,12 @@ func (c *h2conn) next() (deep bool, err error) {
 		defer framePool.Put(buf)
 		p = buf[:n]
 		deadline := time.Now().Add(h2FrameTimeout)
-		if !c.blockDeadline.IsZero() && c.blockDeadline.Before(deadline) {
-			deadline = c.blockDeadline
+		if rest := c.restDeadline(); !rest.IsZero() && rest.Before(deadline) {
+			deadline = rest
 		}
 		_ = c.nc.SetReadDeadline(deadline)
 		_, err := io.ReadFull(c.nc, p)
-		_ = c.nc.SetReadDeadline(c.blockDeadline) // zero: none
+		_ = c.nc.SetReadDeadline(c.restDeadline()) // zero: none
 		if err != nil {
 			return false, err
 		}
@@ -307,7 +312,7 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 			block := c.block
 			c.block, c.blockDeadline = nil, time.Time{}
 			c.holdBlock(0)
-			_ = c.nc.SetReadDeadline(time.Time{})
+			_ = c.nc.SetReadDeadline(c.restDeadline())
 			return c.open(c.blockStream, c.blockEnd, block, c.blockWhy)
 		}
 		return nil
@@ -462,7 +467,7 @@ func (c *h2conn) headers(flags byte, id uint32, p []byte) error {
 	// A header block is to be whole within h2FrameTimeout: one begun
 	// and never ended would hold what it has read for good.
 	c.blockDeadline = time.Now().Add(h2FrameTimeout)
-	_ = c.nc.SetReadDeadline(c.blockDeadline)
+	_ = c.nc.SetReadDeadline(c.restDeadline())
 	return nil
 }
 

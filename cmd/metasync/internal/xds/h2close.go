@@ -41,6 +41,9 @@ var (
 	// (55 s with the defaults).
 	h2KeepaliveTime    = 30 * time.Second
 	h2KeepaliveTimeout = 15 * time.Second
+	// h2MaxBlockBytes bounds the header blocks begun and not ended, of
+	// every connection together: a connection that would pass it is cut.
+	h2MaxBlockBytes int64 = 64 << 20
 )
 
 const (
@@ -52,9 +55,6 @@ const (
 	// the acknowledgements or not.
 	h2PingBurst = 100
 	h2PingRate  = 10
-	// h2MaxBlockBytes bounds the header blocks begun and not ended, of
-	// every connection together: a connection that would pass it is cut.
-	h2MaxBlockBytes = 64 << 20
 )
 
 // keepalivePing is the payload of the server's keepalive PINGs.
@@ -74,7 +74,7 @@ func (c *h2conn) end(err error) {
 			c.goAway(errEnhanceCalm, c.lastID.Load())
 		}
 	}
-	if c.goneAway.Load() && !errors.Is(err, io.EOF) {
+	if c.goneAway.Load() && !errors.Is(err, io.EOF) && !c.draining.Load() {
 		c.drain()
 	}
 	c.t.closeConn(c.raw)
@@ -152,7 +152,23 @@ func (c *h2conn) goAwayAndDrain(code uint32) {
 	c.mu.Unlock()
 	c.goAway(code, c.lastID.Load())
 	c.shutWrite()
-	_ = c.nc.SetReadDeadline(time.Now().Add(h2DrainTimeout))
+	at := time.Now().Add(h2DrainTimeout)
+	c.drainAt.Store(at.UnixNano())
+	c.draining.Store(true)
+	_ = c.nc.SetReadDeadline(at)
+}
+
+// restDeadline is the read deadline between frames (the reader's own):
+// that of a header block begun, or of the drain, whichever is first;
+// zero for none.
+func (c *h2conn) restDeadline() time.Time {
+	d := c.blockDeadline
+	if c.draining.Load() {
+		if at := time.Unix(0, c.drainAt.Load()); d.IsZero() || at.Before(d) {
+			d = at
+		}
+	}
+	return d
 }
 
 // teardown lets the connection's streams go once its reader ended (each
@@ -237,19 +253,19 @@ func (c *h2conn) keepalive(now time.Time) {
 		return
 	}
 	if !c.pingAt.IsZero() {
-		dead := now.Sub(c.pingAt) > h2KeepaliveTimeout
+		dead := now.Sub(c.pingAt) > c.t.keepTimeout
 		c.mu.Unlock()
 		if dead {
 			c.t.s.connLog.Do(func() {
 				c.t.s.log.Warn("xDS connection closed: its PING was not acknowledged (a few such lines a minute at most)",
-					"remote", c.remote, "within", h2KeepaliveTimeout.String())
+					"remote", c.remote, "within", c.t.keepTimeout.String())
 			})
 			c.goAway(errNo, c.lastID.Load())
 			_ = c.nc.Close()
 		}
 		return
 	}
-	if now.Sub(time.Unix(0, c.lastRead.Load())) < h2KeepaliveTime {
+	if now.Sub(time.Unix(0, c.lastRead.Load())) < c.t.keepTime {
 		c.mu.Unlock()
 		return
 	}
@@ -315,7 +331,7 @@ func (c *h2conn) holdBlock(n int) error {
 	if delta == 0 {
 		return nil
 	}
-	if total := c.t.blockBytes.Add(delta); delta > 0 && total > h2MaxBlockBytes {
+	if total := c.t.blockBytes.Add(delta); delta > 0 && total > c.t.maxBlocks {
 		c.t.blockBytes.Add(-delta)
 		return connError{errEnhanceCalm, "header blocks begun and not ended over 64 MiB on the server"}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	gosync "sync"
@@ -33,8 +34,12 @@ type Transport struct {
 	gone    chan struct{} // closed, and made anew, when a connection ends
 
 	// blockBytes is the header blocks begun and not ended, of every
-	// connection (see h2MaxBlockBytes).
+	// connection, at most maxBlocks (h2MaxBlockBytes when made).
 	blockBytes atomic.Int64
+	maxBlocks  int64
+	// keepTime and keepTimeout: h2KeepaliveTime and
+	// h2KeepaliveTimeout when made.
+	keepTime, keepTimeout time.Duration
 }
 
 // handshakeTimeout bounds a TLS handshake; the HTTP/2 reader bounds the
@@ -50,6 +55,10 @@ func (s *Server) Transport(tlsConfig *tls.Config) *Transport {
 		h2:    map[*h2conn]bool{},
 		stop:  make(chan struct{}),
 		gone:  make(chan struct{}),
+
+		maxBlocks:   h2MaxBlockBytes,
+		keepTime:    h2KeepaliveTime,
+		keepTimeout: h2KeepaliveTimeout,
 	}
 	if tlsConfig != nil {
 		t.tls = tlsConfig.Clone()
@@ -175,7 +184,7 @@ func (t *Transport) unregister(c *h2conn) {
 // keepalive PINGs the connections quiet for h2KeepaliveTime, and closes
 // those whose PING went unanswered, until t is closed.
 func (t *Transport) keepalive() {
-	tick := time.NewTicker(h2KeepaliveTime / 6)
+	tick := time.NewTicker(t.keepTime / 6)
 	defer tick.Stop()
 	for {
 		select {
@@ -220,7 +229,7 @@ func (t *Transport) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.shutdown()
 	}
-	for {
+	for waiting := true; waiting; {
 		t.mu.Lock()
 		left, gone := len(t.h2), t.gone
 		t.mu.Unlock()
@@ -229,10 +238,10 @@ func (t *Transport) Shutdown(ctx context.Context) error {
 		}
 		select {
 		case <-gone:
-			continue
 		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("%d xDS connections not ended in time: closed: %w", left, ctx.Err()))
+			waiting = false
 		}
-		break
 	}
 	return errors.Join(err, t.Close())
 }
