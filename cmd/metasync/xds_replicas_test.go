@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	gosync "sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -775,4 +776,64 @@ func TestXDSReplicaNotSyncedSendsNoAssignment(t *testing.T) {
 	if c1, c2 := r.clients(t), synced.clients(t); c1 != "1" || c2 != "0" {
 		t.Errorf("xDS clients of the servers: %s and %s, want 1 and 0", c1, c2)
 	}
+}
+
+// TestXDSReplicaShutdown: a replica behind one address that is stopped
+// with SIGTERM ends its ADS streams UNAVAILABLE after a GOAWAY: its
+// client connects to the other replica at once, without a failed call,
+// and follows changes there.
+func TestXDSReplicaShutdown(t *testing.T) {
+	testenv.Need(t, env)
+	ip := localIPv4()
+	if ip == "" {
+		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
+	}
+	const ns = "xds-shutdown"
+	backends, config := xdsFixture(t, ns, ip, 2)
+	kubeconfig := env.WriteKubeconfig(t, "")
+	r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	proxy := newReplicaProxy(t, r1.xds, r2.xds)
+
+	calls := startXDSCalls(t, xdsBootstrap("shutdown", proxy.addr()), replicasTarget)
+	calls.waitWindow(t, "calls reach both pods", replicasTarget, backends...)
+	if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
+		t.Fatalf("xDS clients of the replicas: %s and %s, want 1 and 0 (the proxy's first)", c1, c2)
+	}
+
+	stopped := time.Now()
+	if err := r1.d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the client connected to the other replica", func() string {
+		if c := r2.clients(t); c != "1" {
+			return "metasync_xds_clients " + c
+		}
+		return ""
+	})
+	t.Logf("reconnected to the other replica %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	select {
+	case <-r1.d.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replica did not exit within 15 s of SIGTERM")
+	}
+	if r1.d.err != nil {
+		t.Errorf("the replica stopped with SIGTERM exited: %v", r1.d.err)
+	}
+	t.Logf("the replica exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	if log := r1.d.stderr.String(); strings.Contains(log, "xDS drain incomplete") {
+		t.Errorf("the replica's xDS drain was incomplete:\n%s", log)
+	}
+
+	restore := sliceAway(t, ns, "xds-app-1")
+	took := calls.waitWindow(t, "a deleted slice's pod gets no call, through the other replica", replicasTarget, backends[0])
+	t.Logf("the deleted slice followed within %v", took.Round(time.Millisecond))
+	restore()
+	calls.waitWindow(t, "a slice created again gets calls, through the other replica", replicasTarget, backends...)
+
+	got := calls.stop(t).Targets[replicasTarget]
+	if got.failed() != 0 {
+		t.Errorf("calls failed after the first answered one: %v", got.Failed)
+	}
+	t.Logf("calls: %v answered, %v before the first", got.Answered, got.Waiting)
 }

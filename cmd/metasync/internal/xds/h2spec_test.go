@@ -157,11 +157,18 @@ func TestH2Spec(t *testing.T) {
 		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, compareCaseIDs)
-	count := map[string]int{}
+	count, control := map[string]int{}, map[string]int{}
 	for _, id := range ids {
 		count[ours[id].Outcome]++
+		control[theirs[id].Outcome]++
 	}
-	t.Logf("h2spec: xDS port %d passed, %d failed, %d skipped of %d", count["passed"], count["failed"], count["skipped"], len(ids))
+	t.Logf("h2spec: xDS port %d passed, %d failed, %d skipped of %d; x/net %d passed, %d failed, %d skipped",
+		count["passed"], count["failed"], count["skipped"], len(ids), control["passed"], control["failed"], control["skipped"])
+	for _, id := range ids {
+		if x := theirs[id]; x.Outcome != "passed" {
+			t.Logf("h2spec %s (%s): x/net %s", id, x.Title, x.Outcome)
+		}
+	}
 	for _, id := range ids {
 		o, x := ours[id], theirs[id]
 		if x.Outcome == "passed" && o.Outcome != "passed" {
