@@ -153,3 +153,50 @@ func selfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
 	pool.AppendCertsFromPEM(ca.PEM)
 	return &tls.Config{Certificates: []tls.Certificate{cert}}, pool
 }
+
+// BenchmarkHeaderBlockFlood: 2,048 connections, each holding a header
+// block of 60 KiB begun and never ended: the heap they hold together
+// (header-blocks-MiB), bounded by h2MaxBlockBytes (64 MiB) whatever
+// their number, and how many of them were cut for it.
+func BenchmarkHeaderBlockFlood(b *testing.B) {
+	const conns = 2048
+	srv := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	srv.SetLimits(Limits{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := srv.Transport(nil)
+	go func() { _ = tr.Serve(srv.Listener(ln)) }()
+	defer tr.Close()
+	for b.Loop() {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var cs []net.Conn
+		block := make([]byte, 15000)
+		for range conns {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			cs = append(cs, c)
+			fr := http2.NewFramer(c, c)
+			_, _ = c.Write([]byte(http2.ClientPreface))
+			_ = fr.WriteSettings()
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block})
+			for range 3 {
+				_ = fr.WriteContinuation(1, false, block)
+			}
+		}
+		time.Sleep(time.Second) // read by the server
+		held := tr.blockBytes.Load()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		for _, c := range cs {
+			c.Close()
+		}
+		b.ReportMetric(float64(held)/(1<<20), "header-blocks-MiB")
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/(1<<20), "heap-MiB")
+	}
+}
