@@ -157,7 +157,7 @@ type h2conn struct {
 	shutting   bool        // shutting down: closed once its streams ended
 	idle       *time.Timer // closes a connection without a stream
 	pingAt     time.Time   // a keepalive PING sent and not acknowledged
-	dataFrames int32       // DATA frames written since the reader last counted them
+	earned     int32       // xDS responses written since the reader last counted them (see pingBudget)
 }
 
 // serveH2 serves the HTTP/2 connection nc (xc its place in the limits,

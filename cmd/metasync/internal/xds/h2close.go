@@ -49,8 +49,10 @@ var (
 const (
 	// h2PingBurst and h2PingRate make the budget of a client's PINGs
 	// and SETTINGS: h2PingBurst at once, h2PingRate more each second,
-	// and one more for each DATA frame the server wrote (gRPC's
-	// bandwidth estimation PINGs once per DATA frame it reads at most).
+	// and one more for each xDS response the server wrote (gRPC's
+	// bandwidth estimation PINGs once per response it reads at most;
+	// counted by response, not by DATA frame, whose size the client's
+	// window decides).
 	// A client past it is cut (ENHANCE_YOUR_CALM), whether it reads
 	// the acknowledgements or not.
 	h2PingBurst = 100
@@ -260,8 +262,14 @@ func (c *h2conn) keepalive(now time.Time) {
 				c.t.s.log.Warn("xDS connection closed: its PING was not acknowledged (a few such lines a minute at most)",
 					"remote", c.remote, "within", c.t.keepTimeout.String())
 			})
-			c.goAway(errNo, c.lastID.Load())
-			_ = c.nc.Close()
+			// Its own goroutine: the GOAWAY may wait a second on a
+			// write, and the next connection is not to wait for it.
+			// The socket itself is closed: closing a TLS connection
+			// would wait on its close notice.
+			go func() {
+				c.goAway(errNo, c.lastID.Load())
+				_ = c.raw.Close()
+			}()
 		}
 		return
 	}
@@ -294,8 +302,8 @@ func (c *h2conn) pingBudget(now time.Time) error {
 		c.budgetAt = now
 	}
 	c.mu.Lock()
-	c.tokens = min(h2PingBurst, c.tokens+c.dataFrames)
-	c.dataFrames = 0
+	c.tokens = min(h2PingBurst, c.tokens+c.earned)
+	c.earned = 0
 	c.mu.Unlock()
 	if c.tokens <= 0 {
 		return connError{errEnhanceCalm, "PING and SETTINGS frames faster than 10 a second"}

@@ -22,7 +22,7 @@ const (
 
 // headerFields is what a request's header block says.
 type headerFields struct {
-	method, path, contentType, encoding, auth string
+	method, scheme, path, contentType, encoding, auth string
 	// contentLength is the request's content-length, -1 when it has
 	// none.
 	contentLength int64
@@ -70,8 +70,8 @@ func (h *headerFields) field(name, value string) string {
 			return "the field name " + strconv.Quote(name) + " has uppercase letters"
 		}
 	}
-	if !httpguts.ValidHeaderFieldValue(value) {
-		return "the value of " + name + " has a character a field may not hold"
+	if why := checkValue(name, value); why != "" {
+		return why
 	}
 	switch name {
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
@@ -110,12 +110,15 @@ func (h *headerFields) pseudo(name, value string) string {
 	if h.regular {
 		return "the pseudo-header " + name + " after a regular field"
 	}
+	if why := checkValue(name, value); why != "" {
+		return why
+	}
 	var bit uint8
 	switch name {
 	case ":method":
 		bit, h.method = pseudoMethod, value
 	case ":scheme":
-		bit = pseudoScheme
+		bit, h.scheme = pseudoScheme, value
 	case ":path":
 		bit, h.path = pseudoPath, value
 	case ":authority":
@@ -130,6 +133,18 @@ func (h *headerFields) pseudo(name, value string) string {
 	return ""
 }
 
+// checkValue says why a field's value makes a request malformed (§8.2.1:
+// no NUL, CR or LF, no whitespace first or last), "" when it does not.
+func checkValue(name, value string) string {
+	if !httpguts.ValidHeaderFieldValue(value) {
+		return "the value of " + name + " has a character a field may not hold"
+	}
+	if n := len(value); n > 0 && (value[0] == ' ' || value[0] == '\t' || value[n-1] == ' ' || value[n-1] == '\t') {
+		return "the value of " + name + " begins or ends with whitespace"
+	}
+	return ""
+}
+
 // check says why a whole request block is malformed ("" when it is
 // not): the pseudo-headers a request must have (§8.3.1).
 func (h *headerFields) check() string {
@@ -139,14 +154,17 @@ func (h *headerFields) check() string {
 	if h.seen&pseudoMethod == 0 {
 		return "no :method"
 	}
+	if !httpguts.ValidHeaderFieldName(h.method) {
+		return "a :method that is not a token"
+	}
 	if h.method == "CONNECT" {
 		if h.seen&(pseudoScheme|pseudoPath) != 0 || h.seen&pseudoAuthority == 0 {
 			return "a CONNECT request with :scheme or :path, or without :authority"
 		}
 		return ""
 	}
-	if h.seen&pseudoScheme == 0 {
-		return "no :scheme"
+	if h.seen&pseudoScheme == 0 || h.scheme == "" {
+		return "no :scheme, or an empty one"
 	}
 	if h.seen&pseudoPath == 0 {
 		return "no :path"

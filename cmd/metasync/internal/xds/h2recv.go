@@ -111,9 +111,14 @@ func (c *h2conn) trailers(id uint32, end bool, h *headerFields, why string) erro
 	case st != nil && st.rstSent:
 		c.mu.Unlock()
 		return nil // reset by the server: what comes after is ignored
-	case st == nil || st.reset:
+	case st == nil:
+		// Closed and let go, or never opened (a lower id than one
+		// opened): an unexpected stream id (§5.1.1).
 		c.mu.Unlock()
-		return connError{errStreamClosed, "HEADERS on a closed stream"}
+		return connError{errProtocol, "HEADERS on a stream closed, or of an id below one opened"}
+	case st.reset:
+		c.mu.Unlock()
+		return connError{errStreamClosed, "HEADERS on a stream the client reset"}
 	}
 	code := uint32(0)
 	switch {
@@ -193,14 +198,16 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 		switch {
 		case st == nil:
 			answer = true // closed and let go
-		case st.rstSent, st.finished && !st.reset, st.recvErr != nil && !st.remoteDone:
-			// Reset by the server, or its response ended while the
-			// client still sends: ignored.
-		case st.reset:
-			answer = true // reset by the client
-		case st.remoteDone:
+		case st.rstSent:
+			// Reset by the server: ignored.
+		case st.remoteDone && !st.gone():
 			// DATA after the client ended its side: the stream is reset.
 			start = st.resetLocked(errStreamClosed)
+		case st.remoteDone, st.reset:
+			answer = true // closed both ways, or reset by the client
+		default:
+			// Its response ended (or its request could not be read)
+			// while the client still sends: ignored.
 		}
 		c.mu.Unlock()
 		st.start(start)

@@ -226,8 +226,10 @@ func (t *Transport) Shutdown(ctx context.Context) error {
 	for ln := range lns {
 		err = errors.Join(err, ln.Close())
 	}
+	// Each connection's GOAWAY may wait on a client that does not read
+	// (a second at most): they go together, not one after another.
 	for _, c := range conns {
-		c.shutdown()
+		go c.shutdown()
 	}
 	for waiting := true; waiting; {
 		t.mu.Lock()
