@@ -37,7 +37,5 @@ require (
 	golang.org/x/net v0.63.0
 )
 MOD
-printf 'package main\n\nimport _ "github.com/summerwind/h2spec/cmd/h2spec"\n' >tools.go
-GOFLAGS=-mod=mod go mod tidy >&2 2>/dev/null || true
 GOFLAGS=-mod=mod go build -o "$dir/h2spec" github.com/summerwind/h2spec/cmd/h2spec >&2
 printf '%s\n' "$dir/h2spec"

@@ -34,8 +34,8 @@ type junitReport struct {
 		Package string `xml:"package,attr"`
 		Name    string `xml:"name,attr"`
 		Cases   []struct {
-			Package   string    `xml:"package,attr"`
-			ClassName string    `xml:"classname,attr"`
+			Package   string `xml:"package,attr"`
+			ClassName string `xml:"classname,attr"`
 			Error     *struct {
 				Message string `xml:"message,attr"`
 				Text    string `xml:",chardata"`
@@ -95,8 +95,9 @@ func runH2Spec(t *testing.T, bin, addr string) map[string]h2specCase {
 	return cases
 }
 
-// controlServer is golang.org/x/net/http2's server, unencrypted, on a
-// loopback port: the measure of what h2spec's cases ask of a server.
+// controlServer is golang.org/x/net/http2's server (the code that
+// net/http bundles), unencrypted, on a loopback port: the measure of
+// what h2spec's cases ask of a server.
 func controlServer(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,6 +109,7 @@ func controlServer(t *testing.T) string {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "this port serves gRPC only\n")
 	})
+	//lint:ignore SA1019 x/net's own server is the control, as it serves a connection handed to it
 	srv := &http2.Server{}
 	quiet := &http.Server{ErrorLog: log.New(io.Discard, "", 0)}
 	var wg gosync.WaitGroup
@@ -123,6 +125,7 @@ func controlServer(t *testing.T) string {
 			conns[c] = true
 			mu.Unlock()
 			wg.Go(func() {
+				//lint:ignore SA1019 as above
 				srv.ServeConn(c, &http2.ServeConnOpts{Handler: h, BaseConfig: quiet})
 				c.Close()
 			})

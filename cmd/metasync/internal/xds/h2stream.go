@@ -13,16 +13,16 @@ import (
 
 // The events of a stream, which its goroutine handles one at a time.
 const (
-	evOpen    = 1 << iota // its headers came
-	evChanged             // assignments it follows changed (client.pending)
-	evAgain               // access not told before: ask again
-	evRecheck             // the Authorizer is to be asked again
-	evReload              // a reload: targets may have come or gone
-	evFirst               // no request within Limits.FirstRequest
-	evEOF                 // the client ended its side
-	evFail                // a request that cannot be read (recvErr)
-	evGone                // reset, or its connection ended
-	evShutdown            // the server shuts down: the stream ends UNAVAILABLE
+	evOpen     = 1 << iota // its headers came
+	evChanged              // assignments it follows changed (client.pending)
+	evAgain                // access not told before: ask again
+	evRecheck              // the Authorizer is to be asked again
+	evReload               // a reload: targets may have come or gone
+	evFirst                // no request within Limits.FirstRequest
+	evEOF                  // the client ended its side
+	evFail                 // a request that cannot be read (recvErr)
+	evGone                 // reset, or its connection ended
+	evShutdown             // the server shuts down: the stream ends UNAVAILABLE
 )
 
 // errGone ends a stream that the client reset, or whose connection

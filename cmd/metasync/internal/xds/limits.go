@@ -97,16 +97,16 @@ func (s *Server) refuse(reason, caller, msg string) {
 type gate struct {
 	s *Server
 
-	mu      gosync.Mutex
-	open    int            // connections open (through Listener)
+	mu   gosync.Mutex
+	open int // connections open (through Listener)
 	// incomplete is the connections open whose handshake (TLS, and the
 	// HTTP/2 preface) is not done yet: the first to make room.
 	incomplete int
-	idle    list.List      // *xconn without a stream, idle longest first
-	conns   map[string]int // connections owned, by caller
-	unowned map[string]int // connections without an owner yet, by address
-	streams map[string]int
-	names   map[string]int
+	idle       list.List      // *xconn without a stream, idle longest first
+	conns      map[string]int // connections owned, by caller
+	unowned    map[string]int // connections without an owner yet, by address
+	streams    map[string]int
+	names      map[string]int
 }
 
 // xconn is a connection of Listener.
