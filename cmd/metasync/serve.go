@@ -179,7 +179,8 @@ func (f *serveFlags) open(d *daemon, cert *tlsfiles.Certificate, log *slog.Logge
 }
 
 // run serves until SIGTERM or SIGINT, then drains: /readyz fails,
-// --shutdown-delay, HTTP shut down, xDS streams ended, Consul's blocking
+// --shutdown-delay, HTTP shut down, xDS connections sent a GOAWAY and
+// their streams ended UNAVAILABLE, Consul's blocking
 // queries answered, watches stopped. A second signal exits at once.
 func (f *serveFlags) run(d *daemon, limits faceLimits, cert *tlsfiles.Certificate, clientMetrics []prometheus.Collector, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
