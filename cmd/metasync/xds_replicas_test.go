@@ -534,42 +534,63 @@ const replicasTarget = "chains/model-to-endpoints/xds-model"
 // other replica, which sends it its state of the world, and it follows
 // the answer's changes (a slice deleted, then created again) from there.
 func TestXDSReplicasBehindOneAddress(t *testing.T) {
+	const ns = "xds-replicas"
+	r1, r2, calls, backends := replicasBehindProxy(t, ns, "replicas")
+	killed := time.Now()
+	r1.kill(t)
+	r2.waitClient(t)
+	t.Logf("reconnected to the other replica %v after the kill", time.Since(killed).Round(time.Millisecond))
+	calls.waitWindow(t, "calls reach both pods after the kill", replicasTarget, backends...)
+	followedWithoutFailure(t, ns, calls, backends)
+}
+
+// replicasBehindProxy starts two replicas of one config behind one
+// address (a replicaProxy) and a continuous caller of replicasTarget
+// (node id node) through it, and waits until its calls reach both pods
+// through the first replica. It skips t where no EndpointSlice can
+// point at this host.
+func replicasBehindProxy(t *testing.T, ns, node string) (r1, r2 *replica, calls *xdsCalls, backends []string) {
+	t.Helper()
 	testenv.Need(t, env)
 	ip := localIPv4()
 	if ip == "" {
 		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
 	}
-	const ns = "xds-replicas"
 	backends, config := xdsFixture(t, ns, ip, 2)
 	kubeconfig := env.WriteKubeconfig(t, "")
-	r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
-	r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	r1 = startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
+	r2 = startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
 	proxy := newReplicaProxy(t, r1.xds, r2.xds)
-
-	calls := startXDSCalls(t, xdsBootstrap("replicas", proxy.addr()), replicasTarget)
+	calls = startXDSCalls(t, xdsBootstrap(node, proxy.addr()), replicasTarget)
 	calls.waitWindow(t, "calls reach both pods", replicasTarget, backends...)
 	if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
 		t.Fatalf("xDS clients of the replicas: %s and %s, want 1 and 0 (the proxy's first)", c1, c2)
 	}
+	return r1, r2, calls, backends
+}
 
-	killed := time.Now()
-	r1.kill(t)
+// waitClient waits until the replica has the one xDS client.
+func (r *replica) waitClient(t *testing.T) {
+	t.Helper()
 	testenv.Eventually(t, "the client connected to the other replica", func() string {
-		if c := r2.clients(t); c != "1" {
+		if c := r.clients(t); c != "1" {
 			return "metasync_xds_clients " + c
 		}
 		return ""
 	})
-	t.Logf("reconnected to the other replica %v after the kill", time.Since(killed).Round(time.Millisecond))
-	calls.waitWindow(t, "calls reach both pods after the kill", replicasTarget, backends...)
+}
 
+// followedWithoutFailure deletes a slice of ns and creates it again:
+// the caller follows both (through the replica it is on now), and none
+// of its calls failed after its first answered one.
+func followedWithoutFailure(t *testing.T, ns string, calls *xdsCalls, backends []string) {
+	t.Helper()
 	restore := sliceAway(t, ns, "xds-app-1")
 	took := calls.waitWindow(t, "a deleted slice's pod gets no call, through the other replica", replicasTarget, backends[0])
 	t.Logf("the deleted slice followed within %v", took.Round(time.Millisecond))
 	restore()
 	took = calls.waitWindow(t, "a slice created again gets calls, through the other replica", replicasTarget, backends...)
 	t.Logf("the created slice followed within %v", took.Round(time.Millisecond))
-
 	got := calls.stop(t).Targets[replicasTarget]
 	if got.failed() != 0 {
 		t.Errorf("calls failed after the first answered one: %v", got.Failed)
@@ -783,34 +804,13 @@ func TestXDSReplicaNotSyncedSendsNoAssignment(t *testing.T) {
 // client connects to the other replica at once, without a failed call,
 // and follows changes there.
 func TestXDSReplicaShutdown(t *testing.T) {
-	testenv.Need(t, env)
-	ip := localIPv4()
-	if ip == "" {
-		t.Skip("no IPv4 address but loopback: an EndpointSlice may not point at 127.0.0.1")
-	}
 	const ns = "xds-shutdown"
-	backends, config := xdsFixture(t, ns, ip, 2)
-	kubeconfig := env.WriteKubeconfig(t, "")
-	r1 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
-	r2 := startReplica(t, config, kubeconfig, testenv.FreeAddr(t), testenv.FreeAddr(t))
-	proxy := newReplicaProxy(t, r1.xds, r2.xds)
-
-	calls := startXDSCalls(t, xdsBootstrap("shutdown", proxy.addr()), replicasTarget)
-	calls.waitWindow(t, "calls reach both pods", replicasTarget, backends...)
-	if c1, c2 := r1.clients(t), r2.clients(t); c1 != "1" || c2 != "0" {
-		t.Fatalf("xDS clients of the replicas: %s and %s, want 1 and 0 (the proxy's first)", c1, c2)
-	}
-
+	r1, r2, calls, backends := replicasBehindProxy(t, ns, "shutdown")
 	stopped := time.Now()
 	if err := r1.d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "the client connected to the other replica", func() string {
-		if c := r2.clients(t); c != "1" {
-			return "metasync_xds_clients " + c
-		}
-		return ""
-	})
+	r2.waitClient(t)
 	t.Logf("reconnected to the other replica %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	select {
 	case <-r1.d.done:
@@ -824,16 +824,5 @@ func TestXDSReplicaShutdown(t *testing.T) {
 	if log := r1.d.stderr.String(); strings.Contains(log, "xDS drain incomplete") {
 		t.Errorf("the replica's xDS drain was incomplete:\n%s", log)
 	}
-
-	restore := sliceAway(t, ns, "xds-app-1")
-	took := calls.waitWindow(t, "a deleted slice's pod gets no call, through the other replica", replicasTarget, backends[0])
-	t.Logf("the deleted slice followed within %v", took.Round(time.Millisecond))
-	restore()
-	calls.waitWindow(t, "a slice created again gets calls, through the other replica", replicasTarget, backends...)
-
-	got := calls.stop(t).Targets[replicasTarget]
-	if got.failed() != 0 {
-		t.Errorf("calls failed after the first answered one: %v", got.Failed)
-	}
-	t.Logf("calls: %v answered, %v before the first", got.Answered, got.Waiting)
+	followedWithoutFailure(t, ns, calls, backends)
 }

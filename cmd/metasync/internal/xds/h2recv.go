@@ -74,13 +74,9 @@ func (c *h2conn) open(id uint32, end bool, block []byte, why string) error {
 		st.remoteDone = true
 		if h.contentLength > 0 {
 			st.ev, st.req = 0, nil
-			start := st.resetLocked(errProtocol)
 			c.streams = append(c.streams, st)
-			startW := c.kickLocked()
-			c.mu.Unlock()
+			c.resetUnlock(st, errProtocol)
 			c.malformed("a content-length of a request without a body")
-			st.start(start)
-			c.startWriter(startW)
 			return nil
 		}
 	}
@@ -92,6 +88,17 @@ func (c *h2conn) open(id uint32, end bool, block []byte, why string) error {
 	c.mu.Unlock()
 	st.start(start)
 	return nil
+}
+
+// resetUnlock resets st with a RST_STREAM of code (under c.mu, which it
+// unlocks), and starts what is to run then: the stream's goroutine, a
+// writer.
+func (c *h2conn) resetUnlock(st *h2stream, code uint32) {
+	start := st.resetLocked(code)
+	startW := c.kickLocked()
+	c.mu.Unlock()
+	st.start(start)
+	c.startWriter(startW)
 }
 
 // malformed tells of a malformed request (a few lines a minute).
@@ -180,12 +187,8 @@ func (c *h2conn) data(flags byte, id uint32, p []byte) error {
 	if st != nil && st.contentLength >= 0 && !st.gone() && !st.remoteDone {
 		st.bodyLen += int64(len(p))
 		if st.bodyLen > st.contentLength || flags&flagEndStream != 0 && st.bodyLen != st.contentLength {
-			start := st.resetLocked(errProtocol)
-			startW := c.kickLocked()
-			c.mu.Unlock()
+			c.resetUnlock(st, errProtocol)
 			c.malformed("a body whose length is not its content-length")
-			st.start(start)
-			c.startWriter(startW)
 			if ctrl != nil {
 				return c.control(ctrl)
 			}
@@ -269,14 +272,8 @@ func (c *h2conn) priority(id uint32, p []byte) error {
 	}
 	if binary.BigEndian.Uint32(p)&0x7fffffff == id {
 		c.mu.Lock()
-		st := c.streamLocked(id)
-		var start bool
-		if st != nil && !st.reset {
-			start = st.resetLocked(errProtocol)
-			startW := c.kickLocked()
-			c.mu.Unlock()
-			st.start(start)
-			c.startWriter(startW)
+		if st := c.streamLocked(id); st != nil && !st.reset {
+			c.resetUnlock(st, errProtocol)
 			return nil
 		}
 		c.mu.Unlock()
@@ -292,13 +289,11 @@ func (c *h2conn) windowUpdate(id uint32, inc int64) error {
 	if id != 0 && c.idleStream(id) {
 		return connError{errProtocol, "WINDOW_UPDATE on an idle stream"}
 	}
+	if id == 0 && inc == 0 {
+		return connError{errProtocol, "a WINDOW_UPDATE of 0"}
+	}
 	c.mu.Lock()
 	if id == 0 {
-		c.mu.Unlock()
-		if inc == 0 {
-			return connError{errProtocol, "a WINDOW_UPDATE of 0"}
-		}
-		c.mu.Lock()
 		c.sendWindow += inc
 		if c.sendWindow > 1<<31-1 {
 			c.mu.Unlock()
@@ -319,11 +314,7 @@ func (c *h2conn) windowUpdate(id uint32, inc int64) error {
 			code = errFlowControl
 		}
 		if code != 0 {
-			start := st.resetLocked(code)
-			startW := c.kickLocked()
-			c.mu.Unlock()
-			st.start(start)
-			c.startWriter(startW)
+			c.resetUnlock(st, code)
 			return nil
 		}
 	}
