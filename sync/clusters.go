@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
@@ -309,9 +308,10 @@ func (v *view) clusterStates(indexes ...string) map[string]ClusterState {
 
 // clusterConfigs returns the REST config of each cluster of p: the one
 // given in code (Options.ClusterConfigs), else own for the cluster
-// without a kubeconfig, else its kubeconfig file's.
-func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.Config) (map[string]*rest.Config, error) {
-	out := map[string]*rest.Config{}
+// without a kubeconfig, else its kubeconfig file's (whose content is in
+// read).
+func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.Config) (out map[string]*rest.Config, read map[string][]byte, err error) {
+	out, read = map[string]*rest.Config{}, map[string][]byte{}
 	for _, c := range p.Clusters {
 		switch cfg, ok := given[c.Name]; {
 		case ok && cfg != nil:
@@ -319,21 +319,19 @@ func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.C
 		case c.Kubeconfig == "":
 			out[c.Name] = own
 		default:
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-				&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
-				&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+			cfg, body, err := loadKubeconfig(c.Kubeconfig, c.Context)
 			if err != nil {
-				return nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
+				return nil, nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
 			}
-			out[c.Name] = cfg
+			out[c.Name], read[c.Name] = cfg, body
 		}
 	}
 	for name := range maps.Keys(given) {
 		if _, ok := out[name]; !ok {
-			return nil, fmt.Errorf("Options.ClusterConfigs: %q is no cluster of the config", name)
+			return nil, nil, fmt.Errorf("Options.ClusterConfigs: %q is no cluster of the config", name)
 		}
 	}
-	return out, nil
+	return out, read, nil
 }
 
 // AnswerIn is Answer narrowed to one cluster's part of a key or a chain

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -240,9 +239,10 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 		return nil, errEmptyPlan
 	}
 	configs := map[string]*rest.Config{"": cfg}
+	var read map[string][]byte
 	if len(cp.Clusters) > 0 {
 		var err error
-		if configs, err = clusterConfigs(cp, cfg, opts.ClusterConfigs); err != nil {
+		if configs, read, err = clusterConfigs(cp, cfg, opts.ClusterConfigs); err != nil {
 			return nil, err
 		}
 	}
@@ -263,7 +263,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 		for _, pc := range cp.Clusters {
 			if pc.Name == name && pc.Kubeconfig != "" && opts.ClusterConfigs[name] == nil {
 				c.file, c.context = pc.Kubeconfig, pc.Context
-				c.read, _ = os.ReadFile(c.file)
+				c.read, c.inUse = read[name], read[name]
 			}
 		}
 		conns.byName[name] = c

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	gosync "sync"
 	"time"
@@ -48,6 +49,7 @@ type connection struct {
 
 	file, context string
 	read          []byte // the content last read (taken or refused)
+	inUse         []byte // the content of the connection in use
 	// rotations counts the kubeconfigs taken after the first; errors
 	// those refused (unreadable, invalid, or their apiserver refused
 	// them), lastErr the latest refusal.
@@ -136,6 +138,19 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		return
 	}
 	log := e.log.With("cluster", c.name, "kubeconfig", c.file)
+	if err == nil && bytes.Equal(body, c.inUse) {
+		// Back to the content in use (after a write caught half-way,
+		// say): no rotation, and no refusal left to tell.
+		e.conns.mu.Lock()
+		hadErr := c.lastErr != ""
+		c.lastErr = ""
+		c.backoff, c.retryAt = 0, time.Time{}
+		e.conns.mu.Unlock()
+		if hadErr {
+			log.Info("kubeconfig back to the one in use: nothing to take")
+		}
+		return
+	}
 	refuse := func(err error, again bool) {
 		e.conns.mu.Lock()
 		c.errors++
@@ -165,7 +180,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		}
 		return
 	}
-	cfg, err := kubeconfigOf(body, c.context)
+	cfg, err := kubeconfigOf(c.file, body, c.context)
 	if err != nil {
 		refuse(err, false)
 		return
@@ -217,6 +232,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	}
 	e.conns.mu.Lock()
 	c.forWatcher, c.core = forWatcher, core
+	c.inUse = body
 	c.rotations++
 	c.lastErr = ""
 	c.backoff, c.retryAt = 0, time.Time{}
@@ -255,10 +271,7 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 		case c.Kubeconfig == "":
 			cfg = cs.own
 		default:
-			if read, err = os.ReadFile(c.Kubeconfig); err == nil {
-				cfg, err = kubeconfigOf(read, c.Context)
-			}
-			if err != nil {
+			if cfg, read, err = loadKubeconfig(c.Kubeconfig, c.Context); err != nil {
 				return nil, nil, fmt.Errorf("cluster %s: kubeconfig %s: %w", c.Name, c.Kubeconfig, err)
 			}
 		}
@@ -274,7 +287,7 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 				return nil, nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 			}
 		}
-		conn := &connection{name: c.Name, forWatcher: forWatcher, core: core, read: read}
+		conn := &connection{name: c.Name, forWatcher: forWatcher, core: core, read: read, inUse: read}
 		if cs.given[c.Name] == nil && c.Kubeconfig != "" {
 			conn.file, conn.context = c.Kubeconfig, c.Context
 		}
@@ -321,11 +334,40 @@ func probeAll(p *compiled.Plan, cluster string, forWatcher func(w *watcher) (res
 	return nil
 }
 
-// kubeconfigOf reads a kubeconfig's content, at context ("" for its
-// current one).
-func kubeconfigOf(body []byte, context string) (*rest.Config, error) {
+// loadKubeconfig reads the kubeconfig file path and returns its REST
+// config at context ("" for its current one), with the bytes it read.
+// It is the one loader of a cluster's kubeconfig, at start, on a
+// rotation and on a reload.
+func loadKubeconfig(path, context string) (*rest.Config, []byte, error) {
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := kubeconfigOf(path, body, context)
+	return cfg, body, err
+}
+
+// kubeconfigOf reads body, the content of the kubeconfig file path, at
+// context ("" for its current one). As client-go's loader does, the
+// paths it holds (certificate authority, client certificate and key,
+// token file) are relative to the file's folder: a kubeconfig made from
+// a Secret volume names its files so.
+func kubeconfigOf(path string, body []byte, context string) (*rest.Config, error) {
 	raw, err := clientcmd.Load(body)
 	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range raw.Clusters {
+		c.LocationOfOrigin = abs
+	}
+	for _, a := range raw.AuthInfos {
+		a.LocationOfOrigin = abs
+	}
+	if err := clientcmd.ResolveLocalPaths(raw); err != nil {
 		return nil, err
 	}
 	return clientcmd.NewNonInteractiveClientConfig(*raw, context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	mschema "github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
@@ -569,4 +570,156 @@ func TestReloadAddsAndRemovesACluster(t *testing.T) {
 	if cs := e.Clusters(); len(cs) != 1 || cs[0].Name != "east" {
 		t.Errorf("clusters after removing west: %+v", cs)
 	}
+}
+
+// relativeKubeconfig writes a kubeconfig of env's cluster at server
+// ("": its own address) into dir, as one made from a Secret volume is:
+// its certificate authority, client certificate and key (or token) in
+// files beside it, named by relative paths.
+func relativeKubeconfig(t *testing.T, env *testenv.Env, dir, server string) string {
+	t.Helper()
+	kc, err := clientcmd.Load(env.KubeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	for _, c := range kc.Clusters {
+		if server != "" {
+			c.Server = "https://" + server
+		}
+		c.CertificateAuthority, c.CertificateAuthorityData = write("ca.crt", c.CertificateAuthorityData), nil
+	}
+	for _, a := range kc.AuthInfos {
+		if len(a.ClientCertificateData) > 0 {
+			a.ClientCertificate, a.ClientCertificateData = write("tls.crt", a.ClientCertificateData), nil
+			a.ClientKey, a.ClientKeyData = write("tls.key", a.ClientKeyData), nil
+		}
+		if a.Token != "" {
+			a.TokenFile, a.Token = write("token", []byte(a.Token)), ""
+		}
+	}
+	b, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "-data:") {
+		t.Fatalf("the kubeconfig still holds data inline:\n%s", b)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestKubeconfigRelativePaths: a cluster's kubeconfig whose certificate,
+// key and token files are named relative to it is taken at start, on a
+// rotation (a new address) and on a reload (another folder), by the one
+// loader of kubeconfigs; and a file written back to the content in use,
+// after a write caught half-way, is no rotation.
+func TestKubeconfigRelativePaths(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stopped after the engine (cleanups run last first): a watch
+	// left open would hold its shutdown.
+	t.Cleanup(func() { _ = west.Stop() })
+	const ns = "kubeconfig-relative"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	putConfigMap(t, west.Kube, ns, "w1", "west-only")
+	proxy, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+
+	dir := t.TempDir()
+	file := relativeKubeconfig(t, west, dir, "")
+	compile := func(kubeconfig string) *mschema.Plan {
+		t.Helper()
+		plan, err := mschema.Compile(&mschema.Config{
+			Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: kubeconfig}},
+			Resources: []mschema.Resource{{
+				Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+				Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}},
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	e := runEngineWith(t, compile(file), env.Config, msync.Options{KubeconfigInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, "app-to-addr", "west-only", "w1:80")
+	west1 := func() msync.ClusterStatus { return e.Clusters()[1] }
+
+	// A rotation: the same files, a new address.
+	inUse := relativeKubeconfig(t, west, dir, proxy.Addr())
+	testenv.Eventually(t, "the new kubeconfig taken", func() string {
+		if st := west1(); st.KubeconfigRotations != 1 || st.KubeconfigErrors != 0 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	putConfigMap(t, west.Kube, ns, "w2", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80")
+
+	// Caught half-way, then written back as it was: refused, then no
+	// rotation, and no refusal left in the status.
+	good, err := os.ReadFile(inUse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inUse, good[:len(good)/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the half-written file refused", func() string {
+		if st := west1(); st.KubeconfigErrors != 1 || st.KubeconfigError == "" {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	if err := os.WriteFile(inUse, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the file back as it was: no refusal, no rotation", func() string {
+		if st := west1(); st.KubeconfigError != "" || st.KubeconfigRotations != 1 {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
+	time.Sleep(500 * time.Millisecond) // five looks at the file
+	if st := west1(); st.KubeconfigRotations != 1 {
+		t.Errorf("a file written back to the content in use counted as a rotation: %+v", st)
+	}
+
+	// A reload to a kubeconfig in another folder, with files of its own.
+	other := relativeKubeconfig(t, west, t.TempDir(), "")
+	if _, err := e.Reload(compile(other)); err != nil {
+		t.Fatalf("a reload to a kubeconfig with relative paths: %v", err)
+	}
+	putConfigMap(t, west.Kube, ns, "w3", "west-only")
+	expect(t, e, "app-to-addr", "west-only", "w1:80", "w2:80", "w3:80")
+	testenv.Eventually(t, "west connected after the reload", func() string {
+		if st := west1(); !st.Connected || st.Error != "" || st.KubeconfigError != "" {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	})
 }
