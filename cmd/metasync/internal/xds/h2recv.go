@@ -126,6 +126,10 @@ func (c *h2conn) trailers(id uint32, end bool, h *headerFields, why string) erro
 	case st.reset:
 		c.mu.Unlock()
 		return connError{errStreamClosed, "HEADERS on a stream the client reset"}
+	case st.remoteDone && st.ended:
+		// Closed both ways, though not let go yet (§5.1).
+		c.mu.Unlock()
+		return connError{errStreamClosed, "HEADERS on a closed stream"}
 	}
 	code := uint32(0)
 	switch {

@@ -75,6 +75,9 @@ type h2stream struct {
 	// response ends with its last DATA frame (a plain HTTP response),
 	// not with trailers.
 	rstSent, endData bool
+	// ended: the frame that ends the server's side (END_STREAM) is
+	// written, or being written.
+	ended bool
 	// plain: a request that is not gRPC's: its body is dropped, and it
 	// is answered once whole (or after h2FrameTimeout).
 	plain bool

@@ -212,6 +212,7 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 // client that has not ended its own is told with a RST_STREAM of
 // NO_ERROR to stop sending (RFC 9113 §8.1), and the stream is closed.
 func (st *h2stream) endedLocked(bufs net.Buffers) net.Buffers {
+	st.ended = true
 	if st.remoteDone || st.reset {
 		return bufs
 	}
