@@ -157,7 +157,7 @@ type h2conn struct {
 	shutting   bool        // shutting down: closed once its streams ended
 	idle       *time.Timer // closes a connection without a stream
 	pingAt     time.Time   // a keepalive PING sent and not acknowledged
-	earned     int32       // xDS responses written since the reader last counted them (see pingBudget)
+	earned     int32       // PINGs the DATA written since the reader last counted them earned (see pingBudget)
 }
 
 // serveH2 serves the HTTP/2 connection nc (xc its place in the limits,
@@ -272,7 +272,7 @@ func (c *h2conn) next() (deep bool, err error) {
 		}
 		_ = c.nc.SetReadDeadline(deadline)
 		_, err := io.ReadFull(c.nc, p)
-		_ = c.nc.SetReadDeadline(c.restDeadline()) // zero: none
+		c.setRestDeadline()
 		if err != nil {
 			return false, err
 		}
@@ -312,7 +312,7 @@ func (c *h2conn) frame(typ, flags byte, id uint32, p []byte) error {
 			block := c.block
 			c.block, c.blockDeadline = nil, time.Time{}
 			c.holdBlock(0)
-			_ = c.nc.SetReadDeadline(c.restDeadline())
+			c.setRestDeadline()
 			return c.open(c.blockStream, c.blockEnd, block, c.blockWhy)
 		}
 		return nil
@@ -467,7 +467,7 @@ func (c *h2conn) headers(flags byte, id uint32, p []byte) error {
 	// A header block is to be whole within h2FrameTimeout: one begun
 	// and never ended would hold what it has read for good.
 	c.blockDeadline = time.Now().Add(h2FrameTimeout)
-	_ = c.nc.SetReadDeadline(c.restDeadline())
+	c.setRestDeadline()
 	return nil
 }
 

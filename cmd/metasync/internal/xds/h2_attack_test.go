@@ -270,3 +270,32 @@ sending:
 	}
 	t.Logf("cut after %d PINGs", pings)
 }
+
+// TestHeadRequest: a HEAD request that is not gRPC's gets its 415 without
+// a body (RFC 9110 §9.3.2), its headers ending the stream.
+func TestHeadRequest(t *testing.T) {
+	_, _, addr := transportServer(t, Limits{})
+	r := dialRaw(t, addr)
+	head := block(":method", "HEAD", ":scheme", "http", ":path", "/", ":authority", "x")
+	_ = r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true, BlockFragment: head})
+	_ = r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			t.Fatalf("a HEAD request was answered a body")
+		case *http2.HeadersFrame:
+			if !f.StreamEnded() {
+				t.Fatalf("the answer to a HEAD request does not end with its headers")
+			}
+			fields, err := r.dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil || len(fields) == 0 || fields[0].Value != "415" {
+				t.Fatalf("the answer to a HEAD request: %v %v", fields, err)
+			}
+			return
+		}
+	}
+}

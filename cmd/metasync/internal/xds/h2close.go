@@ -49,10 +49,11 @@ var (
 const (
 	// h2PingBurst and h2PingRate make the budget of a client's PINGs
 	// and SETTINGS: h2PingBurst at once, h2PingRate more each second,
-	// and one more for each xDS response the server wrote (gRPC's
-	// bandwidth estimation PINGs once per response it reads at most;
-	// counted by response, not by DATA frame, whose size the client's
-	// window decides).
+	// and one more for each DATA frame of 1 KiB or more the server
+	// wrote, or that ended an xDS response (gRPC's bandwidth estimation
+	// PINGs once per round trip while DATA comes, at most once per
+	// frame it reads; a frame's size is the client's window's to
+	// decide, and frames of a byte earn nothing).
 	// A client past it is cut (ENHANCE_YOUR_CALM), whether it reads
 	// the acknowledgements or not.
 	h2PingBurst = 100
@@ -160,6 +161,17 @@ func (c *h2conn) goAwayAndDrain(code uint32) {
 	_ = c.nc.SetReadDeadline(at)
 }
 
+// setRestDeadline sets the read deadline between frames (the reader's
+// own). A drain that begins meanwhile may have set its own deadline
+// just before: it is looked at again once set, so that the drain's
+// deadline is never lost.
+func (c *h2conn) setRestDeadline() {
+	_ = c.nc.SetReadDeadline(c.restDeadline())
+	if c.draining.Load() {
+		_ = c.nc.SetReadDeadline(c.restDeadline())
+	}
+}
+
 // restDeadline is the read deadline between frames (the reader's own):
 // that of a header block begun, or of the drain, whichever is first;
 // zero for none.
@@ -212,6 +224,7 @@ func (c *h2conn) idleLocked() {
 			// may retry it elsewhere), not opened to be cut.
 			c.mu.Lock()
 			idle := len(c.streams) == 0 && !c.dead
+			c.closing = c.closing || idle // in the same look: no stream opens after it
 			c.mu.Unlock()
 			if idle {
 				c.goAwayAndDrain(errNo)
@@ -297,9 +310,14 @@ func (c *h2conn) pong(p []byte) {
 // pingBudget spends one of the client's PINGs and SETTINGS, or ends the
 // connection when none is left (the reader's own).
 func (c *h2conn) pingBudget(now time.Time) error {
-	if add := now.Sub(c.budgetAt) / (time.Second / h2PingRate); add > 0 || c.budgetAt.IsZero() {
-		c.tokens = int32(min(int64(h2PingBurst), int64(c.tokens)+int64(add)))
-		c.budgetAt = now
+	const every = time.Second / h2PingRate
+	switch add := now.Sub(c.budgetAt) / every; {
+	case c.budgetAt.IsZero() || add >= h2PingBurst:
+		c.tokens, c.budgetAt = h2PingBurst, now
+	case add > 0:
+		// What is left of an interval counts toward the next token.
+		c.tokens = min(h2PingBurst, c.tokens+int32(add))
+		c.budgetAt = c.budgetAt.Add(add * every)
 	}
 	c.mu.Lock()
 	c.tokens = min(h2PingBurst, c.tokens+c.earned)

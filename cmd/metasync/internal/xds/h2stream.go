@@ -79,8 +79,9 @@ type h2stream struct {
 	// written, or being written.
 	ended bool
 	// plain: a request that is not gRPC's: its body is dropped, and it
-	// is answered once whole (or after h2FrameTimeout).
-	plain bool
+	// is answered once whole (or after h2FrameTimeout); head0: it is a
+	// HEAD request, answered without a body.
+	plain, head0 bool
 	// contentLength is the request's content-length (-1: none), bodyLen
 	// the DATA read, when it has one.
 	contentLength, bodyLen int64
@@ -394,7 +395,12 @@ func (st *h2stream) finishPlain(code int, body string) {
 	c.mu.Lock()
 	st.finished = true
 	st.inbox, st.ready = nil, 0
-	if !st.reset {
+	switch {
+	case st.reset:
+	case st.head0:
+		// A HEAD request: the response's headers alone end it.
+		st.tail = plainHead(code)
+	default:
 		st.head = plainHead(code)
 		st.out = []outMsg{{b: []byte(body)}}
 		st.endData = true
@@ -455,7 +461,7 @@ func (st *h2stream) open() {
 		// Answered once the request is whole, as an HTTP server that
 		// reads the body does.
 		c.mu.Lock()
-		st.plain = true
+		st.plain, st.head0 = true, h.method == http.MethodHead
 		st.inbox, st.ready, st.recvErr = nil, 0, nil
 		whole := st.remoteDone
 		c.mu.Unlock()

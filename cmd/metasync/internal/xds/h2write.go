@@ -174,6 +174,9 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 				flags = flagEndStream
 			}
 			bufs = append(bufs, appendFrameHeader(nil, int(n), frameData, flags, st.id), m.b[st.off:st.off+int(n)])
+			if n >= 1024 || m.kind != "" && st.off+int(n) == len(m.b) {
+				c.earned = min(c.earned+1, h2PingBurst)
+			}
 			st.off += int(n)
 			st.sendWindow -= n
 			c.sendWindow -= n
@@ -182,9 +185,6 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 				st.out = st.out[1:]
 				st.off = 0
 				done = append(done, written{st, m.kind})
-				if m.kind != "" {
-					c.earned = min(c.earned+1, h2PingBurst)
-				}
 				touched = false
 				if flags != 0 {
 					bufs = st.endedLocked(bufs)
