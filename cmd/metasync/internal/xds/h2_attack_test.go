@@ -214,7 +214,7 @@ func TestShutdownWithClientsThatDoNotRead(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_ = tr.Shutdown(ctx)
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 3*time.Second { // 500 ms, a second's GOAWAY, and load
 		t.Errorf("Shutdown with a context of 500 ms and %d clients that do not read took %v", n, took)
 	}
 }

@@ -186,7 +186,8 @@ func TestKeepalive(t *testing.T) {
 	start := time.Now()
 	_, _ = untilEnd(dead, 10*time.Second)
 	took := time.Since(start)
-	bound := h2KeepaliveTime + h2KeepaliveTimeout + 2*h2KeepaliveTime/6 + 200*time.Millisecond
+	// The documented bound, and a second for a machine under load.
+	bound := h2KeepaliveTime + h2KeepaliveTimeout + 2*h2KeepaliveTime/6 + time.Second
 	if took > bound {
 		t.Errorf("a peer that does not acknowledge PINGs was closed after %v, want within %v", took, bound)
 	}
