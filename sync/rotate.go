@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -139,16 +140,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	}
 	log := e.log.With("cluster", c.name, "kubeconfig", c.file)
 	if err == nil && bytes.Equal(body, c.inUse) {
-		// Back to the content in use (after a write caught half-way,
-		// say): no rotation, and no refusal left to tell.
-		e.conns.mu.Lock()
-		hadErr := c.lastErr != ""
-		c.lastErr = ""
-		c.backoff, c.retryAt = 0, time.Time{}
-		e.conns.mu.Unlock()
-		if hadErr {
-			log.Info("kubeconfig back to the one in use: nothing to take")
-		}
+		e.backToInUse(c, log)
 		return
 	}
 	refuse := func(err error, again bool) {
@@ -245,6 +237,20 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 		w.rotate(clients[i])
 	}
 	log.Info("kubeconfig taken: the cluster's resources list again through the new connection", "server", cfg.Host, "resources", len(parts))
+}
+
+// backToInUse takes a kubeconfig file written back to the content of
+// the connection in use (after a write caught half-way, say): no
+// rotation, and no refusal left to tell.
+func (e *Engine) backToInUse(c *connection, log *slog.Logger) {
+	e.conns.mu.Lock()
+	hadErr := c.lastErr != ""
+	c.lastErr = ""
+	c.backoff, c.retryAt = 0, time.Time{}
+	e.conns.mu.Unlock()
+	if hadErr {
+		log.Info("kubeconfig back to the one in use: nothing to take")
+	}
 }
 
 // reconnect prepares the connections of a reload from old's clusters to
