@@ -223,12 +223,18 @@ func (v *view) clusterStatesOf(t Target) map[string]ClusterState {
 		return nil
 	}
 	var out map[string]ClusterState
+	var before []string // a chain's steps before its last
 	if t.Chain != "" {
 		ch, ok := v.chains[t.Chain]
 		if !ok {
 			return nil
 		}
-		out = v.clusterStates(ch.indexes...)
+		if t.Cluster != "" {
+			before = ch.indexes[:len(ch.indexes)-1]
+			out = v.clusterStates(ch.indexes[len(ch.indexes)-1])
+		} else {
+			out = v.clusterStates(ch.indexes...)
+		}
 	} else {
 		out = v.clusterStates(t.Index)
 	}
@@ -236,6 +242,17 @@ func (v *view) clusterStatesOf(t Target) map[string]ClusterState {
 		cs, ok := out[t.Cluster]
 		if !ok {
 			return nil
+		}
+		// A chain narrowed by its last step: its steps before are the
+		// whole answer's, whose flags its own take (synced when every
+		// required cluster is, stale when any is).
+		if len(before) > 0 {
+			all := v.clusterStates(before...)
+			for _, c := range v.plan.Clusters {
+				whole := all[c.Name]
+				cs.Synced = cs.Synced && (whole.Synced || !c.Required)
+				cs.Stale = cs.Stale || whole.Stale
+			}
 		}
 		return map[string]ClusterState{t.Cluster: cs}
 	}

@@ -93,9 +93,23 @@ type ExplainedObject struct {
 	Why        string
 }
 
+// explainStep is the step of index explaining keys, with the index's
+// flags: cluster's, when narrow.
+func (v *view) explainStep(index string, keys []string, cluster string, narrow bool) ExplainStep {
+	st := ExplainStep{Index: index, Keys: keys}
+	w := v.byIndex[index]
+	st.Synced = w != nil && w.indexSynced(index)
+	st.Stale = w != nil && w.stale()
+	if narrow {
+		cs, ok := v.clusterStates(index)[cluster]
+		st.Synced, st.Stale = ok && cs.Synced, cs.Stale
+	}
+	return st
+}
+
 // Explain reads a target as Answer does (a key of an index, or of a
 // chain; narrowed by t.At, and by t.Cluster to that cluster's part and
-// objects), and tells for each step which objects gave its
+// objects of the last step), and tells for each step which objects gave its
 // values, with their resourceVersions, from one state of the indexes.
 // Unknown index or chain: a step with ExplainUnknownIndex.
 //
@@ -138,18 +152,15 @@ func (e *Engine) Explain(t Target) Explanation {
 		prefer := t.At.prefer()
 		keys := []string{t.Key}
 		for i, ix := range steps {
-			st := ExplainStep{Index: names[i], Keys: keys}
+			// A cluster narrows the last step: the steps before it are
+			// the whole answer's (see partOf).
+			narrow := t.Cluster != "" && i == len(steps)-1
+			st := v.explainStep(names[i], keys, t.Cluster, narrow)
 			w := v.byIndex[names[i]]
-			st.Synced = w != nil && w.indexSynced(names[i])
-			st.Stale = w != nil && w.stale()
-			if t.Cluster != "" {
-				cs, ok := v.clusterStates(names[i])[t.Cluster]
-				st.Synced, st.Stale = ok && cs.Synced, cs.Stale
-			}
 			var values []string
 			answers := make(map[string][]string, len(keys)) // what each key answers
 			for _, k := range keys {
-				if t.Cluster != "" {
+				if narrow {
 					if pr, ok := v.parts[names[i]]; ok {
 						answers[k] = pr.lookup(snap, k, t.Cluster, prefer)
 					}
@@ -183,7 +194,7 @@ func (e *Engine) Explain(t Target) Explanation {
 				}
 				var tags map[string][]string
 				for _, c := range claims[k] {
-					if t.Cluster != "" && v.clusterOf(c.Object) != t.Cluster {
+					if narrow && v.clusterOf(c.Object) != t.Cluster {
 						continue // another cluster's: not of this part
 					}
 					o := ExplainedObject{Resource: resource, Key: c.Object, Cluster: v.clusterOf(c.Object), ResourceVersion: c.Meta.Version,
@@ -217,7 +228,7 @@ func (e *Engine) Explain(t Target) Explanation {
 					st.Empty = ExplainNotSynced
 				case st.Stale:
 					st.Empty = ExplainStale
-				case t.Cluster != "":
+				case narrow:
 					st.Empty = ExplainNotInCluster
 				default:
 					st.Empty = ExplainUnknownKey

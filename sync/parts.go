@@ -97,22 +97,26 @@ func (pr partRead) lookup(snap *indexer.Snapshot, key, cluster string, prefer []
 }
 
 // partOf reads t's values (a key or a chain key) of t.Cluster's part
-// from snap: at each step of a chain, the values that the cluster's
-// objects give the keys its part of the step before gave. It returns the
+// from snap. A chain is narrowed by its last step: the steps before it
+// are the whole answer's (a platform keeps its AppModels in one cluster
+// and its workloads in several: west's part of "model → endpoints" is
+// west's endpoints of the app that any cluster names), and the last
+// gives the values that the cluster's objects give. It returns the
 // indexes and keys read, for a subscription to register on.
 func (v *view) partOf(snap *indexer.Snapshot, t Target) ([]string, map[indexer.Index]map[string]struct{}) {
 	prefer := t.At.prefer()
 	path := map[indexer.Index]map[string]struct{}{}
 	names := []string{t.Index}
+	var steps []indexer.Index
 	if t.Chain != "" {
 		ch, ok := v.chains[t.Chain]
 		if !ok {
 			return nil, path // no chain of that name: no answer
 		}
-		names = ch.indexes
+		names, steps = ch.indexes, ch.steps
 	}
 	keys := []string{t.Key}
-	for _, name := range names {
+	for i, name := range names {
 		pr, ok := v.parts[name]
 		if !ok {
 			return nil, path
@@ -132,7 +136,11 @@ func (v *view) partOf(snap *indexer.Snapshot, t Target) ([]string, map[indexer.I
 		}
 		var next []string
 		for _, k := range keys {
-			next = append(next, pr.lookup(snap, k, t.Cluster, prefer)...)
+			if i < len(names)-1 {
+				next = append(next, snap.LookupPreferring(steps[i], k, prefer...)...) // the whole answer's
+			} else {
+				next = append(next, pr.lookup(snap, k, t.Cluster, prefer)...)
+			}
 		}
 		slices.Sort(next)
 		keys = slices.Compact(next)

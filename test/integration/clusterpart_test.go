@@ -79,8 +79,13 @@ func TestClusterPart(t *testing.T) {
 	expect(t, e, "app-to-addr", "shop", "e1:80", "same:80", "w1:80")
 	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "east"), "e1:80", "same:80")
 	expectPart(part(msync.KeyOf("app-to-addr", "shop"), "west"), "same:80", "w1:80")
+	// A chain is narrowed by its last step: its first is the whole
+	// answer's. w1:80 is west's alone and e1:80 east's alone, yet each
+	// cluster's part of either is that cluster's peers of "shop".
 	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "west"), "same:80", "w1:80")
-	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "east")) // east has no w1:80
+	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "east"), "e1:80", "same:80")
+	expectPart(part(msync.ChainOf("addr-to-peers", "e1:80"), "west"), "same:80", "w1:80")
+	expectPart(part(msync.ChainOf("addr-to-peers", "nowhere:80"), "west")) // no step answers
 	if _, err := e.Subscribe(ctx, part(msync.KeyOf("app-to-addr", "shop"), "north")); err == nil {
 		t.Fatal("an unknown cluster subscribed")
 	}
@@ -114,16 +119,23 @@ func TestClusterPart(t *testing.T) {
 }
 
 // partFromObjects computes a cluster's part of tg's answer from the
-// objects that the whole answer's explanation lists: at each step, the
-// values that the cluster's objects give the keys its part of the step
-// before gave, and that the step answers.
+// objects that the whole answer's explanation lists: the whole answer's
+// steps but the last, then the values that the cluster's objects give
+// the keys of the step before, and that the step answers.
 func partFromObjects(e *msync.Engine, tg msync.Target) []string {
 	cluster := tg.Cluster
 	tg.Cluster = ""
 	x := e.Explain(tg)
 	keys := map[string]bool{tg.Key: true}
-	for _, st := range x.Steps {
+	for i, st := range x.Steps {
 		next := map[string]bool{}
+		if i < len(x.Steps)-1 {
+			for _, v := range st.Values {
+				next[v] = true
+			}
+			keys = next
+			continue
+		}
 		for _, o := range st.Objects {
 			if o.Cluster != cluster || !keys[o.IndexKey] {
 				continue
