@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -396,4 +397,115 @@ resources:
 		t.Fatal(err)
 	}
 	return config
+}
+
+// TestServeChainNarrowedByLastStep: a platform keeps its "AppModels" in
+// one cluster and its workloads in both. ?cluster= on a chain narrows
+// its last step: west's endpoints of a model whose AppModel is in east
+// alone, in a lookup, its explanation, a stream and /v1/sd.
+func TestServeChainNarrowedByLastStep(t *testing.T) {
+	testenv.Need(t, env)
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = west.Stop() })
+	const ns = "serve-chain-last-step"
+	env.Namespace(t, ns)
+	west.Namespace(t, ns)
+	model := func(e *testenv.Env, name, model, app string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"model": model, "app": app}}
+		if _, err := e.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			cm.ResourceVersion = ""
+			if _, err := e.Kube.CoreV1().ConfigMaps(ns).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	model(env, "am", "m1", "shop") // the AppModel: in east alone
+	putAddr(t, env, ns, "e1", "shop")
+	putAddr(t, west, ns, "w1", "shop")
+
+	addr := testenv.FreeAddr(t)
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	body := fmt.Sprintf(`server:
+  listen: %s
+clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: configmaps
+    version: v1
+    resource: configmaps
+    namespace: %s
+    indexes:
+      - name: model-to-app
+        key: data.model
+        value: data.app
+      - name: app-to-addr
+        key: data.app
+        value: data.addr
+chains:
+  - name: model-to-addr
+    indexes: [model-to-app, app-to-addr]
+`, addr, west.WriteKubeconfig(t, ""), ns)
+	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, nil, "--config", config, "--kubeconfig", env.WriteKubeconfig(t, ""))
+	waitHTTP(t, d, addr)
+	base := "http://" + addr
+	lookup := func(query, want string) {
+		t.Helper()
+		testenv.Eventually(t, "model-to-addr m1"+query+" answers "+want, func() string {
+			a := call(t, "GET", base+"/v1/chains/model-to-addr/keys/m1"+query)
+			if !strings.Contains(a.raw, `"values":`+want) {
+				return a.raw
+			}
+			return ""
+		})
+	}
+	lookup("", `["e1:80","w1:80"]`)
+	lookup("?cluster=west", `["w1:80"]`)
+	lookup("?cluster=east", `["e1:80"]`)
+
+	// Explained: the first step the whole answer's (east's AppModel),
+	// the last west's objects alone.
+	a := call(t, "GET", base+"/v1/chains/model-to-addr/keys/m1?cluster=west&explain=true")
+	if a.code != 200 || !strings.Contains(a.raw, ns+`/am"`) || !strings.Contains(a.raw, ns+`/w1"`) || strings.Contains(a.raw, ns+`/e1"`) {
+		t.Fatalf("explained, narrowed to west: %d %s", a.code, a.raw)
+	}
+	// Prometheus' http_sd: west's group of m1.
+	if sd := getRaw(t, "GET", base+"/v1/sd/chains/model-to-addr?cluster=west"); !strings.Contains(sd.raw, `"targets":["w1:80"]`) {
+		t.Fatalf("/v1/sd narrowed to west: %s", sd.raw)
+	}
+
+	// A stream narrowed to west follows west's endpoints, and the
+	// AppModel's move in east.
+	ws := follow(t, base+"/v1/chains/model-to-addr/keys/m1?cluster=west&watch=true")
+	frames := func(want ...string) {
+		t.Helper()
+		testenv.Eventually(t, fmt.Sprintf("west's stream at %q", want), func() string {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			var got []string
+			for _, f := range ws.frames {
+				if f["type"] != "heartbeat" {
+					got = append(got, fmt.Sprint(f["values"]))
+				}
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Sprint(got)
+			}
+			return ""
+		})
+	}
+	frames("[w1:80]")
+	putAddr(t, west, ns, "w2", "shop")
+	frames("[w1:80]", "[w1:80 w2:80]")
+	putAddr(t, west, ns, "wc", "cart")
+	model(env, "am", "m1", "cart") // the AppModel moves to cart, in east
+	frames("[w1:80]", "[w1:80 w2:80]", "[wc:80]")
 }
