@@ -110,6 +110,11 @@ func (t *Txn) Put(o Object) {
 	t.setPayload(o.Key, o.Payload)
 }
 
+// Added returns how many objects the transaction adds to the source so
+// far: Puts of new keys less Deletes of held ones (negative when it
+// removes more than it adds).
+func (t *Txn) Added() int { return t.count }
+
 // Delete removes an object and everything it contributed. Deleting an
 // unknown object does nothing.
 func (t *Txn) Delete(objectKey string) {

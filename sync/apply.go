@@ -125,6 +125,9 @@ func (sw *switchover) buildWatchers() {
 		w.streaming.Store(e.streams(r))
 		w.reloaded = sw.reload
 		w.cluster = func(ctx context.Context) (clusterVerdict, error) { return e.checkCluster(ctx, cluster) }
+		w.identity = e.identOf(cluster)
+		w.changed = func(ctx context.Context, why string) { e.clusterChanged(ctx, cluster, why) }
+		w.recovered = func() { e.recovered(w) }
 		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
 		sw.built = append(sw.built, w)
 		return w

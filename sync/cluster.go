@@ -51,9 +51,10 @@ const (
 
 // identity is the engine's knowledge of its cluster.
 type identity struct {
-	// fetch reads the cluster's identity; nil for an engine without a
-	// cluster.
-	fetch func(ctx context.Context) (string, error)
+	// fetch reads the cluster's identity, from etcd, or, cached, as the
+	// apiserver's cache has it (see rebuilt.go); nil for an engine
+	// without a cluster.
+	fetch func(ctx context.Context, cached bool) (string, error)
 
 	mu gosync.Mutex
 	// snapshot: the identity recorded in the snapshot the engine was
@@ -65,6 +66,11 @@ type identity struct {
 	id         string
 	unreadable error
 	verdict    *clusterVerdict // once decided
+	// rereadAt: when reread last read it; pending: the cluster changed
+	// behind its address, and its apiserver's cache served the old one at
+	// the last look; toldStale: that was logged (see rebuilt.go).
+	rereadAt           time.Time
+	pending, toldStale bool
 }
 
 // identities are the identities of the clusters of a plan that reads
@@ -91,7 +97,7 @@ func (e *Engine) identOf(cluster string) *identity {
 	if id == nil {
 		id = &identity{}
 		if conns := e.conns; conns != nil {
-			id.fetch = func(ctx context.Context) (string, error) { return conns.fetchID(ctx, cluster) }
+			id.fetch = func(ctx context.Context, cached bool) (string, error) { return conns.fetchID(ctx, cluster, cached) }
 		}
 		e.idents.byName[cluster] = id
 	}
@@ -111,12 +117,18 @@ func (id *identity) forget() {
 const clusterIDNamespace = "kube-system"
 
 // fetchClusterID returns a function that reads the UID of the
-// kube-system namespace with client, a client of the core API group.
-func fetchClusterID(client rest.Interface) func(ctx context.Context) (string, error) {
-	return func(ctx context.Context) (string, error) {
+// kube-system namespace with client, a client of the core API group:
+// from etcd (a GET without resourceVersion), or, cached, from the
+// apiserver's cache (resourceVersion=0).
+func fetchClusterID(client rest.Interface) func(ctx context.Context, cached bool) (string, error) {
+	return func(ctx context.Context, cached bool) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		body, err := client.Get().AbsPath("/api/v1/namespaces", clusterIDNamespace).DoRaw(ctx)
+		req := client.Get().AbsPath("/api/v1/namespaces", clusterIDNamespace)
+		if cached {
+			req = req.Param("resourceVersion", "0")
+		}
+		body, err := req.DoRaw(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -143,7 +155,7 @@ func (id *identity) read(ctx context.Context) error {
 	if id.known || id.unreadable != nil || id.fetch == nil {
 		return nil
 	}
-	got, err := id.fetch(ctx)
+	got, err := id.fetch(ctx, false)
 	switch {
 	case err == nil:
 		id.known, id.id = true, got

@@ -115,9 +115,11 @@ type ClusterStatus struct {
 	Name     string
 	Home     bool
 	Required bool
-	// Connected: every resource's watch of the cluster is established
-	// (or its last list or watch succeeded), none failing; true of a
-	// cluster that no resource entry reads.
+	// Connected: the last request of every resource of the cluster to
+	// its apiserver worked (a list, or a watch established), and Error is
+	// the first failing one's error ("" when connected); true of a cluster
+	// that no resource entry reads. A resource's own error
+	// (ResourceStatus.Error) stays until a watch is established.
 	Connected bool
 	// Synced: every resource of the cluster has completed a list.
 	Synced bool
@@ -165,7 +167,9 @@ func (e *Engine) Clusters() []ClusterStatus {
 		cs.Objects += st.Objects
 		cs.Synced = cs.Synced && st.Synced
 		cs.Stale = cs.Stale || w.stale()
-		if st.Error != "" {
+		if st.Error != "" && !w.answered.Load() {
+			// The last attempt failed: a list that worked since (while no
+			// watch is established yet) connects the cluster again.
 			cs.Connected = false
 			if cs.Error == "" {
 				cs.Error = st.Name + ": " + st.Error

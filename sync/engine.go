@@ -198,6 +198,10 @@ type ResourceStatus struct {
 	Updated int64
 	Deleted int64
 	Relists int64
+	// ClusterChanges counts the lists from scratch because the cluster
+	// behind the address changed: rebuilt (another kube-system UID) or
+	// gone back in time (etcd restored from a backup); see rebuilt.go.
+	ClusterChanges int64
 	// Failed list and watch requests; WatchErrors also counts watches
 	// that ended with an ERROR event or before they were established.
 	ListErrors  int64
@@ -250,7 +254,7 @@ func New(plan *mschema.Plan, cfg *rest.Config, opts Options) (*Engine, error) {
 	if conns.every <= 0 {
 		conns.every = DefaultKubeconfigInterval
 	}
-	var home func(context.Context) (string, error)
+	var home func(context.Context, bool) (string, error)
 	for name, cfg := range configs {
 		forWatcher, core, err := clientsOf(cfg)
 		if err != nil {
@@ -328,7 +332,7 @@ func clientsOf(cfg *rest.Config) (func(w *watcher) (rest.Interface, error), rest
 // are its connections, which give each watcher its client (and each
 // cluster of a plan that reads several its identity), and clusterID reads
 // the identity of the cluster of a plan without clusters.
-func newEngine(plan *compiled.Plan, opts Options, conns *connections, clusterID func(context.Context) (string, error)) (*Engine, error) {
+func newEngine(plan *compiled.Plan, opts Options, conns *connections, clusterID func(context.Context, bool) (string, error)) (*Engine, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -390,6 +394,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.conns != nil {
 		writer.Go(func() { e.followKubeconfigs(ctx) })
 	}
+	writer.Go(func() { e.watchIdentities(ctx) })
 	<-ctx.Done()
 	e.mu.Lock()
 	e.stopped = true // no reload launches a watch from now on

@@ -109,6 +109,14 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 }
 
 func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := w.verifyAfterTrouble(ctx, opts.ResourceVersion); err != nil {
+		if ctx.Err() != nil || errors.Is(err, errClusterChanged) {
+			return nil, err // a stop, or a list from scratch: not trouble
+		}
+		w.watchErrors.Add(1)
+		w.fail(fmt.Errorf("watch: %w", err))
+		return nil, err
+	}
 	opts.Watch = true
 	wi, err := w.request(&opts).Watch(ctx)
 	if err != nil {
@@ -122,7 +130,11 @@ func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions)
 	}
 	w.watches.Add(1)
 	w.log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
-	return w.track(ctx, wi), nil
+	var timeout time.Duration
+	if opts.TimeoutSeconds != nil {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	return w.track(ctx, wi, timeout), nil
 }
 
 // checkGone clears the resource's keys when the apiserver stops serving it
@@ -294,15 +306,20 @@ func (t *trackedWatch) stopped() bool {
 // an ERROR event, or an end before it was established, is a failure.
 // Neither counts while ctx ends or the reflector stops the watch: a stop
 // or a resync.
-func (w *watcher) track(ctx context.Context, inner watch.Interface) watch.Interface {
+func (w *watcher) track(ctx context.Context, inner watch.Interface, timeout time.Duration) watch.Interface {
 	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
 	w.watching.Store(t)
 	w.rotating.Store(false)
-	go w.follow(ctx, t)
+	go w.follow(ctx, t, timeout)
 	return t
 }
 
-func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
+// follow passes the watch's events on and records how it went (see
+// track). A watch that the apiserver ends well before timeout (its
+// requested timeoutSeconds; 0: none) was ended for a reason of the
+// apiserver's (a restart, its storage reinitialized): no failure, but the
+// cluster is checked before the next watch (see verifyAfterTrouble).
+func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Duration) {
 	defer close(t.out)
 	started := time.Now()
 	defer func() {
@@ -323,6 +340,9 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 					// The same text every time: a changed message is logged again.
 					w.fail(fmt.Errorf("watch: ended within %s of its start", establishedAfter))
 				}
+				if !stopping() && (timeout == 0 || time.Since(started) < timeout*9/10) {
+					w.troubled.Store(true)
+				}
 				return
 			}
 			// Events do not establish a watch by themselves: one that
@@ -339,7 +359,7 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 				return
 			}
 		case <-timer.C:
-			if !failed {
+			if !failed && !stopping() {
 				established = true
 				w.watchEstablished()
 			}
@@ -354,6 +374,8 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch) {
 // happened for staleAfter since the first error.
 func (w *watcher) fail(err error) {
 	w.failures.Add(1)
+	w.troubled.Store(true)
+	w.answered.Store(false)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lastErr == nil || w.lastErr.Error() != err.Error() {
@@ -373,8 +395,11 @@ func (w *watcher) fail(err error) {
 			w.cutTimer = time.AfterFunc(max(w.staleAfter-silent, 0), func() { w.cutOff(since) })
 		}
 		if w.dropAfter > 0 && !w.over {
+			// Stale may come early (the safe side); removing answers may
+			// not: dropAfter counts from the failure seen, not from the
+			// silence before it.
 			since := w.failingSince
-			w.dropTimer = time.AfterFunc(max(w.dropAfter-silent, 0), func() { w.dropPart(since) })
+			w.dropTimer = time.AfterFunc(w.dropAfter, func() { w.dropPart(since) })
 		}
 	}
 	w.lastErr = err
@@ -455,10 +480,14 @@ func (w *watcher) watchEstablished() {
 	now := time.Now()
 	w.established.CompareAndSwap(0, now.UnixNano())
 	w.contact.Store(now.UnixNano())
+	w.answered.Store(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lastErr != nil {
 		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
+		if w.recovered != nil {
+			go w.recovered()
+		}
 	}
 	w.lastErr, w.failingSince = nil, time.Time{}
 	if w.cutTimer != nil {

@@ -105,6 +105,9 @@ func (w *watcher) resume(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		if errors.Is(err, errClusterChanged) {
+			return true // logged by clusterChanged, once for all resources
+		}
 		if err != nil && mustList(err) {
 			w.log.Info("the snapshot's watch cannot be resumed: listing", "resourceVersion", rv, "error", err.Error())
 			return true

@@ -80,14 +80,14 @@ func (cs *connections) clientFor(w *watcher) error {
 
 // fetchID reads the identity of a cluster through its current
 // connection.
-func (cs *connections) fetchID(ctx context.Context, cluster string) (string, error) {
+func (cs *connections) fetchID(ctx context.Context, cluster string, cached bool) (string, error) {
 	cs.mu.Lock()
 	c := cs.byName[cluster]
 	cs.mu.Unlock()
 	if c == nil || c.core == nil {
 		return "", fmt.Errorf("no connection to cluster %q", cluster)
 	}
-	return fetchClusterID(c.core)(ctx)
+	return fetchClusterID(c.core)(ctx, cached)
 }
 
 // followKubeconfigs reads the clusters' kubeconfig files again every

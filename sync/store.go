@@ -14,7 +14,6 @@ import (
 
 func (w *watcher) add(obj any) error {
 	w.added.Add(1)
-	w.count.Add(1)
 	return w.put(obj)
 }
 
@@ -30,8 +29,13 @@ func (w *watcher) put(obj any) error {
 	}
 	tx := w.src.Begin()
 	tx.Put(o.ix)
+	// Counted by what the source holds: an ADDED of a key held (a cluster
+	// rebuilt behind its address) or a MODIFIED of one not held adds what
+	// it adds.
+	w.count.Add(int64(tx.Added()))
 	tx.Commit()
 	w.failing.note(o.ix.Key, o.failed)
+	w.wentBack(o.rv)
 	w.rv.Store(&o.rv)
 	w.touch()
 	w.log.Debug("applied", "object", o.ix.Key, "resourceVersion", o.rv)
@@ -40,7 +44,11 @@ func (w *watcher) put(obj any) error {
 
 // bookmark records the resourceVersion of a bookmark: the source is as
 // of it.
-func (w *watcher) bookmark(rv string) { w.rv.Store(&rv); w.touch() }
+func (w *watcher) bookmark(rv string) {
+	w.wentBack(rv)
+	w.rv.Store(&rv)
+	w.touch()
+}
 
 // touch records that the apiserver was heard from now.
 func (w *watcher) touch() { w.contact.Store(time.Now().UnixNano()) }
@@ -84,13 +92,14 @@ func (w *watcher) delete(obj any) error {
 	if !strings.HasPrefix(key, w.keyPrefix) {
 		key = w.keyPrefix + key
 	}
-	w.count.Add(-1)
 	tx := w.src.Begin()
 	tx.Delete(key)
+	w.count.Add(int64(tx.Added()))
 	tx.Commit()
 	w.failing.note(key, nil)
 	w.touch()
 	if rv != nil {
+		w.wentBack(*rv)
 		w.rv.Store(rv)
 	}
 	return nil
@@ -116,6 +125,15 @@ func (w *watcher) replace(list []any, rv string) error {
 	w.src.ReplaceWithin(w.keyPrefix, objs)
 	w.count.Store(int64(len(objs)))
 	w.reconnected.Store(false)
+	w.troubled.Store(false) // a whole list is the cluster's state
+	w.answered.Store(true)
+	if w.recovered != nil && w.lastError() != nil {
+		go w.recovered()
+	}
+	if !w.identity.changing() && w.rebuilt.Swap(false) {
+		w.log.Info("listed from scratch after the cluster changed behind its address: answers current again", "objects", len(objs))
+		w.noteFresh()
+	}
 	if w.partDropped.Swap(false) {
 		w.log.Info("the cluster's part is back in the answers", "objects", len(objs))
 	}
@@ -158,7 +176,7 @@ func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
 // from a snapshot it has not caught up with yet, or cut off from the
 // apiserver (its watch failing for staleAfter, see cutOff).
 func (w *watcher) stale() bool {
-	return w.cut.Load() || w.staleSnapshot()
+	return w.cut.Load() || w.rebuilt.Load() || w.staleSnapshot()
 }
 
 // staleSnapshot reports a resource that answers from a snapshot and has

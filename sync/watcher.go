@@ -128,6 +128,24 @@ type watcher struct {
 	partDropped atomic.Bool
 	// relistNow ends the current run to list again at once (as a resync).
 	relistNow atomic.Pointer[func()]
+	// troubled: a list or watch failed, or a watch ended before its
+	// timeout, since the cluster was last checked; the next watch checks
+	// it first (see rebuilt.go). rebuilt: the cluster changed behind its
+	// address, and the list from scratch is not done yet (stale until
+	// then). identity is the cluster's (nil for an engine without one);
+	// changed relists every resource of the cluster from scratch;
+	// recovered wakes the cluster's other resources (wake) once this one
+	// is answered again. Set before the watcher is used.
+	troubled, rebuilt atomic.Bool
+	// answered: the last request to the apiserver worked (a list, or a
+	// watch established); fail clears it. Clusters reports a cluster
+	// connected by it, where Error keeps the trouble until a watch is
+	// established.
+	answered  atomic.Bool
+	identity  *identity
+	changed   func(ctx context.Context, why string)
+	recovered func()
+	wake      chan struct{}
 	// over: run has returned; no timer marks the resource stale after.
 	over       bool
 	staleAfter time.Duration
@@ -156,6 +174,9 @@ type totals struct {
 	watches  atomic.Int64 // watch requests that started
 
 	added, updated, deleted, relists, listErrors, watchErrors atomic.Int64
+	// clusterChanges: lists from scratch because the cluster behind the
+	// address changed (see rebuilt.go).
+	clusterChanges atomic.Int64
 	// Requests that ended, and how long they took, in nanoseconds: lists
 	// (all pages of one) and watches (from their start to their end).
 	lists, listNanos, watchesEnded, watchNanos atomic.Int64
@@ -199,6 +220,7 @@ func newWatcher(plan *compiled.Resource, cluster string, log *slog.Logger) *watc
 		required:    true,
 		log:         log,
 		synced:      make(chan struct{}),
+		wake:        make(chan struct{}, 1),
 		totals:      &totals{},
 		ruleErrors:  make([]atomic.Int64, len(plan.Indexes)),
 		ruleLog:     rate.Sometimes{First: 5, Interval: 30 * time.Second},
@@ -340,6 +362,12 @@ func (w *watcher) run(ctx context.Context) {
 		_, _ = w.cluster(checkCtx)
 		cancel()
 	}
+	if w.identity != nil {
+		// The identity that a check after trouble compares with.
+		idCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, _, _ = w.identity.reread(idCtx)
+		cancel()
+	}
 	delay := newBackoff()
 	streak := 0 // failed runs since the backoff was reset
 	for ctx.Err() == nil {
@@ -386,6 +414,7 @@ func (w *watcher) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay.Step()):
+		case <-w.wake: // another resource of the cluster is answered again
 		}
 	}
 }
@@ -438,25 +467,26 @@ func (w *watcher) resyncAfter(ctx context.Context, resync func()) {
 // failing does not make it fresh.
 func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) ResourceStatus {
 	st := ResourceStatus{
-		Name:         w.plan.Name,
-		Cluster:      w.clusterName,
-		Optional:     !w.required,
-		GVR:          w.plan.GVR.String(),
-		Namespace:    w.plan.Namespace,
-		Objects:      w.objects(snap),
-		Added:        w.added.Load(),
-		Updated:      w.updated.Load(),
-		Deleted:      w.deleted.Load(),
-		Relists:      w.relists.Load(),
-		ListErrors:   w.listErrors.Load(),
-		WatchErrors:  w.watchErrors.Load(),
-		Watches:      w.watches.Load(),
-		Listed:       w.listed.Load(),
-		Lists:        w.lists.Load(),
-		ListSeconds:  time.Duration(w.listNanos.Load()).Seconds(),
-		WatchesEnded: w.watchesEnded.Load(),
-		WatchSeconds: time.Duration(w.watchNanos.Load()).Seconds(),
-		RuleErrors:   map[string]int64{},
+		Name:           w.plan.Name,
+		Cluster:        w.clusterName,
+		Optional:       !w.required,
+		GVR:            w.plan.GVR.String(),
+		Namespace:      w.plan.Namespace,
+		Objects:        w.objects(snap),
+		Added:          w.added.Load(),
+		Updated:        w.updated.Load(),
+		Deleted:        w.deleted.Load(),
+		Relists:        w.relists.Load(),
+		ListErrors:     w.listErrors.Load(),
+		WatchErrors:    w.watchErrors.Load(),
+		Watches:        w.watches.Load(),
+		Listed:         w.listed.Load(),
+		Lists:          w.lists.Load(),
+		ListSeconds:    time.Duration(w.listNanos.Load()).Seconds(),
+		WatchesEnded:   w.watchesEnded.Load(),
+		WatchSeconds:   time.Duration(w.watchNanos.Load()).Seconds(),
+		ClusterChanges: w.clusterChanges.Load(),
+		RuleErrors:     map[string]int64{},
 	}
 	if w.isSynced() {
 		st.Synced = true

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -120,4 +121,72 @@ func (e *Env) Compact(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("compact at %d: %w", rev, err)
 	}
 	return rev, nil
+}
+
+// ReplaceEtcdData stops etcd, replaces its data folder with what fill
+// puts in the emptied folder (nothing: a cluster rebuilt from scratch; a
+// copy made by BackupEtcdData: etcd restored from a backup), and starts it
+// again on the same address. With restartAPIServer, kube-apiserver is
+// stopped first and started again after, and it returns once that is
+// healthy; else kube-apiserver reconnects to the new etcd by itself.
+// Clients of the old cluster go on talking to the new one, as to a
+// cluster rebuilt behind its address.
+func (e *Env) ReplaceEtcdData(fill func(dataDir string) error, restartAPIServer bool) error {
+	if restartAPIServer {
+		if err := e.StopAPIServer(); err != nil {
+			return err
+		}
+	}
+	etcd := e.env.ControlPlane.Etcd
+	if err := etcd.Stop(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
+		return fmt.Errorf("stop etcd: %w", err)
+	}
+	if err := os.RemoveAll(etcd.DataDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(etcd.DataDir, 0o700); err != nil {
+		return err
+	}
+	if fill != nil {
+		if err := fill(etcd.DataDir); err != nil {
+			return err
+		}
+	}
+	if err := etcd.Start(); err != nil {
+		return fmt.Errorf("start etcd: %w", err)
+	}
+	if !restartAPIServer {
+		return nil
+	}
+	return e.StartAPIServer()
+}
+
+// BackupEtcdData copies etcd's data folder into dst while etcd is
+// stopped for a moment (a cold backup; kube-apiserver reconnects by
+// itself), and returns a function that copies it back into a data folder,
+// for ReplaceEtcdData.
+func (e *Env) BackupEtcdData(dst string) (restore func(dataDir string) error, err error) {
+	etcd := e.env.ControlPlane.Etcd
+	if err := etcd.Stop(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
+		return nil, fmt.Errorf("stop etcd: %w", err)
+	}
+	copyErr := os.CopyFS(dst, os.DirFS(etcd.DataDir))
+	if err := etcd.Start(); err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	if copyErr != nil {
+		return nil, copyErr
+	}
+	return func(dataDir string) error {
+		if err := os.CopyFS(dataDir, os.DirFS(dst)); err != nil {
+			return err
+		}
+		// etcd wants its folders its own alone.
+		return filepath.WalkDir(dataDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			return os.Chmod(path, 0o700)
+		})
+	}, nil
 }

@@ -14,7 +14,8 @@ import (
 // connections, black-hole them (connections stay open, no bytes pass) or
 // slow them down (a link of some bytes per second, shared by all).
 type Proxy struct {
-	ln        net.Listener
+	ln        net.Listener // nil while refusing
+	addr      string
 	target    string
 	blackHole atomic.Bool
 	limit     atomic.Pointer[rate.Limiter]
@@ -32,17 +33,17 @@ func NewProxy(addr, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
+	p := &Proxy{ln: ln, addr: ln.Addr().String(), target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(func() { p.accept(ln) })
 	return p, nil
 }
 
 // Addr is the proxy's host:port.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -126,12 +127,45 @@ func (p *Proxy) Throttle(bytesPerSecond int) {
 // BlackHole makes every connection, open or new, swallow all bytes while on.
 func (p *Proxy) BlackHole(on bool) { p.blackHole.Store(on) }
 
+// Refuse makes the proxy's address refuse connections while on (nothing
+// listens there: clients get ECONNREFUSED, as from an apiserver that is
+// down) and closes every open connection; off listens again on the same
+// address.
+func (p *Proxy) Refuse(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || on == (p.ln == nil) {
+		return nil
+	}
+	if on {
+		err := p.ln.Close()
+		p.ln = nil
+		for c := range p.conns {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			c.Close()
+			delete(p.conns, c)
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.ln = ln
+	p.wg.Go(func() { p.accept(ln) })
+	return nil
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.ln != nil {
+		p.ln.Close()
+	}
 	p.mu.Unlock()
-	p.ln.Close()
 	p.Reset()
 	p.wg.Wait()
 }
