@@ -24,8 +24,8 @@ type engineCollector struct {
 
 // resourceDescs are the metrics of one resource's status.
 type resourceDescs struct {
-	objects, synced, ready, events, relists, listErrors, watchErrors, watches, ruleErrors, failing *prometheus.Desc
-	syncing, listDuration, watchDuration, stale                                                    *prometheus.Desc
+	objects, synced, ready, events, relists, changes, listErrors, watchErrors, watches, ruleErrors, failing *prometheus.Desc
+	syncing, listDuration, watchDuration, stale                                                             *prometheus.Desc
 }
 
 // newResourceDescs builds the descriptions of a resource's metrics, with
@@ -42,6 +42,7 @@ func newResourceDescs(clustered bool) resourceDescs {
 		ready:       prometheus.NewDesc("metasync_resource_ready", "1 while the resource is ready (synced, watch not failing too long).", res, nil),
 		events:      prometheus.NewDesc("metasync_events_total", "Watch events applied, by type.", with("type"), nil),
 		relists:     prometheus.NewDesc("metasync_relists_total", "Complete lists applied (initial sync, relists after faults, resyncs).", res, nil),
+		changes:     prometheus.NewDesc("metasync_cluster_changes_total", "Times the cluster behind the resource's address turned out to be another (rebuilt, or its etcd restored from a backup): the resource listed from scratch.", res, nil),
 		listErrors:  prometheus.NewDesc("metasync_list_errors_total", "Failed list requests.", res, nil),
 		watchErrors: prometheus.NewDesc("metasync_watch_errors_total", "Failed watch requests.", res, nil),
 		watches:     prometheus.NewDesc("metasync_watch_starts_total", "Watch requests started (the first and every restart).", res, nil),
@@ -56,7 +57,7 @@ func newResourceDescs(clustered bool) resourceDescs {
 }
 
 func (d resourceDescs) all() []*prometheus.Desc {
-	return []*prometheus.Desc{d.objects, d.synced, d.ready, d.events, d.relists, d.listErrors, d.watchErrors, d.watches, d.ruleErrors, d.failing, d.syncing, d.listDuration, d.watchDuration, d.stale}
+	return []*prometheus.Desc{d.objects, d.synced, d.ready, d.events, d.relists, d.changes, d.listErrors, d.watchErrors, d.watches, d.ruleErrors, d.failing, d.syncing, d.listDuration, d.watchDuration, d.stale}
 }
 
 // resource returns the descriptions of the resources' metrics: with a
@@ -134,6 +135,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.events, st.Updated, with("updated")...)
 		counter(d.events, st.Deleted, with("deleted")...)
 		counter(d.relists, st.Relists, res...)
+		counter(d.changes, st.ClusterChanges, res...)
 		counter(d.listErrors, st.ListErrors, res...)
 		counter(d.watchErrors, st.WatchErrors, res...)
 		counter(d.watches, st.Watches, res...)
