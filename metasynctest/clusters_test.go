@@ -53,7 +53,7 @@ func TestFakeClusters(t *testing.T) {
 		seen = append(seen, o.Cluster+" "+o.Key)
 	}
 	slices.Sort(seen)
-	if want := []string{"east east:ns/a", "west west:ns/a", "west west:ns/b"}; !slices.Equal(seen, want) {
+	if want := []string{"east ns/a", "west ns/a", "west ns/b"}; !slices.Equal(seen, want) {
 		t.Fatalf("explained objects %q, want %q", seen, want)
 	}
 	// Narrowed to west: west's part, west's objects, west's state.
@@ -63,7 +63,7 @@ func TestFakeClusters(t *testing.T) {
 		seen = append(seen, o.Key+" "+strings.Join(o.Values, ","))
 	}
 	slices.Sort(seen)
-	if want := []string{"west:ns/a 10.0.0.2:80", "west:ns/b 10.0.0.1:80"}; !slices.Equal(seen, want) ||
+	if want := []string{"ns/a 10.0.0.2:80", "ns/b 10.0.0.1:80"}; !slices.Equal(seen, want) ||
 		!slices.Equal(x.Values, []string{"10.0.0.1:80", "10.0.0.2:80"}) || len(x.Clusters) != 1 || !x.Clusters["west"].Synced || !x.Synced {
 		t.Fatalf("explained in west: objects %q, %+v", seen, x.Answer)
 	}

@@ -18,11 +18,13 @@ import (
 // then has one watcher per cluster, each with its own client, watch,
 // sync state and resourceVersion, all writing one source: a watcher's
 // objects are keyed "CLUSTER:namespace/name" there, and its lists
-// replace only its own (indexer.Source.ReplaceWithin). A lookup answers
-// the union of every cluster's values, each once, and a unique index the
-// oldest claimant across them (creation time, then object key: cluster
-// name first). One cluster's failure never holds back another's writes:
-// each watcher writes on its own.
+// replace only its own (indexer.Source.ReplaceWithin). What the engine
+// answers of an object (Explain, the fields readers, RuleFailure) gives
+// its key as namespace/name, its cluster beside it (splitKey). A lookup
+// answers the union of every cluster's values, each once, and a unique
+// index the oldest claimant across them (creation time, then object
+// key: cluster name first). One cluster's failure never holds back
+// another's writes: each watcher writes on its own.
 
 // resource is one resource entry of a view: its source and its watchers,
 // one per cluster (one, of no cluster, for a plan without clusters).
@@ -83,11 +85,13 @@ func (r *resource) stale() bool {
 // cluster, with the latest failure of each index.
 func (r *resource) failing() (map[string]int, map[string]RuleFailure) {
 	if len(r.parts) == 1 {
-		return r.parts[0].failing.counts()
+		n, last := r.parts[0].failing.counts()
+		return n, r.parts[0].publicFailures(last)
 	}
 	n, last := map[string]int{}, map[string]RuleFailure{}
 	for _, w := range r.parts {
 		wn, wl := w.failing.counts()
+		wl = w.publicFailures(wl)
 		for k, c := range wn {
 			n[k] += c
 		}
@@ -189,14 +193,38 @@ func (e *Engine) Clusters() []ClusterStatus {
 	return out
 }
 
-// clusterOf returns the cluster of an object key of v ("west:ns/name"),
-// "" for a plan without clusters.
-func (v *view) clusterOf(key string) string {
+// splitKey returns the cluster of an object key of v and the object's
+// own key: "west:ns/name" is ("west", "ns/name"); of a plan without
+// clusters, ("", key). What the engine answers gives the two apart: an
+// object's key there is never prefixed by its cluster.
+func (v *view) splitKey(key string) (cluster, objectKey string) {
 	if v.plan == nil || len(v.plan.Clusters) == 0 {
-		return ""
+		return "", key
 	}
-	cluster, _, _ := strings.Cut(key, ":")
-	return cluster
+	cluster, objectKey, ok := strings.Cut(key, ":")
+	if !ok {
+		return "", key
+	}
+	return cluster, objectKey
+}
+
+// storedKeys returns the keys under which r holds the objects that an
+// object key names: the key itself, of a plan without clusters; else
+// the key in each cluster that reads r, or, when it begins with one of
+// the plan's clusters and a colon ("west:ns/name", the form the engine
+// keys its objects by), in that cluster alone.
+func (v *view) storedKeys(r *resource, key string) []string {
+	if v.plan == nil || len(v.plan.Clusters) == 0 {
+		return []string{key}
+	}
+	if c, _, ok := strings.Cut(key, ":"); ok && v.hasCluster(c) {
+		return []string{key}
+	}
+	out := make([]string, 0, len(r.parts))
+	for _, w := range r.parts {
+		out = append(out, w.keyPrefix+key)
+	}
+	return out
 }
 
 // ClusterNames returns the plan's clusters, in config order; nil without.

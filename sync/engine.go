@@ -531,6 +531,7 @@ func (e *Engine) Status() []ResourceStatus {
 	out := make([]ResourceStatus, len(v.watchers))
 	for i, w := range v.watchers {
 		out[i] = w.status(snap, e.staleAfter)
+		out[i].LastRuleError = w.publicFailures(out[i].LastRuleError)
 	}
 	return out
 }

@@ -70,9 +70,12 @@ const (
 // ExplainedObject is one object behind a step's values.
 type ExplainedObject struct {
 	Resource string // the resource entry
-	Key      string // object key: namespace/name, or name
+	// Key is the object's key: namespace/name, or name, never prefixed
+	// by its cluster.
+	Key string
 	// Cluster is the cluster the object is of, for a plan that reads
-	// several ("" otherwise); Key then begins with it, "west:ns/name".
+	// several ("" otherwise): objects of one Key in several clusters are
+	// each listed, each with its Cluster.
 	Cluster         string
 	ResourceVersion string // of the object, as its values were read
 	// Created is the object's creationTimestamp (zero when unknown): on
@@ -111,7 +114,9 @@ func (v *view) explainStep(index string, keys []string, cluster string, narrow b
 // chain; narrowed by t.At, and by t.Cluster to that cluster's part and
 // objects of the last step), and tells for each step which objects gave its
 // values, with their resourceVersions, from one state of the indexes.
-// Unknown index or chain: a step with ExplainUnknownIndex.
+// Unknown index or chain: a step with ExplainUnknownIndex. An object is
+// named by its key, namespace/name, and, of a plan that reads several
+// clusters, by its Cluster beside it.
 //
 // Explain is for people: it is not on a lookup's path. It reads every
 // object of each step's resource, a few milliseconds per 10,000 objects,
@@ -175,53 +180,11 @@ func (e *Engine) Explain(t Target) Explanation {
 			for _, k := range snap.Conflicts(ix) {
 				conflicts[k] = true
 			}
-			claims := x.Claims(ix, keys)
 			resource := ""
 			if w != nil {
 				resource = w.plan.Name
 			}
-			for _, k := range keys {
-				if conflicts[k] {
-					st.Conflicts = append(st.Conflicts, k)
-				}
-				// Searched once per value of each object: sorted (a
-				// key's answer is), and its hints' tags by value, read
-				// once for the key, so that a key of many values costs
-				// its values, not their square.
-				answer := answers[k]
-				if !slices.IsSorted(answer) {
-					answer = slices.Sorted(slices.Values(answer))
-				}
-				var tags map[string][]string
-				for _, c := range claims[k] {
-					if narrow && v.clusterOf(c.Object) != t.Cluster {
-						continue // another cluster's: not of this part
-					}
-					o := ExplainedObject{Resource: resource, Key: c.Object, Cluster: v.clusterOf(c.Object), ResourceVersion: c.Meta.Version,
-						IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
-					if c.Meta.Created > 0 {
-						o.Created = time.Unix(c.Meta.Created, 0).UTC()
-					}
-					for _, v := range o.Values {
-						if _, ok := slices.BinarySearch(answer, v); !ok {
-							o.Unanswered = append(o.Unanswered, v)
-						}
-					}
-					switch {
-					case len(o.Unanswered) == 0:
-					case c.Shadowed:
-						o.Why = ExplainShadowed
-					case conflicts[k] && !c.Chosen:
-						o.Why = ExplainYounger
-					case t.At != (Locality{}):
-						if tags == nil {
-							tags = tagsByValue(snap.Hints(ix, k))
-						}
-						o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")" + hintedFor(tags, o.Unanswered)
-					}
-					st.Objects = append(st.Objects, o)
-				}
-			}
+			v.explainObjects(x, ix, &st, explainPart{t: t, narrow: narrow, resource: resource, answers: answers, conflicts: conflicts})
 			if len(st.Values) == 0 {
 				switch {
 				case !st.Synced:
@@ -245,6 +208,70 @@ func (e *Engine) Explain(t Target) Explanation {
 		}
 	})
 	return out
+}
+
+// explainPart is what explainObjects needs of the step it fills: the
+// target explained, whether the step is narrowed to t.Cluster, its
+// resource entry, what each key looked up answers and its keys in
+// conflict.
+type explainPart struct {
+	t         Target
+	narrow    bool
+	resource  string
+	answers   map[string][]string
+	conflicts map[string]bool
+}
+
+// explainObjects fills st's Objects (and Conflicts) with the claimants
+// of its keys in ix: each object's key and cluster apart, of the
+// step's cluster alone when narrowed, with the values its key does not
+// answer and why.
+func (v *view) explainObjects(x *indexer.Explainer, ix indexer.Index, st *ExplainStep, p explainPart) {
+	snap, t := x.Snapshot(), p.t
+	claims := x.Claims(ix, st.Keys)
+	for _, k := range st.Keys {
+		if p.conflicts[k] {
+			st.Conflicts = append(st.Conflicts, k)
+		}
+		// Searched once per value of each object: sorted (a key's
+		// answer is), and its hints' tags by value, read once for the
+		// key, so that a key of many values costs its values, not their
+		// square.
+		answer := p.answers[k]
+		if !slices.IsSorted(answer) {
+			answer = slices.Sorted(slices.Values(answer))
+		}
+		var tags map[string][]string
+		for _, c := range claims[k] {
+			cluster, key := v.splitKey(c.Object)
+			if p.narrow && cluster != t.Cluster {
+				continue // another cluster's: not of this part
+			}
+			o := ExplainedObject{Resource: p.resource, Key: key, Cluster: cluster, ResourceVersion: c.Meta.Version,
+				IndexKey: k, Values: slices.Clip(slices.Compact(slices.Sorted(slices.Values(c.Values)))), Chosen: c.Chosen, Fallback: c.Fallback}
+			if c.Meta.Created > 0 {
+				o.Created = time.Unix(c.Meta.Created, 0).UTC()
+			}
+			for _, v := range o.Values {
+				if _, ok := slices.BinarySearch(answer, v); !ok {
+					o.Unanswered = append(o.Unanswered, v)
+				}
+			}
+			switch {
+			case len(o.Unanswered) == 0:
+			case c.Shadowed:
+				o.Why = ExplainShadowed
+			case p.conflicts[k] && !c.Chosen:
+				o.Why = ExplainYounger
+			case t.At != (Locality{}):
+				if tags == nil {
+					tags = tagsByValue(snap.Hints(ix, k))
+				}
+				o.Why = ExplainElsewhere + " (" + strings.Join(t.At.prefer(), ", ") + ")" + hintedFor(tags, o.Unanswered)
+			}
+			st.Objects = append(st.Objects, o)
+		}
+	}
 }
 
 // Conflict is the keys in conflict of one unique index.

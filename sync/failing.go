@@ -24,9 +24,28 @@ type ruleFailure struct {
 // RuleFailure is the last rule error of an index that still holds: the
 // object it failed for, what it said and when.
 type RuleFailure struct {
+	// Object is the object's key: namespace/name, or name when
+	// cluster-scoped, never prefixed by its cluster.
 	Object string
 	Error  string
 	At     time.Time
+	// Cluster is the object's cluster, for a plan that reads several
+	// ("" otherwise).
+	Cluster string
+}
+
+// publicFailures returns failures of w's set (a copy the caller owns, as
+// counts returns) as the engine gives them: each object's key without
+// w's cluster prefix, w's cluster beside it.
+func (w *watcher) publicFailures(last map[string]RuleFailure) map[string]RuleFailure {
+	if w.keyPrefix == "" {
+		return last
+	}
+	for index, rf := range last {
+		rf.Object, rf.Cluster = strings.TrimPrefix(rf.Object, w.keyPrefix), w.clusterName
+		last[index] = rf
+	}
+	return last
 }
 
 // failingSet holds, per public index, the objects whose rule fails now.

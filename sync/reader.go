@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/iidp/metasync/indexer"
@@ -39,13 +38,16 @@ type Reader interface {
 	// Chains describes every chain, sorted by name.
 	Chains() []ChainInfo
 	// IndexFields returns the projected fields of the objects behind key
-	// in the named index, ordered by object key. It fails when the index
-	// is unknown or its resource declares no fields.
+	// in the named index, ordered by object key, then cluster. It fails
+	// when the index is unknown or its resource declares no fields.
 	IndexFields(index, key string) ([]ObjectFields, error)
 	// ResourceFields returns the projected fields of the named objects of
 	// a resource (of all its objects when none is named), ordered by
-	// object key; an object that does not exist is left out. It fails when
-	// the resource is unknown or declares no fields.
+	// object key, then cluster; an object that does not exist is left
+	// out. Of a config that reads several clusters, a key names the
+	// object in each cluster that has it, and "CLUSTER:namespace/name"
+	// that cluster's alone (see Engine.ResourceFields). It fails when the
+	// resource is unknown or declares no fields.
 	ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error)
 	// Subscribe follows a key, a chain key or a whole index as it changes
 	// (see Engine.Subscribe).
@@ -91,10 +93,13 @@ type ChainInfo struct {
 
 // ObjectFields is one object's projected fields (its resource's `fields`).
 type ObjectFields struct {
-	Key  string // object key: namespace/name, or name when cluster-scoped
+	// Key is the object's key: namespace/name, or name when
+	// cluster-scoped, never prefixed by its cluster.
+	Key  string
 	JSON string // a JSON object, field name to value; a missing value is left out
 	// Cluster is the cluster the object is of, for a plan that reads
-	// several ("" otherwise); Key then begins with it, "west:ns/name".
+	// several ("" otherwise): one Key may name an object in each of
+	// several clusters, each its own ObjectFields.
 	Cluster string
 }
 
@@ -366,7 +371,7 @@ func (e *Engine) Chains() []ChainInfo {
 }
 
 // IndexFields returns the projected fields of the objects behind key in
-// the named index, ordered by object key, on one snapshot.
+// the named index, ordered by object key, then cluster, on one snapshot.
 func (e *Engine) IndexFields(index, key string) ([]ObjectFields, error) {
 	v, snap := e.view()
 	return indexFields(v, snap, index, key)
@@ -385,15 +390,31 @@ func indexFields(v *view, snap *indexer.Snapshot, index, key string) ([]ObjectFi
 	out := make([]ObjectFields, 0, len(keys))
 	for _, k := range keys {
 		if p, found := snap.Payload(w.src, k); found {
-			out = append(out, ObjectFields{Key: k, JSON: p.(string), Cluster: v.clusterOf(k)})
+			cluster, objectKey := v.splitKey(k)
+			out = append(out, ObjectFields{Key: objectKey, JSON: p.(string), Cluster: cluster})
 		}
+	}
+	if len(v.plan.Clusters) > 0 {
+		slices.SortFunc(out, compareObjects) // keys apart from their clusters
 	}
 	return out, nil
 }
 
+// compareObjects orders objects by key, then cluster.
+func compareObjects(a, b ObjectFields) int {
+	if c := strings.Compare(a.Key, b.Key); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Cluster, b.Cluster)
+}
+
 // ResourceFields returns the projected fields of the named objects of a
 // resource, or of all of them when none is named, ordered by object key,
-// on one snapshot.
+// then cluster, on one snapshot. Of a plan that reads several clusters,
+// an object key (namespace/name, or name) names the object in each
+// cluster that has it, each answered with its Cluster; prefixed by one
+// of the plan's clusters and a colon ("west:ns/name"), it names that
+// cluster's alone. The keys answered are never prefixed.
 func (e *Engine) ResourceFields(resource string, objectKeys ...string) ([]ObjectFields, error) {
 	v, snap := e.view()
 	return resourceFields(v, snap, resource, objectKeys...)
@@ -408,35 +429,24 @@ func resourceFields(v *view, snap *indexer.Snapshot, resource string, objectKeys
 		return nil, fmt.Errorf("resource %s declares no fields", resource)
 	}
 	var out []ObjectFields
+	add := func(k string, p any) {
+		cluster, objectKey := v.splitKey(k)
+		out = append(out, ObjectFields{Key: objectKey, JSON: p.(string), Cluster: cluster})
+	}
 	if len(objectKeys) == 0 {
 		out = make([]ObjectFields, 0, snap.ObjectCount(w.src))
-		snap.Payloads(w.src, func(k string, p any) { out = append(out, ObjectFields{Key: k, JSON: p.(string)}) })
+		snap.Payloads(w.src, add)
 	} else {
 		for _, k := range objectKeys {
-			if p, found := snap.Payload(w.src, k); found {
-				out = append(out, ObjectFields{Key: k, JSON: p.(string)})
-				continue
-			}
-			// Of a plan that reads several clusters, a key without its
-			// cluster ("namespace/name") names the object in each.
-			if strings.Contains(k, ":") {
-				continue
-			}
-			for _, part := range w.parts {
-				if part.keyPrefix == "" {
-					continue
-				}
-				if p, found := snap.Payload(w.src, part.keyPrefix+k); found {
-					out = append(out, ObjectFields{Key: part.keyPrefix + k, JSON: p.(string)})
+			for _, stored := range v.storedKeys(w, k) {
+				if p, found := snap.Payload(w.src, stored); found {
+					add(stored, p)
 				}
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	out = slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key })
-	for i := range out {
-		out[i].Cluster = v.clusterOf(out[i].Key)
-	}
+	slices.SortFunc(out, compareObjects)
+	out = slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key && a.Cluster == b.Cluster })
 	return out, nil
 }
 
@@ -500,7 +510,7 @@ func decode[T any](objs []ObjectFields, err error) ([]T, error) {
 }
 
 // Objects decodes into T the projected fields of every object behind key
-// in the named index, ordered by object key. T is a struct whose json tags
+// in the named index, ordered by object key, then cluster. T is a struct whose json tags
 // name the fields (a field `name: metadata.name` gives each its name).
 func Objects[T any](r Reader, index, key string) ([]T, error) {
 	return decode[T](r.IndexFields(index, key))
@@ -508,7 +518,9 @@ func Objects[T any](r Reader, index, key string) ([]T, error) {
 
 // Object decodes into T the projected fields of one object of a resource,
 // by object key (namespace/name, or name); found is false when there is no
-// such object.
+// such object. Of a plan that reads several clusters, a key that names an
+// object in several gives the first cluster's by name; "west:ns/name"
+// names west's (see Engine.ResourceFields).
 func Object[T any](r Reader, resource, objectKey string) (v T, found bool, err error) {
 	objs, err := decode[T](r.ResourceFields(resource, objectKey))
 	if err != nil || len(objs) == 0 {
@@ -518,7 +530,7 @@ func Object[T any](r Reader, resource, objectKey string) (v T, found bool, err e
 }
 
 // List decodes into T the projected fields of every object of a resource,
-// ordered by object key.
+// ordered by object key, then cluster.
 func List[T any](r Reader, resource string) ([]T, error) {
 	return decode[T](r.ResourceFields(resource))
 }

@@ -67,12 +67,12 @@ func TestServeTwoClusters(t *testing.T) {
 	// Explained, narrowed to west: west's part and west's objects only;
 	// not narrowed: both, with every cluster's state.
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west&explain=true"); a.code != 200 ||
-		!strings.Contains(a.raw, `"values":["w1:80"]`) || !strings.Contains(a.raw, `"key":"west:`+ns+`/w1"`) || strings.Contains(a.raw, `east:`) ||
+		!strings.Contains(a.raw, `"values":["w1:80"]`) || !strings.Contains(a.raw, `"key":"`+ns+`/w1","cluster":"west"`) || strings.Contains(a.raw, `"cluster":"east"`) ||
 		!strings.Contains(a.raw, `"clusters":{"west":{"synced":true,"stale":false}}`) {
 		t.Fatalf("explained, narrowed to west: %d %s", a.code, a.raw)
 	}
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?explain=true"); a.code != 200 ||
-		!strings.Contains(a.raw, `"key":"west:`+ns+`/w1"`) || !strings.Contains(a.raw, `"key":"east:`+ns+`/e1"`) ||
+		!strings.Contains(a.raw, `"key":"`+ns+`/w1","cluster":"west"`) || !strings.Contains(a.raw, `"key":"`+ns+`/e1","cluster":"east"`) ||
 		!strings.Contains(a.raw, `"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":false}}`) {
 		t.Fatalf("explained: %d %s", a.code, a.raw)
 	}
@@ -127,7 +127,7 @@ func TestServeTwoClusters(t *testing.T) {
 
 	// A route that does not narrow by cluster refuses to seem to.
 	for _, path := range []string{"/v1/indexes?cluster=west", "/v1/indexes/app-to-addr/keys?cluster=west", "/v1/clusters?cluster=west"} {
-		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers only") {
+		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers, and picks an object's cluster") {
 			t.Fatalf("%s: %d %s", path, a.code, a.raw)
 		}
 	}

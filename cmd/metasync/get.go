@@ -35,7 +35,7 @@ func get(args []string, stdout, stderr io.Writer) error {
 	zone := fs.String("zone", "", "with a KEY: ask as a caller in this zone (topology-aware answers, from an index's hints)")
 	node := fs.String("node", "", "with a KEY: ask as a caller on this node (topology-aware answers, from an index's hints)")
 	objects := fs.Bool("objects", false, "with INDEX KEY: print the objects behind the key, with their projected fields, one JSON line each")
-	resource := fs.String("resource", "", "with a KEY: print the projected fields of the object of this resource entry whose key (namespace/name, or name) is KEY, one JSON line")
+	resource := fs.String("resource", "", "with a KEY: print the projected fields of the object of this resource entry whose key (namespace/name, or name) is KEY, one JSON line (with clusters:, one per cluster that has it; CLUSTER:KEY names one cluster's)")
 	explain := fs.Bool("explain", false, "with INDEX KEY or --chain CHAIN KEY: print where the answer comes from, as a tree: each index the lookup follows, its keys and values, and the objects (with resourceVersion) that gave them; a conflict on a unique index lists every claimant and marks the one answered")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -199,7 +199,11 @@ func indexes(args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintln(stdout, "\nFAILING: objects that add nothing to an index, its rule failing for them; the last of each index:")
 				first = false
 			}
-			fmt.Fprintf(stdout, "  %s: %d object(s); last %s at %s: %s\n", ix.Name, ix.Failing, rf.Object, rf.At.Format(time.RFC3339), rf.Error)
+			object := printable(rf.Object)
+			if rf.Cluster != "" {
+				object += " in cluster " + rf.Cluster
+			}
+			fmt.Fprintf(stdout, "  %s: %d object(s); last %s at %s: %s\n", ix.Name, ix.Failing, object, rf.At.Format(time.RFC3339), rf.Error)
 		}
 	}
 	if conflicts > 0 {
@@ -260,7 +264,9 @@ func noteState(synced *bool, stale bool, stderr io.Writer) {
 }
 
 // printObject prints one object's projected fields as a JSON line,
-// {"key":...,"fields":{...}}.
+// {"key":...,"fields":{...}} ("cluster" too, of a config with
+// clusters:); a key that names an object in several clusters, a line
+// each.
 func (c *client) printObject(resource, key string, stdout, stderr io.Writer) error {
 	var ans wire.Object
 	if err := c.getJSON("get", "/v1/resources/"+pathSegment(resource)+"/objects/"+pathSegment(key), &ans, stderr); err != nil {
@@ -270,8 +276,16 @@ func (c *client) printObject(resource, key string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "metasync get: %s answered without fields: not an object\n", c.base)
 		return exitError{1}
 	}
-	line, _ := json.Marshal(wire.ObjectFields{Key: ans.Key, Fields: ans.Fields})
-	fmt.Fprintf(stdout, "%s\n", line)
+	objs := ans.Objects
+	if len(objs) == 0 {
+		objs = []wire.ObjectFields{{Key: ans.Key, Cluster: ans.Cluster, Fields: ans.Fields}}
+	}
+	for _, o := range objs {
+		line, _ := json.Marshal(o)
+		if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+			return err
+		}
+	}
 	noteState(nil, ans.Stale, stderr)
 	return nil
 }
@@ -517,11 +531,11 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 		// An object that gives a key both values and fallback values
 		// (an EndpointSlice with ready and terminating endpoints) is
 		// one line: its values, then its fallback's.
-		type claim struct{ resource, key, indexKey string }
+		type claim struct{ resource, key, cluster, indexKey string }
 		var order []claim
 		byClaim := map[claim][]wire.StepObject{}
 		for _, o := range st.Objects {
-			c := claim{o.Resource, o.Key, o.IndexKey}
+			c := claim{o.Resource, o.Key, o.Cluster, o.IndexKey}
 			if _, seen := byClaim[c]; !seen {
 				order = append(order, c)
 			}
@@ -543,7 +557,11 @@ func (c *client) printExplained(path string, stdout, stderr io.Writer) error {
 				return 1
 			})
 			o := parts[0]
-			line := fmt.Sprintf("%s%s %s %s (resourceVersion %s", indent, b, o.Resource, printable(o.Key), printable(o.ResourceVersion))
+			line := fmt.Sprintf("%s%s %s %s (", indent, b, o.Resource, printable(o.Key))
+			if o.Cluster != "" {
+				line += "cluster " + printable(o.Cluster) + ", "
+			}
+			line += "resourceVersion " + printable(o.ResourceVersion)
 			if o.CreationTimestamp != nil {
 				line += ", created " + o.CreationTimestamp.UTC().Format(time.RFC3339)
 			}

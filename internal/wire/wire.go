@@ -124,9 +124,12 @@ type Step struct {
 
 // StepObject is one object behind a step's values.
 type StepObject struct {
-	Resource        string `json:"resource"`
+	Resource string `json:"resource"`
+	// Key is the object's key, namespace/name (or name), never prefixed
+	// by its cluster; Cluster, of a config with clusters:, the cluster
+	// the object is of.
 	Key             string `json:"key"`
-	Cluster         string `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
+	Cluster         string `json:"cluster,omitempty"`
 	ResourceVersion string `json:"resourceVersion"`
 	// CreationTimestamp orders the claimants of a unique index.
 	CreationTimestamp *time.Time `json:"creationTimestamp,omitempty"`
@@ -178,9 +181,11 @@ type Index struct {
 // RuleFailure is a rule that fails for an object: which object, what the
 // rule said, and when.
 type RuleFailure struct {
-	Object string    `json:"object"`
-	Error  string    `json:"error"`
-	At     time.Time `json:"at"`
+	Object string `json:"object"` // namespace/name (or name)
+	// Cluster is the object's, of a config with clusters:.
+	Cluster string    `json:"cluster,omitempty"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
 }
 
 // Indexes is the answer of GET /v1/indexes.
@@ -211,17 +216,25 @@ type Chains struct {
 // Object is the answer of GET /v1/resources/{resource}/objects/{key}: one
 // object's projected fields (its resource entry's `fields`).
 type Object struct {
-	Resource string          `json:"resource"`
-	Key      string          `json:"key"`
-	Cluster  string          `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
-	Fields   json.RawMessage `json:"fields"`
-	Stale    bool            `json:"stale,omitempty"`
+	Resource string `json:"resource"`
+	// Key is the object's key, namespace/name (or name), never prefixed
+	// by its cluster; Cluster, of a config with clusters:, the cluster
+	// the object is of.
+	Key     string          `json:"key"`
+	Cluster string          `json:"cluster,omitempty"`
+	Fields  json.RawMessage `json:"fields"`
+	// Objects, when the key names an object in several clusters (and
+	// ?cluster= names none), is each of them, by cluster name; Key,
+	// Cluster and Fields are then the first's.
+	Objects []ObjectFields `json:"objects,omitempty"`
+	Stale   bool           `json:"stale,omitempty"`
 }
 
-// ObjectFields is one object of an Objects answer.
+// ObjectFields is one object of an Objects answer, or of an Object's
+// several clusters.
 type ObjectFields struct {
-	Key     string          `json:"key"`
-	Cluster string          `json:"cluster,omitempty"` // of a config with clusters: the key's prefix
+	Key     string          `json:"key"` // namespace/name (or name), never prefixed by its cluster
+	Cluster string          `json:"cluster,omitempty"`
 	Fields  json.RawMessage `json:"fields"`
 }
 

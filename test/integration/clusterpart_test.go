@@ -86,6 +86,16 @@ func TestClusterPart(t *testing.T) {
 	expectPart(part(msync.ChainOf("addr-to-peers", "w1:80"), "east"), "e1:80", "same:80")
 	expectPart(part(msync.ChainOf("addr-to-peers", "e1:80"), "west"), "same:80", "w1:80")
 	expectPart(part(msync.ChainOf("addr-to-peers", "nowhere:80"), "west")) // no step answers
+	// Explain names each object by namespace/name, its cluster beside
+	// it: "same" once in each cluster.
+	var named []string
+	for _, o := range e.Explain(msync.KeyOf("app-to-addr", "shop")).Steps[0].Objects {
+		named = append(named, o.Cluster+" "+o.Key)
+	}
+	slices.Sort(named)
+	if want := []string{"east " + ns + "/e1", "east " + ns + "/same", "west " + ns + "/same", "west " + ns + "/w1"}; !slices.Equal(named, want) {
+		t.Fatalf("explained objects %q, want %q", named, want)
+	}
 	if _, err := e.Subscribe(ctx, part(msync.KeyOf("app-to-addr", "shop"), "north")); err == nil {
 		t.Fatal("an unknown cluster subscribed")
 	}

@@ -121,7 +121,7 @@ func New(e Engine, log *slog.Logger) *Server {
 	s.mux.HandleFunc("/v1/chains", s.get(noCluster(s.listChains)))
 	s.mux.HandleFunc("/v1/chains/{chain}/keys", s.get(noCluster(s.chainKeys)))
 	s.mux.HandleFunc("/v1/chains/{chain}/keys/{key...}", s.get(s.resolve))
-	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(noCluster(s.object)))
+	s.mux.HandleFunc("/v1/resources/{resource}/objects/{key...}", s.get(s.object))
 	s.mux.HandleFunc("/v1/sd/chains/{chain}", s.get(s.sdChain))
 	s.mux.HandleFunc("/v1/sd/indexes/{index}", s.get(s.sdIndex))
 	s.mux.HandleFunc("/v1/clusters", s.get(noCluster(s.clusters)))
@@ -218,7 +218,7 @@ func (s *Server) noBody(h http.Handler) http.Handler {
 func noCluster(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if _, given := r.URL.Query()["cluster"]; given {
-			writeError(w, http.StatusBadRequest, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers only: leave it out here")
+			writeError(w, http.StatusBadRequest, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers, and picks an object's cluster in /v1/resources/{resource}/objects/{key}: leave it out here")
 			return
 		}
 		h(w, r)
@@ -241,7 +241,7 @@ func (s *Server) listIndexes(w http.ResponseWriter, _ *http.Request) {
 	for _, ix := range s.engine.Indexes() {
 		wi := wire.Index{Name: ix.Name, Resource: ix.Resource, Keys: ix.Keys, Synced: ix.Synced, Stale: ix.Stale, Failing: ix.Failing, Unique: ix.Unique, Conflicts: ix.Conflicts}
 		if rf := ix.LastRuleError; rf != nil {
-			wi.LastRuleError = &wire.RuleFailure{Object: rf.Object, Error: rf.Error, At: rf.At}
+			wi.LastRuleError = &wire.RuleFailure{Object: rf.Object, Cluster: rf.Cluster, Error: rf.Error, At: rf.At}
 		}
 		ans.Indexes = append(ans.Indexes, wi)
 	}
@@ -478,7 +478,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			for _, index := range slices.Sorted(maps.Keys(st.RuleErrors)) {
 				ih := wire.IndexHealth{Name: index, Failing: st.Failing[index]}
 				if rf, ok := st.LastRuleError[index]; ok {
-					ih.LastRuleError = &wire.RuleFailure{Object: rf.Object, Error: rf.Error, At: rf.At}
+					ih.LastRuleError = &wire.RuleFailure{Object: rf.Object, Cluster: rf.Cluster, Error: rf.Error, At: rf.At}
 				}
 				rh.Indexes = append(rh.Indexes, ih)
 			}

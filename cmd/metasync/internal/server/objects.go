@@ -36,16 +36,25 @@ func (s *Server) chainKeys(w http.ResponseWriter, r *http.Request) {
 	s.unknownChain(w, chain)
 }
 
-// object answers GET /v1/resources/{resource}/objects/{key}.
+// object answers GET /v1/resources/{resource}/objects/{key}. The key is
+// namespace/name (or name); of a config with clusters:, ?cluster=NAME
+// names that cluster's object, and without it a key that names an
+// object in several clusters answers each of them in "objects", the
+// first's fields beside (by cluster name). The engine's own form,
+// CLUSTER:namespace/name, is taken too.
 func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	resource, key := r.PathValue("resource"), r.PathValue("key")
 	if !validKey(w, key) {
 		return
 	}
+	ask, in, ok := s.objectIn(w, r, key)
+	if !ok {
+		return
+	}
 	// The flags are read before the fields, under the same config: a
 	// resource that has not completed a list never answers "no such
 	// object", which it does not know yet.
-	a, err := s.engine.AnswerResourceFields(resource, key)
+	a, err := s.engine.AnswerResourceFields(resource, ask)
 	objs, synced, stale := a.Objects, a.Synced, a.Stale
 	if err != nil {
 		writeError(w, http.StatusNotFound, s.fieldsError(err))
@@ -53,14 +62,44 @@ func (s *Server) object(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(objs) == 0 && !synced {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("resource %s has not completed a list yet: object %q is not known yet", resource, key))
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("resource %s has not completed a list yet: object %q%s is not known yet", resource, key, in))
 		return
 	}
 	if len(objs) == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %s has no object %q (an object key is namespace/name, or name when cluster-scoped)", resource, key))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("resource %s has no object %q%s (an object key is namespace/name, or name when cluster-scoped)", resource, key, in))
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.Object{Resource: resource, Key: objs[0].Key, Cluster: objs[0].Cluster, Fields: json.RawMessage(objs[0].JSON), Stale: stale})
+	ans := wire.Object{Resource: resource, Key: objs[0].Key, Cluster: objs[0].Cluster, Fields: json.RawMessage(objs[0].JSON), Stale: stale}
+	if len(objs) > 1 {
+		for _, o := range objs {
+			ans.Objects = append(ans.Objects, wire.ObjectFields{Key: o.Key, Cluster: o.Cluster, Fields: json.RawMessage(o.JSON)})
+		}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// objectIn reads the cluster of an object route: the key to ask the
+// engine for (CLUSTER:key with ?cluster=NAME, key as it is without) and
+// the words that say in which cluster (" in cluster west", or "" when
+// the key says it or names every cluster's). A key that names another
+// cluster than ?cluster= is a JSON 400, as is what clusterParam refuses.
+func (s *Server) objectIn(w http.ResponseWriter, r *http.Request, key string) (ask, in string, ok bool) {
+	cluster, given, ok := s.clusterParam(w, r)
+	names := s.engine.ClusterNames()
+	prefix, rest, prefixed := strings.Cut(key, ":")
+	prefixed = prefixed && slices.Contains(names, prefix) // the engine's form
+	switch {
+	case !ok:
+		return "", "", false
+	case !given:
+		return key, "", true
+	case prefixed && prefix != cluster:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("object key %q names cluster %s, and cluster=%s another: give one of them", key, prefix, cluster))
+		return "", "", false
+	case prefixed:
+		key = rest
+	}
+	return cluster + ":" + key, " in cluster " + cluster, true
 }
 
 // indexObjects answers GET /v1/indexes/{index}/keys/{key}/objects.
