@@ -136,3 +136,53 @@ func TestAbsentNameFollowsItsOwnKey(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogWatchStartsWithOneRead: a blocking query on
+// /v1/catalog/services starts the catalog's watch, whose subscription
+// begins with one event per key of the index: the watch reads the index
+// once at their end, not once per key.
+func TestCatalogWatchStartsWithOneRead(t *testing.T) {
+	var rc *readCounter
+	base, f, _ := facade(t, func(e *msync.Engine) Engine {
+		rc = &readCounter{Engine: e, keys: map[string]int{}}
+		return rc
+	})
+	var objs [][]byte
+	for i := range 500 {
+		objs = append(objs, slice(fmt.Sprint("s", i), fmt.Sprint("model", i), "10.0.0.1"))
+	}
+	if err := f.Apply("endpointslices", objs...); err != nil {
+		t.Fatal(err)
+	}
+	_, index, _ := get(t, base+"/v1/catalog/services")
+	done := make(chan uint64, 1)
+	go func() {
+		_, i, _ := get(t, base+fmt.Sprintf("/v1/catalog/services?wait=10s&index=%d", index))
+		done <- i
+	}()
+	// Let the watch start and take its subscription's first events.
+	for last, deadline := -1, time.Now().Add(5*time.Second); ; time.Sleep(200 * time.Millisecond) {
+		whole, _ := rc.reads("")
+		if whole == last || time.Now().After(deadline) {
+			break
+		}
+		last = whole
+	}
+	before, _ := rc.reads("")
+	// One read without a wait, one when the watch starts, one at its
+	// subscription's EventSynced.
+	if before > 3 {
+		t.Errorf("%d reads of the whole index to start the catalog's watch on 500 keys, want at most 3", before)
+	}
+	if err := f.Apply("endpointslices", slice("new", "model-new", "10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case i := <-done:
+		if i <= index {
+			t.Errorf("a service added: index %d, want above %d", i, index)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("a service added: the catalog's blocking query went on waiting")
+	}
+}

@@ -241,8 +241,10 @@ func (w *watch) answered(index uint64) (*state, uint64) {
 }
 
 // follow subscribes to what src gives w and reads w again at each event,
-// until ctx ends. A source that is unknown or that a reload removes is
-// subscribed again after the next reload.
+// until ctx ends; the catalog's, whose subscription starts with one
+// snapshot event per key of the index, reads once at their end
+// (EventSynced), not at each. A source that is unknown or that a reload
+// removes is subscribed again after the next reload.
 func (w *watch) follow(ctx context.Context, src Source) {
 	e := w.ws.s.engine
 	for ctx.Err() == nil {
@@ -253,6 +255,9 @@ func (w *watch) follow(ctx context.Context, src Source) {
 					ev, err := sub.Next(ctx)
 					if err != nil || ev.Type == msync.EventGone {
 						break
+					}
+					if ev.Type == msync.EventSnapshot && t.All {
+						continue
 					}
 					w.update()
 				}
