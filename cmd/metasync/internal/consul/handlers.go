@@ -210,9 +210,9 @@ const MaxServiceName = 512
 // an index that the answer has passed, with one this daemon never gave
 // or with ?wait=0; else when the answer's index passes the index, or the
 // wait is over (the same answer, with the index the client sent: never
-// lower than one it holds). A service that is no key of the sources is
-// waited for on the catalog, not followed of its own: names that are no
-// service cost no subscription.
+// lower than one it holds). Every name is followed by its own watch, a
+// name that is no key of the sources too: its query wakes when that key
+// appears, and no other key's change costs it anything.
 func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint string, k watchKey) {
 	p, bad := parseQuery(r)
 	if bad != "" {
@@ -266,28 +266,6 @@ func (s *Server) blocking(w http.ResponseWriter, r *http.Request, endpoint strin
 	defer timer.Stop()
 	staleNow := func() bool { return s.staleNow(k).staleFor(may) }
 	q := &query{s: s, r: r, timer: timer.C, staleNow: staleNow, wasStale: staleNow(), staleCh: s.engine.StaleChanged()}
-	if !k.catalog {
-		// A name that is no key of any source: wait for the catalog to
-		// list it.
-		cat := s.watches.acquire(watchKey{catalog: true})
-		for {
-			st := cat.current()
-			if !st.synced || st.has(k.service) {
-				break
-			}
-			if result := q.wait(st.changed); result != "" {
-				s.watches.release(cat, caller)
-				q.done(result)
-				if result == "gone" {
-					return
-				}
-				st, idx := s.fresh(k)
-				s.answer(w, r, endpoint, k, st, max(idx, p.index), may, st.stales)
-				return
-			}
-		}
-		s.watches.release(cat, caller)
-	}
 	wt := s.watches.acquire(k)
 	defer s.watches.release(wt, caller)
 	result := "changed"

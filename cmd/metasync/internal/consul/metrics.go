@@ -58,7 +58,7 @@ func newMetrics() *metrics {
 func (m *metrics) collectors(s *Server) []prometheus.Collector {
 	watches := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "metasync_consul_watches",
-		Help: "Services (and the catalog) that the Consul facade follows in the engine for blocking queries, those idle for a while included.",
+		Help: "Service names, served or not, (and the catalog) that the Consul facade follows in the engine for blocking queries, those idle for a while included.",
 	}, func() float64 { return float64(s.watches.count.Load()) })
 	limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "metasync_consul_blocking_limit",

@@ -12,8 +12,13 @@ import (
 )
 
 // watches follow the engine for the blocking queries: one watch per
-// service (or the catalog's list of services) that some query waits on,
-// shared by every query of it, with one engine subscription per source.
+// service name (or the catalog's list of services) that some query waits
+// on, shared by every query of it, with one engine subscription per
+// source. A name's watch subscribes to that key alone, whether or not it
+// is a service now: a write wakes it only when it changes that key's
+// answer (a name that is no service, when it becomes one), so that what
+// a name's queries cost is its own key's changes, never the index's. Only
+// the catalog's watch follows every key.
 // A watch whose last query has answered stays a while (idleTTL, at most
 // maxIdle of them, maxIdlePerCaller left by one caller), so that a
 // client's next query, sent as soon as it has its answer, finds it and
@@ -69,9 +74,6 @@ type state struct {
 	names [][]string
 	// changed is closed when a newer state replaces this one.
 	changed chan struct{}
-
-	setOnce gosync.Once
-	set     map[string]bool // the names of every source (the catalog), made at the first has
 }
 
 // staleFor reports whether st's answer, of the sources the caller may
@@ -83,19 +85,6 @@ func (st *state) staleFor(may []bool) bool {
 		}
 	}
 	return false
-}
-
-// has reports whether name is a service of the catalog's state st.
-func (st *state) has(name string) bool {
-	st.setOnce.Do(func() {
-		st.set = map[string]bool{}
-		for _, names := range st.names {
-			for _, n := range names {
-				st.set[n] = true
-			}
-		}
-	})
-	return st.set[name]
 }
 
 // idleTTL is how long a watch with no query stays; maxIdle bounds such
@@ -252,8 +241,10 @@ func (w *watch) answered(index uint64) (*state, uint64) {
 }
 
 // follow subscribes to what src gives w and reads w again at each event,
-// until ctx ends. A source that is unknown or that a reload removes is
-// subscribed again after the next reload.
+// until ctx ends; the catalog's, whose subscription starts with one
+// snapshot event per key of the index, reads once at their end
+// (EventSynced), not at each. A source that is unknown or that a reload
+// removes is subscribed again after the next reload.
 func (w *watch) follow(ctx context.Context, src Source) {
 	e := w.ws.s.engine
 	for ctx.Err() == nil {
@@ -264,6 +255,9 @@ func (w *watch) follow(ctx context.Context, src Source) {
 					ev, err := sub.Next(ctx)
 					if err != nil || ev.Type == msync.EventGone {
 						break
+					}
+					if ev.Type == msync.EventSnapshot && t.All {
+						continue
 					}
 					w.update()
 				}
@@ -296,7 +290,8 @@ func (w *watch) update() {
 }
 
 // subscription is the engine target that tells a watch of k that src's
-// part may have changed: the service's key, or for the catalog every key
+// part may have changed: the service's key (an index key, or a chain's,
+// which follows each step), present or not, or for the catalog every key
 // of the index whose keys are the source's (a chain's first index).
 func (s *Server) subscription(k watchKey, src Source) (msync.Target, bool) {
 	if !k.catalog {
