@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,4 +110,95 @@ func TestClusterStatusFollowsTheLastAttempt(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestClusterComesBackTogether: west, with dropAfter, is refused long
+// enough for its resources' backoffs to grow apart and its part to leave
+// the answers; once it answers again, its two resources come back
+// together: a chain through both does not answer without west for long
+// after the first is back.
+func TestClusterComesBackTogether(t *testing.T) {
+	testenv.Need(t, env)
+	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	west, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer west.Stop()
+	west.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
+	const ns = "come-back-together"
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	proxy, err := testenv.NewProxy("127.0.0.1:0", apiserverAddr(west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	westCfg := throughProxy(west, proxy)
+	westCfg.Timeout = 2 * time.Second
+	putConfigMap(t, west.Kube, ns, "w1", "shop")
+	applyApp(t, west, ns, "shop", "", 0, "m1")
+	plan, err := mschema.Compile(&mschema.Config{
+		Clusters: []mschema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/unused", DropAfter: 2 * time.Second}},
+		Resources: []mschema.Resource{
+			{Name: "configmaps", Version: "v1", Resource: "configmaps", Namespace: ns,
+				Indexes: []mschema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}}},
+			{Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels", Namespace: ns,
+				Indexes: []mschema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}}},
+		},
+		Chains: []mschema.Chain{{Name: "model-to-addr", Indexes: []string{"model-to-app", "app-to-addr"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := runEngineWith(t, plan, env.Config, msync.Options{StaleAfter: time.Second,
+		ClusterConfigs: map[string]*rest.Config{"west": westCfg}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chain := func() []string { return e.Answer(msync.Target{Chain: "model-to-addr", Key: "m1"}).Values }
+	testenv.Eventually(t, "the chain answered", func() string {
+		if got := chain(); !slices.Equal(got, []string{"w1:80"}) {
+			return fmt.Sprintf("%q", got)
+		}
+		return ""
+	})
+	time.Sleep(1500 * time.Millisecond) // the watches established
+	if err := proxy.Refuse(true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "west's part dropped", func() string {
+		if got := chain(); len(got) != 0 {
+			return fmt.Sprintf("%q", got)
+		}
+		return ""
+	})
+	time.Sleep(25 * time.Second) // the backoffs at their longest
+	if err := proxy.Refuse(false); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	var first, both time.Duration
+	for time.Since(back) < 60*time.Second && both == 0 {
+		addr := len(e.Lookup("app-to-addr", "shop")) > 0
+		app := len(e.Lookup("model-to-app", "m1")) > 0
+		if (addr || app) && first == 0 {
+			first = time.Since(back)
+		}
+		if addr && app {
+			both = time.Since(back)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("west back: its first resource after %v, both after %v", first, both)
+	if both == 0 {
+		t.Fatal("west's resources did not come back within a minute")
+	}
+	// Each of the two would otherwise come at the end of its own
+	// backoff, up to 10 s (a list's) or 30 s (a watch's) apart.
+	if both-first > 4*time.Second {
+		t.Errorf("west's resources came back %v apart: the chain answered without west meanwhile", both-first)
+	}
 }
