@@ -9,7 +9,7 @@ GO        ?= go
 BIN       ?= bin
 PKGS       = ./...
 
-.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run first-run-note apply bench bench-micro bench-xds chaos image
+.PHONY: help fuzz all build test unit lint fmt vet staticcheck tidy envtest clean run first-run-note apply stop-apiserver start-apiserver bench bench-micro bench-xds chaos image
 
 ## all: the default: build.
 all: build
@@ -102,16 +102,22 @@ clean:
 ## run builds kube-apiserver and etcd (minutes). Ctrl-C stops everything,
 ## also when the output is piped (make run 2>&1 | tee run.log); with tee
 ## -i (make run 2>&1 | tee -i run.log) tee ignores the Ctrl-C and keeps
-## the stop's messages too.
+## the stop's messages too. CLUSTERS=2 starts a second control plane,
+## west, and serves both: a copy of examples/clusters/config.yaml, east
+## (the first) the daemon's own connection, west read through the reader
+## of examples/clusters/remote-reader.yaml (docs/clusters.md, "Try it
+## with make run").
 LISTEN ?= 127.0.0.1:8080
 XDS_LISTEN ?= 127.0.0.1:18000
 CONFIG ?=
+CLUSTERS ?= 1
 run: first-run-note build
 	@assets=$$(bash hack/envtest-assets.sh) && \
 	  $(GO) build -o $(BIN)/devcluster ./hack/devcluster && \
 	  exec env KUBEBUILDER_ASSETS=$$assets $(BIN)/devcluster --metasync $(BIN)/metasync --listen $(LISTEN) \
-	    --xds-listen "$(XDS_LISTEN)" --bootstrap-out $(BIN)/xds-bootstrap.json \
-	    $(if $(CONFIG),--config $(CONFIG),--config-copy $(BIN)/run-config.yaml) --kubeconfig-out $(BIN)/dev-kubeconfig
+	    --xds-listen "$(XDS_LISTEN)" --bootstrap-out $(BIN)/xds-bootstrap.json --clusters $(CLUSTERS) \
+	    $(if $(CONFIG),--config $(CONFIG),--config-copy $(BIN)/run-config.yaml) --kubeconfig-out $(BIN)/dev-kubeconfig \
+	    --control $(BIN)/devcluster.sock
 
 ## first-run-note: says, before anything is built, what a first run of make run costs.
 first-run-note:
@@ -119,10 +125,24 @@ first-run-note:
 	  echo "==> first run: building metasync, then kube-apiserver v1.37.2 and etcd v3.6.16 from source (about 9 minutes on 2 cores with an empty Go build cache, more on a busy machine; later runs start in seconds)"; fi
 
 ## apply: applies the YAML files FILE (space-separated) to the cluster of a
-## running `make run`, with server-side apply: no kubectl needed.
+## running `make run`, with server-side apply: no kubectl needed. With
+## `make run CLUSTERS=2`, CLUSTER=west applies them to west
+## (bin/dev-kubeconfig-west), CLUSTER=east or none to east.
 FILE ?=
+CLUSTER ?=
 apply:
-	@$(GO) build -o $(BIN)/devcluster ./hack/devcluster && $(BIN)/devcluster apply --kubeconfig $(BIN)/dev-kubeconfig $(FILE)
+	@$(GO) build -o $(BIN)/devcluster ./hack/devcluster && $(BIN)/devcluster apply --kubeconfig $(BIN)/dev-kubeconfig $(if $(CLUSTER),--cluster $(CLUSTER)) $(FILE)
+
+## stop-apiserver: stops the kube-apiserver of cluster CLUSTER (west
+## unless named) of a running `make run CLUSTERS=2` (or east of `make
+## run`): metasync is cut off from it, its etcd keeps the data.
+stop-apiserver:
+	@$(GO) build -o $(BIN)/devcluster ./hack/devcluster && $(BIN)/devcluster apiserver --control $(BIN)/devcluster.sock stop $(or $(CLUSTER),west)
+
+## start-apiserver: starts the kube-apiserver that stop-apiserver stopped
+## again, on its address, with its certificates and data.
+start-apiserver:
+	@$(GO) build -o $(BIN)/devcluster ./hack/devcluster && $(BIN)/devcluster apiserver --control $(BIN)/devcluster.sock start $(or $(CLUSTER),west)
 
 ## bench: metasync side by side with the plain informer on one control
 ## plane; N=100000 for the large run (see BENCHMARKS.md). BENCH_FLAGS

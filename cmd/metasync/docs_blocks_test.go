@@ -70,7 +70,9 @@ var optional = regexp.MustCompile(`\[[^\]]*\]`)
 //     them);
 //   - the xDS walk-through's client lines (`GRPC_XDS_BOOTSTRAP=...`):
 //     the programs exist; hack/devcluster's TestXDSWalkThrough runs them
-//     against make run's program.
+//     against make run's program;
+//   - docs/clusters.md's curl lines, of the walk-through of make run
+//     CLUSTERS=2: hack/devcluster's TestClustersWalkThrough runs them.
 func TestDocsShellBlocks(t *testing.T) {
 	testenv.Need(t, env)
 	root := testenv.Root()
@@ -85,17 +87,8 @@ func TestDocsShellBlocks(t *testing.T) {
 	config := filepath.Join(root, "examples", "appmodel", "config.yaml")
 	addr := testenv.FreeAddr(t)
 	d := start(t, nil, "--config", config, "--kubeconfig", kubeconfig, "--listen", addr)
-	waitReady := func(d *daemon, addr string) {
-		t.Helper()
-		waitHTTP(t, d, addr)
-		testenv.Eventually(t, "ready", func() string {
-			if a := call(t, "GET", base(addr)+"/readyz"); a.code != 200 {
-				return a.raw
-			}
-			return ""
-		})
-	}
-	waitReady(d, addr)
+	dd := &docsDaemon{addr: addr, kubeconfig: kubeconfig}
+	dd.waitReady(t, d, addr)
 	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +97,6 @@ func TestDocsShellBlocks(t *testing.T) {
 	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	pages = append([]string{filepath.Join(root, "README.md")}, pages...)
 	ran := map[string]int{}
-	asked := 0 // get, indexes and version lines run against the daemon
 	for _, page := range pages {
 		name, _ := filepath.Rel(root, page)
 		lines, after := shellLines(t, page)
@@ -119,6 +111,13 @@ func TestDocsShellBlocks(t *testing.T) {
 				}
 			}
 			what := name + ": " + line
+			if name == filepath.Join("docs", "clusters.md") && args[0] == "curl" {
+				// The walk-through of make run CLUSTERS=2 asks two
+				// clusters: hack/devcluster's TestClustersWalkThrough
+				// runs these lines against make run's program.
+				ran[name]++
+				continue
+			}
 			switch {
 			case args[0] == "make" && len(args) > 1:
 				if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(args[1]) + `:`).Match(makefile) {
@@ -146,62 +145,9 @@ func TestDocsShellBlocks(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(root, args[2])); err != nil {
 					t.Errorf("%s: %v", what, err)
 				}
-			case args[0] == "bin/metasync" && len(args) > 1 && args[1] == "serve":
-				flags := args[2:]
-				for j := range flags {
-					if j > 0 && flags[j-1] == "--snapshot-dir" {
-						flags[j] = t.TempDir()
-					}
-				}
-				other := testenv.FreeAddr(t)
-				waitReady(start(t, nil, append(flags, "--kubeconfig", kubeconfig, "--listen", other)...), other)
-			case args[0] == "bin/metasync" && len(args) > 1 && args[1] == "validate":
-				if out, errOut, code := metasync(t, args[1:]...); code != 0 {
-					t.Errorf("%s = exit %d\n%s%s", what, code, out, errOut)
-				}
-			case args[0] == "bin/metasync" && len(args) > 1 && (args[1] == "get" || args[1] == "indexes" || args[1] == "version"):
-				args = args[1:]
-				if len(args) > 1 && args[1] == "--help" {
-					break // TestHelp
-				}
-				if args[0] != "version" {
-					args = append(args, "--server", addr)
-				}
-				asked++
-				if strings.Contains(cmd, "--watch") {
-					lines := followCLI(t, args[1:]...)
-					testenv.Eventually(t, what+": a first answer", func() string {
-						if len(lines()) == 0 {
-							return "nothing yet"
-						}
-						return ""
-					})
-					break
-				}
-				if out, errOut, code := metasync(t, args...); code != 0 || strings.TrimSpace(out) == "" || errOut != "" {
-					t.Errorf("%s = exit %d\n%s%s", what, code, out, errOut)
-				}
+			case args[0] == "bin/metasync" && len(args) > 1 && dd.metasyncLine(t, what, cmd, args):
 			case args[0] == "curl":
-				url := strings.Trim(args[len(args)-1], `'"`)
-				url = strings.Replace(url, "127.0.0.1:8080", addr, 1)
-				if strings.Contains(url, "watch=true") {
-					resp, err := http.Get(url)
-					if err != nil {
-						t.Fatalf("%s: %v", what, err)
-					}
-					first, _ := bufio.NewReader(resp.Body).ReadString('\n')
-					resp.Body.Close()
-					var f struct{ Type string }
-					if resp.StatusCode != 200 || json.Unmarshal([]byte(first), &f) != nil || f.Type != "snapshot" {
-						t.Errorf("%s = %d, first frame %q", what, resp.StatusCode, first)
-					}
-					break
-				}
-				a := call(t, "GET", url)
-				want, shown := strings.CutPrefix(after[i], "# {")
-				if a.code != 200 || shown && strings.TrimSpace(a.raw) != "{"+want {
-					t.Errorf("%s = %d %s, the page shows %s", what, a.code, a.raw, after[i])
-				}
+				dd.curlLine(t, what, args, after[i])
 			default:
 				t.Errorf("%s: no check of this line: add one to TestDocsShellBlocks", what)
 				continue
@@ -210,7 +156,100 @@ func TestDocsShellBlocks(t *testing.T) {
 		}
 	}
 	t.Logf("lines checked per page: %v", ran)
-	if ran["docs/daemon.md"] < 14 || ran["README.md"] < 7 || asked < 12 {
-		t.Errorf("lines checked per page: %v, %d get, indexes and version lines run; want every line of docs/daemon.md's and README.md's blocks", ran, asked)
+	if ran["docs/daemon.md"] < 14 || ran["README.md"] < 7 || dd.asked < 12 {
+		t.Errorf("lines checked per page: %v, %d get, indexes and version lines run; want every line of docs/daemon.md's and README.md's blocks", ran, dd.asked)
+	}
+}
+
+// docsDaemon is the daemon that TestDocsShellBlocks runs the pages'
+// lines against.
+type docsDaemon struct {
+	addr, kubeconfig string
+	asked            int // get, indexes and version lines run against it
+}
+
+// waitReady waits until the daemon d on addr is ready.
+func (dd *docsDaemon) waitReady(t *testing.T, d *daemon, addr string) {
+	t.Helper()
+	waitHTTP(t, d, addr)
+	testenv.Eventually(t, "ready", func() string {
+		if a := call(t, "GET", base(addr)+"/readyz"); a.code != 200 {
+			return a.raw
+		}
+		return ""
+	})
+}
+
+// metasyncLine checks a bin/metasync line (args; cmd as written, without
+// its comment): serve, validate, get, indexes and version; false for
+// another.
+func (dd *docsDaemon) metasyncLine(t *testing.T, what, cmd string, args []string) bool {
+	t.Helper()
+	switch {
+	case args[1] == "serve":
+		flags := args[2:]
+		for j := range flags {
+			if j > 0 && flags[j-1] == "--snapshot-dir" {
+				flags[j] = t.TempDir()
+			}
+		}
+		other := testenv.FreeAddr(t)
+		dd.waitReady(t, start(t, nil, append(flags, "--kubeconfig", dd.kubeconfig, "--listen", other)...), other)
+	case args[1] == "validate":
+		if out, errOut, code := metasync(t, args[1:]...); code != 0 {
+			t.Errorf("%s = exit %d\n%s%s", what, code, out, errOut)
+		}
+	case args[1] == "get" || args[1] == "indexes" || args[1] == "version":
+		args = args[1:]
+		if len(args) > 1 && args[1] == "--help" {
+			break // TestHelp
+		}
+		if args[0] != "version" {
+			args = append(args, "--server", dd.addr)
+		}
+		dd.asked++
+		if strings.Contains(cmd, "--watch") {
+			lines := followCLI(t, args[1:]...)
+			testenv.Eventually(t, what+": a first answer", func() string {
+				if len(lines()) == 0 {
+					return "nothing yet"
+				}
+				return ""
+			})
+			break
+		}
+		if out, errOut, code := metasync(t, args...); code != 0 || strings.TrimSpace(out) == "" || errOut != "" {
+			t.Errorf("%s = exit %d\n%s%s", what, code, out, errOut)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// curlLine checks a curl line (args): 200, and the body that the line
+// after it shows ("# {...}"), if it shows one; a stream (?watch=true) its
+// snapshot frame.
+func (dd *docsDaemon) curlLine(t *testing.T, what string, args []string, after string) {
+	t.Helper()
+	url := strings.Trim(args[len(args)-1], `'"`)
+	url = strings.Replace(url, "127.0.0.1:8080", dd.addr, 1)
+	if strings.Contains(url, "watch=true") {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		first, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		resp.Body.Close()
+		var f struct{ Type string }
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(first), &f) != nil || f.Type != "snapshot" {
+			t.Errorf("%s = %d, first frame %q", what, resp.StatusCode, first)
+		}
+		return
+	}
+	a := call(t, "GET", url)
+	want, shown := strings.CutPrefix(after, "# {")
+	if a.code != 200 || shown && strings.TrimSpace(a.raw) != "{"+want {
+		t.Errorf("%s = %d %s, the page shows %s", what, a.code, a.raw, after)
 	}
 }

@@ -71,13 +71,17 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	// Each cluster's kubeconfig file must be there and name a cluster.
 	clusterConfigs, errs := clusterKubeconfigs(plan)
 	problems = append(problems, errs...)
+	// What the clusters say of each resource's scope: the shape of an
+	// index's default values (the object key) for the chain warnings.
+	var scopes cluster.Scopes
 	if *checkCluster {
 		own, _, err := kube.restConfig()
 		if err != nil {
 			fmt.Fprintln(stderr, "metasync validate --cluster:", err)
 			return exitError{1}
 		}
-		n, errs := checkClusters(plan, own, clusterConfigs, crds)
+		scopes = cluster.Scopes{}
+		n, errs := checkClusters(plan, own, clusterConfigs, crds, scopes)
 		notes, problems = append(notes, n...), append(problems, errs...)
 	}
 	unchecked := 0
@@ -86,10 +90,11 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		unchecked = len(n)
 		notes = append(notes, n...)
 	}
-	for _, n := range notes {
+	warnings, chainNotes := cluster.Advise(plan, crds, scopes)
+	for _, n := range append(notes, chainNotes...) {
 		fmt.Fprintln(stdout, "note:", n)
 	}
-	for _, w := range cluster.Warnings(plan, crds) {
+	for _, w := range warnings {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
 	if len(problems) > 0 {
@@ -155,8 +160,9 @@ func clusterKubeconfigs(plan *schema.Plan) (map[string]*rest.Config, []error) {
 
 // checkClusters checks plan against each cluster it reads (own, without
 // clusters:), each through its kubeconfig (configs) or own: what each
-// cluster's notes and problems are, prefixed by its name.
-func checkClusters(plan *schema.Plan, own *rest.Config, configs map[string]*rest.Config, crds []*cluster.CRD) (notes []string, problems []error) {
+// cluster's notes and problems are, prefixed by its name. It records in
+// scopes whether each resource is namespaced, as the clusters serve it.
+func checkClusters(plan *schema.Plan, own *rest.Config, configs map[string]*rest.Config, crds []*cluster.CRD, scopes cluster.Scopes) (notes []string, problems []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	type check struct {
@@ -177,7 +183,7 @@ func checkClusters(plan *schema.Plan, own *rest.Config, configs map[string]*rest
 		}
 	}
 	for _, c := range checks {
-		n, err := cluster.CheckClusterNamed(ctx, plan, c.name, c.cfg, crds)
+		n, err := cluster.CheckClusterScopes(ctx, plan, c.name, c.cfg, crds, scopes)
 		if c.name != "" {
 			for i := range n {
 				n[i] = "cluster " + c.name + ": " + n[i]

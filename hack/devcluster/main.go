@@ -21,6 +21,16 @@
 // --kubeconfig-out (bin/dev-kubeconfig), removed at the stop, and
 // `devcluster apply FILE...` (`make apply FILE=...`) applies YAML to that
 // cluster with server-side apply: no kubectl is needed to change data.
+//
+// With --clusters 2 (`make run CLUSTERS=2`) it also starts a second
+// control plane, west, and serves examples/clusters/config.yaml: east is
+// the first, west is read through a client certificate of the
+// ServiceAccount of examples/clusters/remote-reader.yaml. West's
+// kubeconfig is at --kubeconfig-out with -west added (`make apply
+// CLUSTER=west`), and `devcluster apiserver stop|start CLUSTER` (`make
+// stop-apiserver`, `make start-apiserver`), through the Unix socket of
+// --control, stops a cluster's kube-apiserver and starts it again (see
+// clusters.go).
 package main
 
 import (
@@ -44,7 +54,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/iidp/metasync/internal/kubeapply"
 )
@@ -89,63 +98,70 @@ const (
 // kubeconfig for `devcluster apply` and kubectl.
 const defaultKubeconfigOut = "bin/dev-kubeconfig"
 
+// options are devcluster's flags.
+type options struct {
+	bin, config, configCopy, listen, xdsListen, bootstrapOut, kubeconfigOut, control string
+	readyTimeout                                                                     time.Duration
+	withServers                                                                      bool
+	clusters                                                                         int
+}
+
+// parseFlags reads devcluster's flags; nil options for -help.
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.bin, "metasync", "bin/metasync", "the metasync binary")
+	fs.StringVar(&o.config, "config", "", "config for metasync serve (edit it while it runs: metasync reloads it); default: a copy of "+exampleConfig+" (with --clusters 2: of "+clustersConfig+") at --config-copy")
+	fs.StringVar(&o.configCopy, "config-copy", "", "where the copy of the example's config goes when --config is not given (make run: bin/run-config.yaml); default: a temporary folder")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
+	fs.StringVar(&o.xdsListen, "xds-listen", "", "also serve xDS here (metasync serve --xds-listen; make run: 127.0.0.1:18000); port 0 picks a free one; empty: no xDS")
+	fs.StringVar(&o.bootstrapOut, "bootstrap-out", "", "with --xds-listen, write an xDS client's bootstrap here (make run: bin/xds-bootstrap.json); default: a temporary folder")
+	fs.DurationVar(&o.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long to wait for metasync serve to be ready before printing the commands to try all the same")
+	fs.BoolVar(&o.withServers, "backends", true, "put gRPC health servers on this host's address behind the example's Services, in place of the made-up addresses of "+routingFile)
+	fs.StringVar(&o.kubeconfigOut, "kubeconfig-out", "", "also write the control plane's kubeconfig here while it runs (for `devcluster apply` and kubectl; make run writes "+defaultKubeconfigOut+"); with --clusters 2, west's beside it, with -west added to its name")
+	fs.IntVar(&o.clusters, "clusters", 1, "1: one control plane; 2: a second one, west, and metasync serves both (a copy of "+clustersConfig+")")
+	fs.StringVar(&o.control, "control", "", "listen here (a Unix socket) for `devcluster apiserver stop|start CLUSTER`, which stops and starts a cluster's kube-apiserver (make run: "+defaultControl+")")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if o.clusters != 1 && o.clusters != 2 {
+		return nil, fmt.Errorf("--clusters %d: 1 or 2", o.clusters)
+	}
+	return o, nil
+}
+
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "apply" {
 		return apply(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bin := fs.String("metasync", "bin/metasync", "the metasync binary")
-	config := fs.String("config", "", "config for metasync serve (edit it while it runs: metasync reloads it); default: a copy of "+exampleConfig+" at --config-copy")
-	configCopy := fs.String("config-copy", "", "where the copy of "+exampleConfig+" goes when --config is not given (make run: bin/run-config.yaml); default: a temporary folder")
-	listen := fs.String("listen", "127.0.0.1:8080", "address of metasync serve; port 0 picks a free one")
-	xdsListen := fs.String("xds-listen", "", "also serve xDS here (metasync serve --xds-listen; make run: 127.0.0.1:18000); port 0 picks a free one; empty: no xDS")
-	bootstrapOut := fs.String("bootstrap-out", "", "with --xds-listen, write an xDS client's bootstrap here (make run: bin/xds-bootstrap.json); default: a temporary folder")
-	readyTimeout := fs.Duration("ready-timeout", defaultReadyTimeout, "how long to wait for metasync serve to be ready before printing the commands to try all the same")
-	withServers := fs.Bool("backends", true, "put gRPC health servers on this host's address behind the example's Services, in place of the made-up addresses of "+routingFile)
-	kubeconfigOut := fs.String("kubeconfig-out", "", "also write the control plane's kubeconfig here while it runs (for `devcluster apply` and kubectl; make run writes "+defaultKubeconfigOut+")")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if len(args) > 0 && args[0] == "apiserver" {
+		return apiserverCmd(args[1:], stdout, stderr)
+	}
+	o, err := parseFlags(args, stderr)
+	if o == nil {
 		return err
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-
-	// Writes to a closed stdout or stderr fail with EPIPE instead of
-	// killing the process: the stop below must run whatever happened to
-	// the terminal or the pipe. (Notify, not Ignore: an ignored signal
-	// would stay ignored in the children.)
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, again := onSignals(say)
 	defer cancel()
-	again := make(chan struct{}) // closed at a second signal: hurry
-	go func() {
-		sig := <-sigs
-		say("\n==> %s: stopping", sig)
-		cancel()
-		<-sigs
-		close(again)
-		for range sigs { // keep them from killing the stop
-		}
-	}()
 
-	addr, err := freeListen(*listen)
+	addr, err := freeListen(o.listen)
 	if err != nil {
 		return err
 	}
 	xdsAddr := ""
-	if *xdsListen != "" {
-		if xdsAddr, err = freeListenXDS(*xdsListen); err != nil {
+	if o.xdsListen != "" {
+		if xdsAddr, err = freeListenXDS(o.xdsListen); err != nil {
 			return err
 		}
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: use `make run`")
 	}
-
 	dir, err := os.MkdirTemp("", "metasync-run-")
 	if err != nil {
 		return err
@@ -156,78 +172,118 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 
-	say("==> starting kube-apiserver and etcd")
-	env := &envtest.Environment{
-		CRDInstallOptions:       envtest.CRDInstallOptions{Paths: []string{"examples/appmodel/crd.yaml"}, ErrorIfPathMissing: true},
-		ControlPlaneStopTimeout: controlPlaneStop,
-	}
-	if err := backstop(env, dir); err != nil {
+	planes, err := startPlanes(ctx, dir, o, say, stderr)
+	defer planes.stop(say, stderr)
+	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	// Stop whatever Start started, also when it failed half way.
-	defer func() {
-		say("==> stopping the control plane")
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(stderr, "devcluster: stop the control plane:", err)
+	east := planes.list[0]
+	servers, err := applyEast(ctx, east, o.withServers, say)
+	if servers != nil {
+		defer servers.stop()
+	}
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	if o.control != "" {
+		closeControl, err := serveControl(o.control, planes, say)
+		if err != nil {
+			return err
+		}
+		defer closeControl()
+	}
+	// The config: a copy that make run owns, unless one was given.
+	if o.config == "" {
+		path := o.configCopy
+		if path == "" {
+			path = filepath.Join(dir, "config.yaml")
+		}
+		if err := planes.copyConfig(path); err != nil {
+			return err
+		}
+		o.config = path
+	}
+	bootstrap := ""
+	if xdsAddr != "" {
+		bootstrap = o.bootstrapOut
+		if bootstrap == "" {
+			bootstrap = filepath.Join(dir, "xds-bootstrap.json")
+		}
+		if err := writeBootstrap(bootstrap, xdsAddr); err != nil {
+			return err
+		}
+		if o.bootstrapOut != "" {
+			defer os.Remove(bootstrap)
+		}
+	}
+	return serve(ctx, again, o, served{addr: addr, xds: xdsAddr, bootstrap: bootstrap, kubeconfig: east.kubeconfig, backends: servers != nil, planes: planes}, say, stdout, stderr)
+}
+
+// onSignals cancels ctx at the first SIGINT, SIGTERM or SIGHUP, and
+// closes again at the second (hurry).
+func onSignals(say func(string, ...any)) (ctx context.Context, cancel context.CancelFunc, again chan struct{}) {
+	// Writes to a closed stdout or stderr fail with EPIPE instead of
+	// killing the process: the stop below must run whatever happened to
+	// the terminal or the pipe. (Notify, not Ignore: an ignored signal
+	// would stay ignored in the children.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, cancel = context.WithCancel(context.Background())
+	again = make(chan struct{})
+	go func() {
+		sig := <-sigs
+		say("\n==> %s: stopping", sig)
+		cancel()
+		<-sigs
+		close(again)
+		for range sigs { // keep them from killing the stop
 		}
 	}()
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		return err
-	}
-	if *kubeconfigOut != "" {
-		if err := os.MkdirAll(filepath.Dir(*kubeconfigOut), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(*kubeconfigOut, env.KubeConfig, 0o600); err != nil {
-			return err
-		}
-		kubeconfig = *kubeconfigOut
-		defer os.Remove(*kubeconfigOut)
-	}
-	say("==> control plane at %s, kubeconfig %s", cfg.Host, kubeconfig)
+	return ctx, cancel, again
+}
 
+// applyEast applies the example's samples and routing to the first
+// control plane, with gRPC servers on this host's address behind the
+// Services when it has one; the servers are nil without.
+func applyEast(ctx context.Context, east *plane, withServers bool, say func(string, ...any)) (*backends, error) {
 	files := []string{"examples/appmodel/samples.yaml", routingFile}
 	objs, err := kubeapply.Objects(files[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var servers *backends
-	if *withServers {
+	if withServers {
 		ip, err := hostIPv4()
 		if err != nil {
 			say("==> no gRPC backends: %v; the Services keep the made-up addresses of %s, which answer no call", err, routingFile)
 		} else {
 			routed, b, err := withBackends(ip, routingFile)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			servers = b
-			defer servers.stop()
 			objs = append(objs, routed...)
 		}
 	}
 	if servers == nil {
 		routed, err := kubeapply.Objects(routingFile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		objs = append(objs, routed...)
 	}
 	applyCtx, applied := context.WithTimeout(ctx, 60*time.Second)
-	err = kubeapply.Apply(applyCtx, cfg, objs...)
+	err = kubeapply.Apply(applyCtx, east.cfg, objs...)
 	applied()
-	if ctx.Err() != nil {
-		return nil
+	if ctx.Err() != nil || err != nil {
+		return servers, err
 	}
-	if err != nil {
-		return err
+	to := ""
+	if east.several {
+		to = " to east"
 	}
-	say("==> applied %v", files)
+	say("==> applied %v%s", files, to)
 	if servers != nil {
 		var lines []string
 		for _, slice := range slices.Sorted(maps.Keys(servers.addrs)) {
@@ -235,45 +291,33 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		say("==> gRPC health servers on this host's address behind the Services of %s (in place of its made-up addresses):\n%s", routingFile, strings.Join(lines, "\n"))
 	}
+	return servers, nil
+}
 
-	// The config: a copy that make run owns, unless one was given.
-	if *config == "" {
-		path := *configCopy
-		if path == "" {
-			path = filepath.Join(dir, "config.yaml")
-		}
-		if err := copyConfig(exampleConfig, path); err != nil {
-			return err
-		}
-		*config = path
-	}
-	bootstrap := ""
-	if xdsAddr != "" {
-		bootstrap = *bootstrapOut
-		if bootstrap == "" {
-			bootstrap = filepath.Join(dir, "xds-bootstrap.json")
-		}
-		if err := writeBootstrap(bootstrap, xdsAddr); err != nil {
-			return err
-		}
-		if *bootstrapOut != "" {
-			defer os.Remove(bootstrap)
-		}
-	}
+// served is what serve runs metasync with, and what its Try block names.
+type served struct {
+	addr, xds, bootstrap, kubeconfig string
+	backends                         bool
+	planes                           *planes
+}
 
+// serve runs metasync serve until ctx ends or it exits, and prints the
+// commands to try once it is ready (or has waited long enough).
+func serve(ctx context.Context, again chan struct{}, o *options, s served, say func(string, ...any), stdout, stderr io.Writer) error {
 	// Still free? Another run may have taken it while the control plane
 	// started.
-	if addr, err = freeListen(addr); err != nil {
+	addr, err := freeListen(s.addr)
+	if err != nil {
 		return err
 	}
-	serveArgs := []string{"serve", "--config", *config, "--kubeconfig", kubeconfig, "--listen", addr}
-	if xdsAddr != "" {
-		if _, err := freeListenXDS(xdsAddr); err != nil {
+	serveArgs := []string{"serve", "--config", o.config, "--kubeconfig", s.kubeconfig, "--listen", addr}
+	if s.xds != "" {
+		if _, err := freeListenXDS(s.xds); err != nil {
 			return err
 		}
-		serveArgs = append(serveArgs, "--xds-listen", xdsAddr)
+		serveArgs = append(serveArgs, "--xds-listen", s.xds)
 	}
-	cmd := exec.Command(*bin, serveArgs...)
+	cmd := exec.Command(o.bin, serveArgs...)
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Its own process group: a terminal's Ctrl-C reaches devcluster, which
@@ -281,24 +325,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// dies with devcluster, whatever kills devcluster.
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", *bin, err)
+		return fmt.Errorf("start %s: %w", o.bin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	defer stopMetasync(cmd, exited, again, say)
 
 	url := "http://" + addr
-	switch err := waitReady(ctx, url, exited, *readyTimeout); {
+	switch err := waitReady(ctx, url, exited, o.readyTimeout); {
 	case errors.Is(err, errExited):
 		return err
 	case ctx.Err() != nil:
 		return nil
 	case err != nil:
 		say("\n==> metasync serve is not ready after %s: %v\n    It keeps running, and answers what it has synced; see its logs above, and: curl -s '%s/readyz?verbose'",
-			*readyTimeout, err, url)
+			o.readyTimeout, err, url)
 		fallthrough
 	default:
-		say("%s", tryBlock(tryInfo{url: url, bin: *bin, kubeconfig: kubeconfig, config: *config, xds: xdsAddr, bootstrap: bootstrap, backends: servers != nil}))
+		info := tryInfo{url: url, bin: o.bin, kubeconfig: s.kubeconfig, config: o.config, xds: s.xds, bootstrap: s.bootstrap, backends: s.backends}
+		if len(s.planes.list) > 1 {
+			say("%s", tryClusters(info, s.planes.list[1]))
+		} else {
+			say("%s", tryBlock(info))
+		}
 	}
 
 	select {
@@ -415,6 +464,7 @@ func apply(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("devcluster apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", defaultKubeconfigOut, "the kubeconfig of the cluster (a running devcluster writes it)")
+	cluster := fs.String("cluster", "", "with make run CLUSTERS=2: apply to this cluster, east (the default) or west, whose kubeconfig is --kubeconfig with -west added")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -424,7 +474,13 @@ func apply(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() == 0 {
 		return errors.New("apply: name one YAML file or more (make apply FILE=x.yaml)")
 	}
+	if *cluster != "" && *cluster != "east" {
+		*kubeconfig += "-" + *cluster
+	}
 	raw, err := os.ReadFile(*kubeconfig)
+	if errors.Is(err, os.ErrNotExist) && *cluster != "" && *cluster != "east" {
+		return fmt.Errorf("apply: no %s: is `make run CLUSTERS=2` running? (or pass --kubeconfig)", *kubeconfig)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("apply: no %s: is `make run` running? (or pass --kubeconfig)", *kubeconfig)
 	}
@@ -440,6 +496,10 @@ func apply(args []string, stdout, stderr io.Writer) error {
 	if err := kubeapply.Files(ctx, cfg, fs.Args()...); err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
-	fmt.Fprintf(stdout, "applied %s\n", strings.Join(fs.Args(), ", "))
+	where := ""
+	if *cluster != "" {
+		where = " to " + *cluster
+	}
+	fmt.Fprintf(stdout, "applied %s%s\n", strings.Join(fs.Args(), ", "), where)
 	return nil
 }

@@ -46,6 +46,13 @@ func tryBlock(i tryInfo) string {
   go run ./examples/appmodel/grpcclient --daemon %[1]s --calls 6   # gRPC calls resolved through this daemon
   KUBECONFIG=%[3]s kubectl get appmodels -n meta-test    # if you have kubectl (deleting needs it)
 `, i.url, i.bin, i.kubeconfig, anotherApp)
+	b.WriteString(tryEnd(i))
+	return b.String()
+}
+
+// tryEnd is the end of a Try block: xDS, the live reload, the stop.
+func tryEnd(i tryInfo) string {
+	var b strings.Builder
 	if i.xds != "" {
 		abs, err := filepath.Abs(i.bootstrap)
 		if err != nil {
@@ -63,6 +70,29 @@ func tryBlock(i tryInfo) string {
 	fmt.Fprintf(&b, `Live reload: edit %s while this runs, and metasync reloads it
 when it is saved (make run CONFIG=my.yaml serves a file of your own).
 Ctrl-C stops everything.`, i.config)
+	return b.String()
+}
+
+// tryClusters is the Try block of two clusters (make run CLUSTERS=2):
+// docs/clusters.md's walk-through, with the run's address and files.
+func tryClusters(i tryInfo, west *plane) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `
+==> metasync serves on %[1]s, for two clusters:
+    east, its own connection (the AppModels, the Services, their slices),
+    west, read through the ServiceAccount of %[2]s
+    (none of the example's objects yet). Try:
+  curl -s %[1]s/v1/clusters
+  curl -s %[1]s/v1/chains/model-to-endpoints/keys/model1
+  make apply FILE=%[3]s    # east: model9's AppModel
+  make apply CLUSTER=west FILE=%[4]s    # west: endpoints of base and another
+  curl -s %[1]s/v1/chains/model-to-endpoints/keys/model9
+  curl -s '%[1]s/v1/chains/model-to-endpoints/keys/model1?cluster=west'
+  make stop-apiserver CLUSTER=west     # west cut off: its part stays, marked stale (--stale-after)
+  make start-apiserver CLUSTER=west    # west back, fresh
+  KUBECONFIG=%[5]s kubectl get endpointslices -n meta-test    # if you have kubectl
+`, i.url, remoteReader, anotherApp, westObjects, west.kubeconfig)
+	b.WriteString(tryEnd(i))
 	return b.String()
 }
 

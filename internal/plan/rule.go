@@ -345,18 +345,14 @@ func (r *Rule) HostPath() (string, bool) {
 	return "", false
 }
 
-// Joins reports whether the rule is a template that joins two or more
-// paths with sep in a literal between them (as '${metadata.namespace}/${metadata.name}'
-// joins with "/").
-func (r *Rule) Joins(sep string) bool {
-	paths, joined := 0, false
+// Literals returns the literal text of a template, its parts between
+// and around the paths, in order; nil for a rule that is one path.
+func (r *Rule) Literals() []string {
+	var out []string
 	for _, p := range r.parts {
-		switch {
-		case p.path != "":
-			paths++
-		case paths > 0 && strings.Contains(p.literal, sep):
-			joined = true
+		if p.path == "" {
+			out = append(out, p.literal)
 		}
 	}
-	return paths >= 2 && joined
+	return out
 }

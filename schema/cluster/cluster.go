@@ -94,6 +94,14 @@ func CheckCluster(ctx context.Context, plan *schema.Plan, cfg *rest.Config, file
 // not read in it (an entry's own clusters: that leaves it out) are not
 // checked there. name "" checks every entry.
 func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg *rest.Config, files []*CRD) (notes []string, err error) {
+	return CheckClusterScopes(ctx, plan, name, cfg, files, nil)
+}
+
+// CheckClusterScopes is CheckClusterNamed that also records in scopes
+// (when not nil) whether each resource that the cluster serves to the
+// plan's entries is namespaced, as its discovery says: what Advise needs
+// to tell the shape of an index's default values (the object key).
+func CheckClusterScopes(ctx context.Context, plan *schema.Plan, name string, cfg *rest.Config, files []*CRD, scopes Scopes) (notes []string, err error) {
 	kube, err := kubejson.New(cfg)
 	if err != nil {
 		return nil, err
@@ -133,6 +141,9 @@ func CheckClusterNamed(ctx context.Context, plan *schema.Plan, name string, cfg 
 					continue
 				}
 				found = true
+				if scopes != nil {
+					scopes[r.GVR.Group+"/"+r.GVR.Resource] = res.Namespaced
+				}
 				for _, verb := range []string{"list", "watch"} {
 					if !slices.Contains(res.Verbs, verb) {
 						p.add(at+".resource", "%s in %s does not support %s", res.Name, gv, verb)

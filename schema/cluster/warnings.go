@@ -12,46 +12,17 @@ import (
 
 // Warnings returns what is valid but likely wrong in the plan, one line
 // each, with its field path: a chain whose step gives values of one shape
-// (namespace/name) to an index keyed by another (metadata.name), which
-// answers [] for every key; an index that answers HOST:PORT values whose
-// host may be a name (see hostWarnings); a resource entry that only
-// optional clusters watch (see optionalOnlyWarnings). crds are the CRD files' definitions (for the
-// scope of a resource whose value is its object key); nil is allowed.
+// (namespace/name) to an index keyed by another (a bare name: a name, a
+// label), which answers [] for every key (see chainWarnings); an index
+// that answers HOST:PORT values whose host may be a name (see
+// hostWarnings); a resource entry that only optional clusters watch (see
+// optionalOnlyWarnings); a dropAfter shorter than --stale-after's
+// default. crds are the CRD files' definitions (for the scope of a
+// resource whose value is its object key); nil is allowed. Advise also
+// takes the scopes a cluster tells, and says what it could not tell.
 func Warnings(p *schema.Plan, crds []*CRD) []string {
-	if p == nil {
-		return nil
-	}
-	type step struct {
-		ix *plan.Index
-		r  *plan.Resource
-	}
-	byName := map[string]step{}
-	for _, r := range plan.Of(p).Resources {
-		for i := range r.Indexes {
-			if ix := &r.Indexes[i]; !ix.Hidden() {
-				byName[ix.Name] = step{ix, r}
-			}
-		}
-	}
-	out := append(hostWarnings(p), optionalOnlyWarnings(p)...)
-	out = append(out, dropAfterWarnings(p)...)
-	for i, ch := range plan.Of(p).Chains {
-		for j := 0; j+1 < len(ch.Indexes); j++ {
-			from, ok1 := byName[ch.Indexes[j]]
-			to, ok2 := byName[ch.Indexes[j+1]]
-			if !ok1 || !ok2 {
-				continue
-			}
-			gives, givesWhat := valueShape(from.ix, from.r, crds)
-			takes, takesWhat := keyShape(to.ix)
-			if gives == "" || takes == "" || gives == takes {
-				continue
-			}
-			out = append(out, fmt.Sprintf("chains[%d].indexes[%d]: %s gives values like %s (%s), but %s is keyed by %s (%s): the chain would answer [] for every key; make the two agree",
-				i, j+1, from.ix.Name, shapeWord[gives], givesWhat, to.ix.Name, shapeWord[takes], takesWhat))
-		}
-	}
-	return out
+	w, _ := Advise(p, crds, nil)
+	return w
 }
 
 // optionalOnlyWarnings warns of each resource entry that only clusters
@@ -121,44 +92,4 @@ func hostWarnings(p *schema.Plan) []string {
 		}
 	}
 	return out
-}
-
-var shapeWord = map[string]string{"joined": "namespace/name", "name": "a name"}
-
-// valueShape is the shape of an index's values: "joined" (namespace/name),
-// "name", or "" when the rule does not show it.
-func valueShape(ix *plan.Index, r *plan.Resource, crds []*CRD) (shape, why string) {
-	if ix.Value == nil {
-		namespaced := r.Namespace != "" || builtinNamespaced[r.GVR.Group+"/"+r.GVR.Resource]
-		if crd := CRDOf(crds, r.GVR.Group, r.GVR.Resource); crd != nil {
-			namespaced = crd.Spec.Scope == "Namespaced"
-		}
-		if namespaced {
-			return "joined", "no value rule: the object key, namespace/name"
-		}
-		return "", ""
-	}
-	return ruleShape(ix.Value, "value")
-}
-
-// keyShape is the shape of an index's keys, as valueShape.
-func keyShape(ix *plan.Index) (shape, why string) { return ruleShape(ix.Key, "key") }
-
-func ruleShape(r *plan.Rule, what string) (shape, why string) {
-	if path, ok := r.SinglePath(); ok && path == "metadata.name" {
-		return "name", what + ": metadata.name"
-	}
-	if r.Joins("/") {
-		return "joined", fmt.Sprintf("%s: %s", what, r.String())
-	}
-	return "", ""
-}
-
-// builtinNamespaced are Kubernetes' namespaced built-in resources that a
-// config commonly watches (group/resource): their object key is
-// namespace/name.
-var builtinNamespaced = map[string]bool{
-	"/pods": true, "/services": true, "/endpoints": true, "/configmaps": true, "/secrets": true, "/serviceaccounts": true,
-	"discovery.k8s.io/endpointslices": true, "apps/deployments": true, "apps/statefulsets": true, "apps/daemonsets": true,
-	"apps/replicasets": true, "batch/jobs": true, "batch/cronjobs": true, "networking.k8s.io/ingresses": true,
 }
