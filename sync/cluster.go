@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -66,11 +67,14 @@ type identity struct {
 	id         string
 	unreadable error
 	verdict    *clusterVerdict // once decided
-	// rereadAt: when reread last read it; pending: the cluster changed
-	// behind its address, and its apiserver's cache served the old one at
-	// the last look; toldStale: that was logged (see rebuilt.go).
-	rereadAt           time.Time
-	pending, toldStale bool
+	// rereadAt: when reread last read it (see rebuilt.go).
+	rereadAt time.Time
+	// pending: the cluster changed behind its address, and its
+	// resources have not listed from scratch yet; toldStale: its
+	// apiserver's cache serving the old one was logged; settling is
+	// held by the one look at a time at the cache (see settleChange).
+	pending, toldStale atomic.Bool
+	settling           gosync.Mutex
 }
 
 // identities are the identities of the clusters of a plan that reads

@@ -39,6 +39,8 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 	if opts.Continue == "" {
 		w.listed.Store(0)
 	}
+	w.listing.Store(true)
+	defer w.listing.Store(false)
 	if opts.Continue == "" && w.listFresh.Swap(false) {
 		opts.ResourceVersion = "0" // the current state, as below
 	}
@@ -386,6 +388,7 @@ func (w *watcher) fail(err error) {
 		w.log.Log(context.Background(), level, "watch trouble", "error", err.Error())
 	}
 	if w.failingSince.IsZero() {
+		w.kicked.Store(false) // an outage begins
 		// A connection found dead by its health check had been silent
 		// that long already: the outage is counted from its start.
 		silent := silentFor(err)
@@ -485,7 +488,7 @@ func (w *watcher) watchEstablished() {
 	defer w.mu.Unlock()
 	if w.lastErr != nil {
 		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
-		if w.recovered != nil {
+		if w.recovered != nil && !w.kicked.Swap(true) {
 			go w.recovered()
 		}
 	}

@@ -289,6 +289,7 @@ func (f *Feed) Apply(resource string, objects ...[]byte) error {
 			w.added.Add(1)
 		}
 	}
+	w.count.Add(int64(tx.Added()))
 	tx.Commit()
 	for _, p := range ps {
 		if p.o == nil {
@@ -312,6 +313,7 @@ func (f *Feed) Delete(resource string, objectKeys ...string) error {
 		tx.Delete(w.keyPrefix + key)
 		w.deleted.Add(1)
 	}
+	w.count.Add(int64(tx.Added()))
 	tx.Commit()
 	for _, key := range objectKeys {
 		w.failing.note(w.keyPrefix+key, nil)

@@ -65,28 +65,35 @@ var errClusterChanged = errors.New("the cluster behind the address changed: list
 // every resource of the cluster that checks it.
 const rereadEvery = 2 * time.Second
 
-// reread reads the identity of the cluster from etcd again, at most once
-// per rereadEvery, and returns the one read before (was) and now; the
+// reread reads the identity of the cluster from etcd again, unless it was
+// read less than maxAge ago, and returns the one read before (was) and now; the
 // same when it did not change or cannot be told (RBAC forbids the read).
 // The first reading only records the identity. kube-system gone where it
 // was known reads as "".
-func (id *identity) reread(ctx context.Context) (was, now string, err error) {
+func (id *identity) reread(ctx context.Context, maxAge time.Duration) (was, now string, err error) {
 	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.fetch == nil || id.unreadable != nil && !apierrors.IsNotFound(id.unreadable) {
-		return "", "", nil
-	}
-	if id.known && time.Since(id.rereadAt) < rereadEvery {
+	fetch := id.fetch
+	// One that RBAC forbids is tried again a minute later (a credential
+	// rotated meanwhile may read it).
+	refused := id.unreadable != nil && !apierrors.IsNotFound(id.unreadable) && time.Since(id.rereadAt) < time.Minute
+	cached := id.known && time.Since(id.rereadAt) < maxAge
+	if fetch == nil || refused || cached {
+		defer id.mu.Unlock()
 		return id.id, id.id, nil
 	}
-	got, err := id.fetch(ctx, false)
+	id.mu.Unlock()
+	// Not under id.mu: the apiserver may take long to answer, and
+	// answers, snapshots and reloads read the identity meanwhile.
+	got, err := fetch(ctx, false)
+	id.mu.Lock()
+	defer id.mu.Unlock()
 	switch {
 	case err == nil:
 	case apierrors.IsNotFound(err) && id.known:
 		got = "" // the namespace is gone: not the cluster it was
 	case permanent(err):
-		id.unreadable = err
-		return "", "", nil
+		id.unreadable, id.rereadAt = err, time.Now()
+		return id.id, id.id, nil
 	default:
 		return "", "", err
 	}
@@ -99,15 +106,9 @@ func (id *identity) reread(ctx context.Context) (was, now string, err error) {
 }
 
 // changing reports a cluster that changed behind its address and whose
-// apiserver still served the old one from its cache at the last look.
-func (id *identity) changing() bool {
-	if id == nil {
-		return false
-	}
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	return id.pending
-}
+// resources have not listed from scratch yet (its apiserver's cache
+// still served the old one at the last look): its answers are stale.
+func (id *identity) changing() bool { return id != nil && id.pending.Load() }
 
 // verifyAfterTrouble checks the cluster before a watch opens at rv, when
 // the watcher had trouble since the last check (see above). It returns
@@ -121,7 +122,7 @@ func (w *watcher) verifyAfterTrouble(ctx context.Context, rv string) error {
 	// enough to be marked stale in time.
 	ctx, cancel := context.WithTimeout(ctx, min(max(w.staleAfter/2, time.Second), 5*time.Second))
 	defer cancel()
-	was, now, err := w.identity.reread(ctx)
+	was, now, err := w.identity.reread(ctx, rereadEvery)
 	if err != nil {
 		return fmt.Errorf("read the cluster's identity: %w", err)
 	}
@@ -160,7 +161,11 @@ func (w *watcher) wentBack(rv string) {
 		return
 	}
 	why := fmt.Sprintf("its resourceVersion went back within a watch: %s after %s (etcd replaced or restored under a running apiserver?)", rv, last)
-	go w.changed(context.Background(), why)
+	ctx := context.Background()
+	if p := w.runCtx.Load(); p != nil {
+		ctx = *p // its requests end with the watcher's run
+	}
+	go w.changed(ctx, why)
 }
 
 // clusterChanged marks every resource of the cluster stale, and lists
@@ -177,10 +182,7 @@ func (e *Engine) clusterChanged(ctx context.Context, cluster, why string) {
 			n++
 		}
 	}
-	id := e.identOf(cluster)
-	id.mu.Lock()
-	id.pending = true
-	id.mu.Unlock()
+	e.identOf(cluster).pending.Store(true)
 	e.clusterLog(cluster).Warn("the cluster behind the address is not the one the answers came from: "+why+"; its answers are marked stale until each of its resources has listed from scratch",
 		"resources", n)
 	e.settleChange(ctx, cluster)
@@ -188,42 +190,72 @@ func (e *Engine) clusterChanged(ctx context.Context, cluster, why string) {
 
 // settleChange lists every resource of a changed cluster from scratch
 // once the apiserver's cache serves the kube-system that etcd has; until
-// then it leaves them stale, to be looked at again by watchIdentities.
+// then it leaves them stale, to be looked at again by watchIdentities. A
+// cluster whose identity cannot be read (RBAC) has no cache to compare:
+// it lists at once.
 func (e *Engine) settleChange(ctx context.Context, cluster string) {
 	id := e.identOf(cluster)
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if !id.pending || id.fetch == nil {
+	if !id.pending.Load() {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	inEtcd, err := id.fetch(rctx, false)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return // the apiserver cannot be asked: again later
-	}
-	cached, err := id.fetch(rctx, true)
-	if err != nil && !apierrors.IsNotFound(err) {
+	id.settling.Lock() // one look at a time
+	defer id.settling.Unlock()
+	if !id.pending.Load() {
 		return
 	}
 	log := e.clusterLog(cluster)
-	if cached != inEtcd || inEtcd == "" {
-		if !id.toldStale {
-			id.toldStale = true
+	inEtcd, cached, err := id.bothReadings(ctx)
+	switch {
+	case err != nil && !permanent(err):
+		return // the apiserver cannot be asked: again later
+	case err != nil:
+		log.Info("the cluster's identity cannot be read, so nor whether the apiserver's cache knows the new cluster: each of its resources lists from scratch now", "error", err.Error())
+	case cached != inEtcd || inEtcd == "":
+		if !id.toldStale.Swap(true) {
 			log.Warn("the apiserver still serves the old cluster from its cache (restart an apiserver left running while its etcd was replaced): the cluster's answers stay stale until it serves the new one",
 				"cachedUID", cached, "etcdUID", inEtcd)
 		}
 		return
+	default:
+		id.mu.Lock()
+		id.known, id.id, id.rereadAt = true, inEtcd, time.Now()
+		id.mu.Unlock()
+		log.Info("the apiserver's cache serves what etcd holds: each of the cluster's resources lists from scratch", "uid", inEtcd)
 	}
-	id.pending, id.toldStale = false, false
-	id.known, id.id, id.rereadAt = true, inEtcd, time.Now()
+	id.toldStale.Store(false)
 	v, _ := e.view()
 	for _, w := range v.watchers {
 		if w.clusterName == cluster {
 			w.listFromScratch()
 		}
 	}
-	log.Info("the apiserver's cache serves what etcd holds: each of the cluster's resources lists from scratch", "uid", inEtcd)
+	id.pending.Store(false)
+}
+
+// bothReadings reads the cluster's identity from etcd and from the
+// apiserver's cache; a namespace not found reads as "". An error says
+// neither can be compared (permanent: never, see permanent).
+func (id *identity) bothReadings(ctx context.Context) (inEtcd, cached string, err error) {
+	id.mu.Lock()
+	fetch := id.fetch
+	id.mu.Unlock()
+	if fetch == nil {
+		return "", "", fmt.Errorf("namespace %s: %w", clusterIDNamespace, errNoUID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for i, cache := range []bool{false, true} {
+		got, err := fetch(ctx, cache)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return "", "", err
+		}
+		if i == 0 {
+			inEtcd = got
+		} else {
+			cached = got
+		}
+	}
+	return inEtcd, cached, nil
 }
 
 // clusterLog is the engine's logger, naming the cluster of a plan that
@@ -261,7 +293,7 @@ func (e *Engine) watchIdentities(ctx context.Context) {
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			was, now, err := w.identity.reread(rctx)
+			was, now, err := w.identity.reread(rctx, 0)
 			cancel()
 			if err == nil && was != now {
 				e.clusterChanged(ctx, w.clusterName, identityWhy(was, now))
@@ -285,14 +317,15 @@ func (w *watcher) listFromScratch() {
 }
 
 // recovered wakes the cluster's other resources that have not been
-// answered since their trouble began: one of them was answered again, so
-// the cluster is back, and its resources return together (listing at
-// once) rather than each at the end of its own backoff, which the
-// reflector's retries of a watch stretch to 30 s.
+// answered since their trouble began, once per outage of from: one of
+// them was answered again, so the cluster is back, and its resources
+// return together (listing at once) rather than each at the end of its
+// own backoff, which the reflector's retries of a watch stretch to 30 s.
+// A resource whose list is under way is left to it.
 func (e *Engine) recovered(from *watcher) {
 	v, _ := e.view()
 	for _, w := range v.watchers {
-		if w == from || w.clusterName != from.clusterName {
+		if w == from || w.clusterName != from.clusterName || w.listing.Load() {
 			continue
 		}
 		w.mu.Lock()
@@ -308,5 +341,13 @@ func (e *Engine) recovered(from *watcher) {
 		if f := w.relistNow.Load(); f != nil {
 			(*f)()
 		}
+	}
+}
+
+// answeredAgain wakes the cluster's other resources (see recovered) the
+// first time the watcher is answered in an outage.
+func (w *watcher) answeredAgain() {
+	if w.recovered != nil && w.lastError() != nil && !w.kicked.Swap(true) {
+		go w.recovered()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -140,6 +141,22 @@ func (w *watcher) resume(ctx context.Context) bool {
 		case <-time.After(delay.Step()):
 		}
 	}
+}
+
+// resumeOrList runs resume with a context that relistNow ends (the
+// cluster changed behind its address, or its others came back: list at
+// once), and reports whether run goes on: to list, or, false, ctx ended.
+func (w *watcher) resumeOrList(ctx context.Context) bool {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var relist atomic.Bool
+	stop := func() { relist.Store(true); cancel() }
+	w.relistNow.Store(&stop)
+	list := w.resume(rctx)
+	if ctx.Err() != nil {
+		return false
+	}
+	return list || relist.Load() || w.listFresh.Load()
 }
 
 // identify reads the identity of the watcher's cluster: the one the

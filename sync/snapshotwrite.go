@@ -78,8 +78,9 @@ func (w *watcher) forSnapshot(verified bool) (rv string, relist, ok bool) {
 	// resource with any is listed at the next start, so that they
 	// are found failing again (a resumed watch would not see them).
 	// Data read through a connection not listed through yet may be
-	// another cluster's (see rotate): listed too.
-	failing := w.failing.any() || w.reconnected.Load()
+	// another cluster's (see rotate), and so is that of a cluster that
+	// changed behind its address and has not listed since: listed too.
+	failing := w.failing.any() || w.reconnected.Load() || w.changing()
 	switch c := w.carried; {
 	case rv == "":
 	case w.listed1():

@@ -127,9 +127,7 @@ func (w *watcher) replace(list []any, rv string) error {
 	w.reconnected.Store(false)
 	w.troubled.Store(false) // a whole list is the cluster's state
 	w.answered.Store(true)
-	if w.recovered != nil && w.lastError() != nil {
-		go w.recovered()
-	}
+	w.answeredAgain()
 	if !w.identity.changing() && w.rebuilt.Swap(false) {
 		w.log.Info("listed from scratch after the cluster changed behind its address: answers current again", "objects", len(objs))
 		w.noteFresh()
@@ -176,8 +174,13 @@ func (w *watcher) warm() bool { return w.restored && !w.dropped.Load() }
 // from a snapshot it has not caught up with yet, or cut off from the
 // apiserver (its watch failing for staleAfter, see cutOff).
 func (w *watcher) stale() bool {
-	return w.cut.Load() || w.rebuilt.Load() || w.staleSnapshot()
+	return w.cut.Load() || w.changing() || w.staleSnapshot()
 }
+
+// changing reports a resource whose cluster changed behind its address
+// and that has not listed from scratch since (see rebuilt.go): a reload
+// that restarts it meanwhile does not make its answers fresh.
+func (w *watcher) changing() bool { return w.rebuilt.Load() || w.identity.changing() }
 
 // staleSnapshot reports a resource that answers from a snapshot and has
 // not caught up with the apiserver yet.

@@ -137,6 +137,12 @@ type watcher struct {
 	// recovered wakes the cluster's other resources (wake) once this one
 	// is answered again. Set before the watcher is used.
 	troubled, rebuilt atomic.Bool
+	// listing: a list is under way (recovered leaves it be); kicked: the
+	// watcher woke the cluster's others in this outage (see
+	// answeredAgain); runCtx is its run's context, which requests made
+	// on its behalf end with.
+	listing, kicked atomic.Bool
+	runCtx          atomic.Pointer[context.Context]
 	// answered: the last request to the apiserver worked (a list, or a
 	// watch established); fail clears it. Clusters reports a cluster
 	// connected by it, where Error keeps the trouble until a watch is
@@ -344,13 +350,14 @@ func (w *watcher) objects(snap *indexer.Snapshot) int {
 // only as the first failure since the backoff was reset.
 func (w *watcher) run(ctx context.Context) {
 	defer w.ended()
+	w.runCtx.Store(&ctx)
 	logger := logr.FromSlogHandler(w.log.Handler())
 	r := cache.NewReflectorWithOptions(lister{w}, &object{}, sink{w}, cache.ReflectorOptions{
 		Name:            w.plan.Name,
 		TypeDescription: w.plan.GVR.String(),
 		Logger:          &logger,
 	})
-	if w.resumeRV != "" && !w.resume(ctx) {
+	if w.resumeRV != "" && !w.resumeOrList(ctx) {
 		return
 	}
 	if w.resumeRV == "" && w.unverified() && w.cluster != nil {
@@ -365,7 +372,7 @@ func (w *watcher) run(ctx context.Context) {
 	if w.identity != nil {
 		// The identity that a check after trouble compares with.
 		idCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, _, _ = w.identity.reread(idCtx)
+		_, _, _ = w.identity.reread(idCtx, rereadEvery)
 		cancel()
 	}
 	delay := newBackoff()
@@ -528,6 +535,8 @@ func (w *watcher) status(snap *indexer.Snapshot, staleAfter time.Duration) Resou
 		st.Reason = "not synced: " + st.Error
 	case !st.Synced:
 		st.Reason = "not synced: first list in progress"
+	case w.changing():
+		st.Reason = "stale: the cluster behind the address changed (rebuilt, or its etcd restored): listing from scratch"
 	case failingLong:
 		st.Reason = fmt.Sprintf("watch failing for %s, no established watch (answers keep what it last knew, marked stale): %s", time.Since(st.ErrorSince).Round(time.Second), st.Error)
 	default:

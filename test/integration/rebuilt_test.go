@@ -117,14 +117,15 @@ func rebuildWest(t *testing.T, crd string, how rebuild) {
 	}
 	// Refused, west's part is stale once StaleAfter has passed; left
 	// running, the apiserver answers from its cache while etcd is away,
-	// and the engine reads west's identity every second once it is back.
+	// and the engine reads west's identity every second once it is back
+	// (one GET, which a loaded machine may take a second to answer).
 	var replacedAt atomic.Int64
 	grace := func(now time.Time) bool {
 		if how.restartAPIServer {
 			return now.Sub(cutAt) > staleAfter+time.Second
 		}
 		at := replacedAt.Load()
-		return at != 0 && now.Sub(time.Unix(0, at)) > identityEvery+time.Second
+		return at != 0 && now.Sub(time.Unix(0, at)) > identityEvery+2*time.Second
 	}
 	watch := watchForGhosts(e, cutAt, grace, ghostAddr, ghostApp)
 	if err := west.ReplaceEtcdData(fill, how.restartAPIServer); err != nil {
