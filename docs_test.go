@@ -72,6 +72,35 @@ func TestDocLinks(t *testing.T) {
 	}
 }
 
+// maxBenchmarksLines bounds BENCHMARKS.md: a reference of the current
+// figures that a user reads, not a diary of every run.
+const maxBenchmarksLines = 800
+
+// TestBenchmarksLength: BENCHMARKS.md holds the current figures in at
+// most maxBenchmarksLines lines, and points to the record of past runs,
+// docs/benchmarks-history.md, where earlier figures go when newer ones
+// replace them.
+func TestBenchmarksLength(t *testing.T) {
+	b, err := os.ReadFile("BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	lines := strings.Count(text, "\n")
+	if !strings.HasSuffix(text, "\n") {
+		lines++
+	}
+	if lines > maxBenchmarksLines {
+		t.Errorf("BENCHMARKS.md has %d lines, more than %d: keep the newest figure of each measure and move the older runs to docs/benchmarks-history.md", lines, maxBenchmarksLines)
+	}
+	if !strings.Contains(text, "(docs/benchmarks-history.md") {
+		t.Error("BENCHMARKS.md does not link to docs/benchmarks-history.md, the record of past runs")
+	}
+	if _, err := os.Stat("docs/benchmarks-history.md"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestDocYAMLBlocks: every yaml block of docs/ is a part of a file of
 // the tree (the reference config examples/appmodel/config.yaml, the
 // manifests of deploy/ or examples/): its lines, without their
