@@ -68,28 +68,7 @@ func TestImage(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	image := fmt.Sprintf("localhost/metasync:test-%d", time.Now().UnixNano())
-	build := exec.Command(filepath.Join(testenv.Root(), "hack", "image.sh"))
-	build.Dir = testenv.Root()
-	build.Env = append(os.Environ(), "IMAGE="+image, "VERSION=image-test", "CONTAINER_ENGINE=podman", "CONTAINERS_CONF="+conf)
-	out, err := build.CombinedOutput()
-	if err != nil {
-		t.Fatalf("hack/image.sh: %v\n%s", err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "binary:") {
-			t.Log(line)
-		}
-	}
-	t.Cleanup(func() { _ = podman(t, conf, "rmi", "-f", image).Run() })
-	if out, err := podman(t, conf, "image", "inspect", "--format", "{{.Size}} {{.Config.User}}", image).Output(); err == nil {
-		t.Logf("image %s: size (bytes) and user: %s", image, strings.TrimSpace(string(out)))
-	}
-	// The OCI runtime that can run a container here (runc where podman's
-	// default, crun, cannot: hybrid cgroups), trying the image's version.
-	if out := pickRuntime(t, conf, image); !strings.Contains(out, "image-test") {
-		t.Fatalf("podman run IMAGE version: %q", out)
-	}
+	image := buildImage(t, conf)
 
 	// The cluster: the AppModel CRD and one AppModel.
 	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
@@ -112,46 +91,10 @@ spec: {type: model, version: "1.7", models: [model1]}
 		t.Fatal(err)
 	}
 
-	// The config as the kubelet mounts a ConfigMap, readable by 65532.
+	// The config as the kubelet mounts a ConfigMap, readable by 65532, the
+	// kubeconfig, and the snapshot folder.
 	addr := testenv.FreeAddr(t)
-	cm := filepath.Join(dir, "config")
-	version := filepath.Join(cm, "..2026_11_30_00")
-	if err := os.MkdirAll(version, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.WriteFile(filepath.Join(version, "config.yaml"), []byte(fmt.Sprintf(`
-server: {listen: "%s"}
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: %s
-    labelSelector: iidp=iidp
-    indexes:
-      - {name: model-to-app, key: spec.models, value: metadata.name}
-`, addr, ns)), 0o644)
-	for _, l := range [][2]string{{"..2026_11_30_00", "..data"}, {"..data/config.yaml", "config.yaml"}} {
-		if err := os.Symlink(l[0], filepath.Join(cm, l[1])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kube := filepath.Join(dir, "kube")
-	_ = os.Mkdir(kube, 0o755)
-	kc, err := os.ReadFile(env.WriteKubeconfig(t, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.WriteFile(filepath.Join(kube, "kubeconfig"), kc, 0o644)
-
-	// The snapshot folder, an emptyDir in the manifests: writable by all.
-	snaps := filepath.Join(dir, "snapshots")
-	if err := os.Mkdir(snaps, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(snaps, 0o777); err != nil { // whatever the umask
-		t.Fatal(err)
-	}
+	cm, kube, snaps := imageMounts(t, dir, addr, ns)
 
 	name := fmt.Sprintf("metasync-test-%d", time.Now().UnixNano())
 	run := podman(t, conf, "run", "--rm", "--name", name, "--network", "host",
@@ -226,4 +169,79 @@ resources:
 	if fi, err := os.Stat(filepath.Join(snaps, "snapshot")); err != nil || fi.Size() == 0 {
 		t.Errorf("no snapshot written by user 65532 at the stop: %v", err)
 	}
+}
+
+// buildImage builds the image (hack/image.sh, as `make image` does) with
+// podman's containers.conf conf, removed when t ends, and checks that it
+// runs here (see pickRuntime); it returns the image's name.
+func buildImage(t *testing.T, conf string) string {
+	image := fmt.Sprintf("localhost/metasync:test-%d", time.Now().UnixNano())
+	build := exec.Command(filepath.Join(testenv.Root(), "hack", "image.sh"))
+	build.Dir = testenv.Root()
+	build.Env = append(os.Environ(), "IMAGE="+image, "VERSION=image-test", "CONTAINER_ENGINE=podman", "CONTAINERS_CONF="+conf)
+	out, err := build.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/image.sh: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "binary:") {
+			t.Log(line)
+		}
+	}
+	t.Cleanup(func() { _ = podman(t, conf, "rmi", "-f", image).Run() })
+	if out, err := podman(t, conf, "image", "inspect", "--format", "{{.Size}} {{.Config.User}}", image).Output(); err == nil {
+		t.Logf("image %s: size (bytes) and user: %s", image, strings.TrimSpace(string(out)))
+	}
+	// The OCI runtime that can run a container here (runc where podman's
+	// default, crun, cannot: hybrid cgroups), trying the image's version.
+	if out := pickRuntime(t, conf, image); !strings.Contains(out, "image-test") {
+		t.Fatalf("podman run IMAGE version: %q", out)
+	}
+	return image
+}
+
+// imageMounts writes, in dir, the folders that the container mounts: the
+// config serving on addr as the kubelet mounts a ConfigMap, readable by
+// 65532; the kubeconfig of the test control plane; the snapshot folder,
+// an emptyDir in the manifests, writable by all.
+func imageMounts(t *testing.T, dir, addr, ns string) (cm, kube, snaps string) {
+	cm = filepath.Join(dir, "config")
+	version := filepath.Join(cm, "..2026_11_30_00")
+	if err := os.MkdirAll(version, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(version, "config.yaml"), []byte(fmt.Sprintf(`
+server: {listen: "%s"}
+resources:
+  - name: appmodels
+    group: iidp.com
+    version: v1
+    resource: appmodels
+    namespace: %s
+    labelSelector: iidp=iidp
+    indexes:
+      - {name: model-to-app, key: spec.models, value: metadata.name}
+`, addr, ns)), 0o644)
+	for _, l := range [][2]string{{"..2026_11_30_00", "..data"}, {"..data/config.yaml", "config.yaml"}} {
+		if err := os.Symlink(l[0], filepath.Join(cm, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kube = filepath.Join(dir, "kube")
+	_ = os.Mkdir(kube, 0o755)
+	kc, err := os.ReadFile(env.WriteKubeconfig(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(kube, "kubeconfig"), kc, 0o644)
+
+	// The snapshot folder, an emptyDir in the manifests: writable by all.
+	snaps = filepath.Join(dir, "snapshots")
+	if err := os.Mkdir(snaps, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(snaps, 0o777); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	return cm, kube, snaps
 }

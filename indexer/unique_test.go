@@ -112,166 +112,220 @@ func TestUniqueMatchesModel(t *testing.T) {
 				defer func(was int) { maxSingles = was }(maxSingles)
 				maxSingles = 1
 			}
-			unique := true
-			spec := func() SourceSpec {
-				// Half the seeds keep the object keys per index key,
-				// where claims are found; the others find them by name
-				// or by reading every object.
-				s := SourceSpec{Name: "src", Indexes: []string{"ix"}, Objects: seed%4 < 2}
-				if unique {
-					s.Unique = []string{"ix"}
-				}
-				return s
-			}
-			s, err := New(spec())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var reported map[string]bool
-			s.OnCommit(func(prev, next *Snapshot, changes []Change) {
-				for _, c := range changes {
-					for _, k := range c.Keys {
-						reported[k] = true
-					}
-				}
-			})
-			m := &claimModel{objects: map[string]modelObject{}}
-			src := s.Source("src")
-			ix, _ := s.Index("ix")
-			objectNames := []string{"ns/a", "ns/b", "ns/c", "ns/d", "xs/b", "xs/c"}
-			check := func(step int, what string, before map[string][]string) {
-				t.Helper()
-				for _, k := range modelKeys {
-					want := m.answer(k, unique)
-					got := ix.Lookup(k)
-					if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-						t.Fatalf("step %d (%s): %s answers %v, want %v (objects %+v) claims %+v chosen %v", step, what, k, got, want, m.objects, src.claims, s.Snapshot().indexes[ix.id].chosen)
-					}
-					// The objects behind the key: its claimants, or, in a
-					// conflict, the one answered.
-					var claimants []string
-					for name, o := range m.objects {
-						if slices.ContainsFunc(o.entries, func(en Entry) bool { return en.Key == k }) {
-							claimants = append(claimants, name)
-						}
-					}
-					sort.Strings(claimants)
-					conflict := unique && len(m.answer(k, true)) != len(m.answer(k, false))
-					if conflict {
-						claimants = []string{oldestOf(m, claimants)}
-					}
-					if objs := s.Snapshot().Objects(ix, k); spec().Objects && !slices.Equal(objs, claimants) && !(len(objs) == 0 && len(claimants) == 0) {
-						t.Fatalf("step %d (%s): objects of %s = %v, want %v", step, what, k, objs, claimants)
-					}
-					changed := !slices.Equal(before[k], got)
-					if before != nil && changed != reported[k] {
-						t.Fatalf("step %d (%s): %s changed %v → %v, reported %v", step, what, k, before[k], got, reported[k])
-					}
-				}
-				want := 0
-				if unique {
-					want = m.conflicts(modelKeys)
-				}
-				if got := s.Snapshot().ConflictCount(ix); got != want {
-					t.Fatalf("step %d (%s): %d keys in conflict, want %d (%v)", step, what, got, want, s.Snapshot().Conflicts(ix))
-				}
-			}
-			answers := func() map[string][]string {
-				out := map[string][]string{}
-				for _, k := range modelKeys {
-					out[k] = slices.Clone(ix.Lookup(k))
-				}
-				reported = map[string]bool{}
-				return out
-			}
+			u := newUniqueRun(t, r, seed)
 			for step := range 300 {
-				before := answers()
+				before := u.answers()
 				what := ""
 				switch op := r.IntN(24); {
 				case op >= 20:
-					// A claimant that moves to another key, with its
-					// name as its value, or another value.
-					name := objectNames[r.IntN(len(objectNames))]
-					o, ok := m.objects[name]
-					if !ok {
-						o = modelObject{meta: Meta{Created: int64(r.IntN(3)), Version: "1"}}
-					}
-					v := objectName(name)
-					if r.IntN(3) == 0 {
-						v = modelValues[r.IntN(len(modelValues))]
-					}
-					o.entries = []Entry{e(modelKeys[r.IntN(len(modelKeys))], v)}
-					m.objects[name] = o
-					tx := src.Begin()
-					tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
-					tx.Commit()
+					u.move()
 					what = "move"
 				case op < 10:
-					tx := src.Begin()
-					for range 1 + r.IntN(3) {
-						name := objectNames[r.IntN(len(objectNames))]
-						if r.IntN(3) == 0 {
-							delete(m.objects, name)
-							tx.Delete(name)
-							continue
-						}
-						o := randomObject(r)
-						if old, ok := m.objects[name]; ok && r.IntN(4) > 0 {
-							o.meta.Created = old.meta.Created // an update
-						}
-						m.objects[name] = o
-						tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
-					}
-					tx.Commit()
+					u.txn()
 					what = "txn"
 				case op < 14:
-					// A relist: some objects changed, some gone.
-					var objs []Object
-					next := map[string]modelObject{}
-					for name, o := range m.objects {
-						if r.IntN(4) == 0 {
-							continue
-						}
-						if r.IntN(3) == 0 {
-							o = randomObject(r)
-						}
-						next[name] = o
-						objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
-					}
-					m.objects = next
-					src.Replace(objs)
+					u.relist()
 					what = "replace"
 				case op < 16:
-					unique = !unique
-					if _, err := s.Reconfigure([]SourceSpec{spec()}, nil); err != nil {
+					u.unique = !u.unique
+					if _, err := u.s.Reconfigure([]SourceSpec{u.spec()}, nil); err != nil {
 						t.Fatal(err)
 					}
-					what = fmt.Sprintf("reconfigure unique=%v", unique)
+					what = fmt.Sprintf("reconfigure unique=%v", u.unique)
 				default:
-					// A rebuild: a fresh store filled in one Replace.
-					s2, err := New(spec())
-					if err != nil {
-						t.Fatal(err)
-					}
-					var objs []Object
-					for name, o := range m.objects {
-						objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
-					}
-					s2.Source("src").Replace(objs)
-					ix2, _ := s2.Index("ix")
-					for _, k := range modelKeys {
-						if got, want := ix2.Lookup(k), ix.Lookup(k); !slices.Equal(got, want) {
-							t.Fatalf("step %d: rebuilt store answers %s %v, incremental %v", step, k, got, want)
-						}
-					}
+					u.rebuild(step)
 					continue
 				}
-				check(step, what, before)
-				if unique {
-					checkExplain(t, s, ix, m)
+				u.check(step, what, before)
+				if u.unique {
+					checkExplain(t, u.s, u.ix, u.m)
 				}
 			}
 		})
+	}
+}
+
+// uniqueObjectNames are the objects of TestUniqueMatchesModel.
+var uniqueObjectNames = []string{"ns/a", "ns/b", "ns/c", "ns/d", "xs/b", "xs/c"}
+
+// uniqueRun is one seed of TestUniqueMatchesModel: a store of one index,
+// unique or not, the model it must match, and the keys its commits
+// reported since the last answers.
+type uniqueRun struct {
+	t        *testing.T
+	r        *rand.Rand
+	seed     uint64
+	unique   bool
+	s        *Store
+	src      *Source
+	ix       Index
+	m        *claimModel
+	reported map[string]bool
+}
+
+// newUniqueRun makes the store of a seed, unique, and records the keys
+// each commit reports.
+func newUniqueRun(t *testing.T, r *rand.Rand, seed uint64) *uniqueRun {
+	u := &uniqueRun{t: t, r: r, seed: seed, unique: true}
+	s, err := New(u.spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.s = s
+	s.OnCommit(func(prev, next *Snapshot, changes []Change) {
+		for _, c := range changes {
+			for _, k := range c.Keys {
+				u.reported[k] = true
+			}
+		}
+	})
+	u.m = &claimModel{objects: map[string]modelObject{}}
+	u.src = s.Source("src")
+	u.ix, _ = s.Index("ix")
+	return u
+}
+
+// spec is the store's source as the run has it now.
+func (u *uniqueRun) spec() SourceSpec {
+	// Half the seeds keep the object keys per index key, where claims are
+	// found; the others find them by name or by reading every object.
+	s := SourceSpec{Name: "src", Indexes: []string{"ix"}, Objects: u.seed%4 < 2}
+	if u.unique {
+		s.Unique = []string{"ix"}
+	}
+	return s
+}
+
+// answers returns every key's answer and forgets the keys reported so far.
+func (u *uniqueRun) answers() map[string][]string {
+	out := map[string][]string{}
+	for _, k := range modelKeys {
+		out[k] = slices.Clone(u.ix.Lookup(k))
+	}
+	u.reported = map[string]bool{}
+	return out
+}
+
+// check: after step, every key answers as the model does, with the
+// objects behind it; the keys whose answer changed since before are those
+// reported; the conflicts are counted right.
+func (u *uniqueRun) check(step int, what string, before map[string][]string) {
+	t, s, ix, m, unique := u.t, u.s, u.ix, u.m, u.unique
+	t.Helper()
+	for _, k := range modelKeys {
+		want := m.answer(k, unique)
+		got := ix.Lookup(k)
+		if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("step %d (%s): %s answers %v, want %v (objects %+v) claims %+v chosen %v", step, what, k, got, want, m.objects, u.src.claims, s.Snapshot().indexes[ix.id].chosen)
+		}
+		// The objects behind the key: its claimants, or, in a conflict,
+		// the one answered.
+		var claimants []string
+		for name, o := range m.objects {
+			if slices.ContainsFunc(o.entries, func(en Entry) bool { return en.Key == k }) {
+				claimants = append(claimants, name)
+			}
+		}
+		sort.Strings(claimants)
+		conflict := unique && len(m.answer(k, true)) != len(m.answer(k, false))
+		if conflict {
+			claimants = []string{oldestOf(m, claimants)}
+		}
+		if objs := s.Snapshot().Objects(ix, k); u.spec().Objects && !slices.Equal(objs, claimants) && !(len(objs) == 0 && len(claimants) == 0) {
+			t.Fatalf("step %d (%s): objects of %s = %v, want %v", step, what, k, objs, claimants)
+		}
+		changed := !slices.Equal(before[k], got)
+		if before != nil && changed != u.reported[k] {
+			t.Fatalf("step %d (%s): %s changed %v → %v, reported %v", step, what, k, before[k], got, u.reported[k])
+		}
+	}
+	want := 0
+	if unique {
+		want = m.conflicts(modelKeys)
+	}
+	if got := s.Snapshot().ConflictCount(ix); got != want {
+		t.Fatalf("step %d (%s): %d keys in conflict, want %d (%v)", step, what, got, want, s.Snapshot().Conflicts(ix))
+	}
+}
+
+// move: a claimant moves to another key, with its name as its value, or
+// another value.
+func (u *uniqueRun) move() {
+	r := u.r
+	name := uniqueObjectNames[r.IntN(len(uniqueObjectNames))]
+	o, ok := u.m.objects[name]
+	if !ok {
+		o = modelObject{meta: Meta{Created: int64(r.IntN(3)), Version: "1"}}
+	}
+	v := objectName(name)
+	if r.IntN(3) == 0 {
+		v = modelValues[r.IntN(len(modelValues))]
+	}
+	o.entries = []Entry{e(modelKeys[r.IntN(len(modelKeys))], v)}
+	u.m.objects[name] = o
+	tx := u.src.Begin()
+	tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+	tx.Commit()
+}
+
+// txn: one transaction of one to three puts and deletes.
+func (u *uniqueRun) txn() {
+	r := u.r
+	tx := u.src.Begin()
+	for range 1 + r.IntN(3) {
+		name := uniqueObjectNames[r.IntN(len(uniqueObjectNames))]
+		if r.IntN(3) == 0 {
+			delete(u.m.objects, name)
+			tx.Delete(name)
+			continue
+		}
+		o := randomObject(r)
+		if old, ok := u.m.objects[name]; ok && r.IntN(4) > 0 {
+			o.meta.Created = old.meta.Created // an update
+		}
+		u.m.objects[name] = o
+		tx.Put(Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+	}
+	tx.Commit()
+}
+
+// relist: a relist, some objects changed, some gone.
+func (u *uniqueRun) relist() {
+	r := u.r
+	var objs []Object
+	next := map[string]modelObject{}
+	for name, o := range u.m.objects {
+		if r.IntN(4) == 0 {
+			continue
+		}
+		if r.IntN(3) == 0 {
+			o = randomObject(r)
+		}
+		next[name] = o
+		objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+	}
+	u.m.objects = next
+	u.src.Replace(objs)
+}
+
+// rebuild: a fresh store filled in one Replace answers as the store
+// written step by step.
+func (u *uniqueRun) rebuild(step int) {
+	t := u.t
+	s2, err := New(u.spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []Object
+	for name, o := range u.m.objects {
+		objs = append(objs, Object{Key: name, Entries: entriesOf(o), Meta: o.meta})
+	}
+	s2.Source("src").Replace(objs)
+	ix2, _ := s2.Index("ix")
+	for _, k := range modelKeys {
+		if got, want := ix2.Lookup(k), u.ix.Lookup(k); !slices.Equal(got, want) {
+			t.Fatalf("step %d: rebuilt store answers %s %v, incremental %v", step, k, got, want)
+		}
 	}
 }
 

@@ -135,38 +135,51 @@ func BenchmarkWriteWhileBusy(b *testing.B) {
 			if busy != "idle" {
 				time.Sleep(100 * time.Millisecond) // a's work under way
 			}
-			const every = time.Millisecond
-			src := s.Source("b")
-			lat := make([]time.Duration, 0, 4096)
-			b.ReportAllocs()
-			b.ResetTimer()
-			base := time.Now()
-			for i := 0; b.Loop(); i++ {
-				from := base.Add(time.Duration(i) * every)
-				if wait := time.Until(from); wait > 0 {
-					time.Sleep(wait)
-					// The timer's slack is no write's: the writes due
-					// after this one move by as much.
-					now := time.Now()
-					base = base.Add(now.Sub(from))
-					from = now
-				}
-				v := strconv.Itoa(i)
-				tx := src.Begin()
-				tx.Put(Object{Key: "ns/b", Entries: [][]Entry{{{Key: "k", Value: v}}}})
-				tx.Commit()
-				for got := ixB.Lookup("k"); len(got) != 1 || got[0] != v; got = ixB.Lookup("k") {
-				}
-				lat = append(lat, time.Since(from))
-			}
-			b.StopTimer()
+			lat := pacedWrites(b, s.Source("b"), ixB)
 			close(stop)
 			<-done
-			slices.Sort(lat)
-			at := func(q float64) float64 { return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))]) }
-			b.ReportMetric(at(0.50), "p50-ns")
-			b.ReportMetric(at(0.99), "p99-ns")
-			b.ReportMetric(float64(lat[len(lat)-1]), "max-ns")
+			reportLatencies(b, lat)
 		})
 	}
+}
+
+// pacedWrites writes to src, one write a millisecond for as long as b
+// loops, and returns the latency of each, from when it was due until ixB
+// answers it, with b's timer stopped before it returns.
+func pacedWrites(b *testing.B, src *Source, ixB Index) []time.Duration {
+	const every = time.Millisecond
+	lat := make([]time.Duration, 0, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	base := time.Now()
+	for i := 0; b.Loop(); i++ {
+		from := base.Add(time.Duration(i) * every)
+		if wait := time.Until(from); wait > 0 {
+			time.Sleep(wait)
+			// The timer's slack is no write's: the writes due
+			// after this one move by as much.
+			now := time.Now()
+			base = base.Add(now.Sub(from))
+			from = now
+		}
+		v := strconv.Itoa(i)
+		tx := src.Begin()
+		tx.Put(Object{Key: "ns/b", Entries: [][]Entry{{{Key: "k", Value: v}}}})
+		tx.Commit()
+		for got := ixB.Lookup("k"); len(got) != 1 || got[0] != v; got = ixB.Lookup("k") {
+		}
+		lat = append(lat, time.Since(from))
+	}
+	b.StopTimer()
+	return lat
+}
+
+// reportLatencies reports the median, the 99th percentile and the longest
+// of lat.
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	at := func(q float64) float64 { return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))]) }
+	b.ReportMetric(at(0.50), "p50-ns")
+	b.ReportMetric(at(0.99), "p99-ns")
+	b.ReportMetric(float64(lat[len(lat)-1]), "max-ns")
 }

@@ -132,37 +132,17 @@ func TestRelistDoesNotBlockOtherSources(t *testing.T) {
 // what its objects say), and the OnCommit function that the commits come
 // one after the other, each naming every key whose answer it changed.
 func TestWritersStress(t *testing.T) {
-	const (
-		sources = 4
-		keys    = 12 // index keys of each index
-		objects = 40 // object keys of each source
-	)
 	ops := 300
 	if testing.Short() {
 		ops = 60
 	}
-	specs := func(withObjects, extra bool) []SourceSpec {
-		var out []SourceSpec
-		for i := range sources {
-			out = append(out, SourceSpec{
-				Name:    fmt.Sprint("s", i),
-				Indexes: []string{fmt.Sprint("s", i, "-plain"), fmt.Sprint("s", i, "-uniq")},
-				Unique:  []string{fmt.Sprint("s", i, "-uniq")},
-				Objects: i == 0 && withObjects,
-			})
-		}
-		if extra {
-			out = append(out, SourceSpec{Name: "x", Indexes: []string{"x"}})
-		}
-		return out
-	}
-	s, err := New(specs(false, false)...)
+	s, err := New(stressSpecs(false, false)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ixs []Index          // every index of the fixed sources
 	unique := map[int]bool{} // their unique ones' ids
-	for i := range sources {
+	for i := range stressSources {
 		for _, suffix := range []string{"-plain", "-uniq"} {
 			ix, ok := s.Index(fmt.Sprint("s", i, suffix))
 			if !ok {
@@ -172,7 +152,7 @@ func TestWritersStress(t *testing.T) {
 			unique[ix.id] = suffix == "-uniq"
 		}
 	}
-	indexKeys := make([]string, keys)
+	indexKeys := make([]string, stressKeys)
 	for k := range indexKeys {
 		indexKeys[k] = fmt.Sprint("k-", k)
 	}
@@ -198,25 +178,6 @@ func TestWritersStress(t *testing.T) {
 	}}
 	s.OnCommit(check.commit)
 
-	object := func(r *rand.Rand, src, o int) Object {
-		name := fmt.Sprint("o-", o)
-		var plain, uniq []Entry
-		for range 1 + r.IntN(3) {
-			plain = append(plain, Entry{Key: indexKeys[r.IntN(keys)], Value: fmt.Sprint("v-", r.IntN(4))})
-		}
-		value := name // names its claimant
-		if r.IntN(3) == 0 {
-			value = fmt.Sprint("w-", r.IntN(3))
-		}
-		uniq = append(uniq, Entry{Key: indexKeys[r.IntN(keys)], Value: value})
-		return Object{
-			Key:     fmt.Sprint("ns", o%2, "/", name),
-			Entries: [][]Entry{plain, uniq},
-			Meta:    Meta{Version: fmt.Sprint(r.Int()), Created: int64(1764000000 + r.IntN(3))},
-			Payload: fmt.Sprint("p-", src, "-", r.IntN(2)),
-		}
-	}
-
 	stop := make(chan struct{})
 	var readers, writers sync.WaitGroup
 	var checked atomic.Int64
@@ -235,46 +196,11 @@ func TestWritersStress(t *testing.T) {
 			}
 		}()
 	}
-	for i := range sources {
+	for i := range stressSources {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			r := rand.New(rand.NewPCG(uint64(i), 1))
-			src := s.Source(fmt.Sprint("s", i))
-			for range ops {
-				switch op := r.IntN(10); {
-				case op < 6:
-					tx := src.Begin()
-					for range 1 + r.IntN(3) {
-						if r.IntN(4) == 0 {
-							tx.Delete(fmt.Sprint("ns", r.IntN(2), "/o-", r.IntN(objects)))
-						} else {
-							o := r.IntN(objects)
-							tx.Put(object(r, i, o))
-						}
-					}
-					tx.Commit()
-				case op < 8:
-					var objs []Object
-					for o := range objects {
-						if r.IntN(4) > 0 {
-							objs = append(objs, object(r, i, o))
-						}
-					}
-					src.Replace(objs)
-				case op < 9:
-					ns := r.IntN(2)
-					var objs []Object
-					for o := ns; o < objects; o += 2 {
-						if r.IntN(3) > 0 {
-							objs = append(objs, object(r, i, o))
-						}
-					}
-					src.ReplaceWithin(fmt.Sprint("ns", ns, "/"), objs)
-				default:
-					src.Replace(nil) // emptied: the next relist builds
-				}
-			}
+			stressWriter(s.Source(fmt.Sprint("s", i)), rand.New(rand.NewPCG(uint64(i), 1)), i, ops, indexKeys)
 		}()
 	}
 	writers.Add(2)
@@ -282,7 +208,7 @@ func TestWritersStress(t *testing.T) {
 		defer writers.Done()
 		r := rand.New(rand.NewPCG(99, 2))
 		for range ops / 10 {
-			if _, err := s.Reconfigure(specs(r.IntN(2) == 0, r.IntN(2) == 0), nil); err != nil {
+			if _, err := s.Reconfigure(stressSpecs(r.IntN(2) == 0, r.IntN(2) == 0), nil); err != nil {
 				t.Error(err)
 				return
 			}
@@ -306,6 +232,94 @@ func TestWritersStress(t *testing.T) {
 	readers.Wait()
 	checkSnapshot(t, s.Snapshot(), indexKeys, unique)
 	t.Logf("%d commits heard, %d snapshots checked", commits.Load(), checked.Load())
+}
+
+// The sources of TestWritersStress, the keys of each index and the
+// objects of each source.
+const (
+	stressSources = 4
+	stressKeys    = 12 // index keys of each index
+	stressObjects = 40 // object keys of each source
+)
+
+// stressSpecs are the sources of TestWritersStress: the first keeps its
+// objects per key if withObjects, and source x is there too if extra.
+func stressSpecs(withObjects, extra bool) []SourceSpec {
+	var out []SourceSpec
+	for i := range stressSources {
+		out = append(out, SourceSpec{
+			Name:    fmt.Sprint("s", i),
+			Indexes: []string{fmt.Sprint("s", i, "-plain"), fmt.Sprint("s", i, "-uniq")},
+			Unique:  []string{fmt.Sprint("s", i, "-uniq")},
+			Objects: i == 0 && withObjects,
+		})
+	}
+	if extra {
+		out = append(out, SourceSpec{Name: "x", Indexes: []string{"x"}})
+	}
+	return out
+}
+
+// stressObject is a random version of object o of source src: entries of
+// its plain index, and one claim of its unique index, most often with its
+// name as the value.
+func stressObject(r *rand.Rand, indexKeys []string, src, o int) Object {
+	name := fmt.Sprint("o-", o)
+	var plain, uniq []Entry
+	for range 1 + r.IntN(3) {
+		plain = append(plain, Entry{Key: indexKeys[r.IntN(stressKeys)], Value: fmt.Sprint("v-", r.IntN(4))})
+	}
+	value := name // names its claimant
+	if r.IntN(3) == 0 {
+		value = fmt.Sprint("w-", r.IntN(3))
+	}
+	uniq = append(uniq, Entry{Key: indexKeys[r.IntN(stressKeys)], Value: value})
+	return Object{
+		Key:     fmt.Sprint("ns", o%2, "/", name),
+		Entries: [][]Entry{plain, uniq},
+		Meta:    Meta{Version: fmt.Sprint(r.Int()), Created: int64(1764000000 + r.IntN(3))},
+		Payload: fmt.Sprint("p-", src, "-", r.IntN(2)),
+	}
+}
+
+// stressWriter writes ops times to src, source number i: transactions,
+// relists of the whole source and of one namespace, and now and then an
+// emptied source.
+func stressWriter(src *Source, r *rand.Rand, i, ops int, indexKeys []string) {
+	for range ops {
+		switch op := r.IntN(10); {
+		case op < 6:
+			tx := src.Begin()
+			for range 1 + r.IntN(3) {
+				if r.IntN(4) == 0 {
+					tx.Delete(fmt.Sprint("ns", r.IntN(2), "/o-", r.IntN(stressObjects)))
+				} else {
+					o := r.IntN(stressObjects)
+					tx.Put(stressObject(r, indexKeys, i, o))
+				}
+			}
+			tx.Commit()
+		case op < 8:
+			var objs []Object
+			for o := range stressObjects {
+				if r.IntN(4) > 0 {
+					objs = append(objs, stressObject(r, indexKeys, i, o))
+				}
+			}
+			src.Replace(objs)
+		case op < 9:
+			ns := r.IntN(2)
+			var objs []Object
+			for o := ns; o < stressObjects; o += 2 {
+				if r.IntN(3) > 0 {
+					objs = append(objs, stressObject(r, indexKeys, i, o))
+				}
+			}
+			src.ReplaceWithin(fmt.Sprint("ns", ns, "/"), objs)
+		default:
+			src.Replace(nil) // emptied: the next relist builds
+		}
+	}
 }
 
 // checkSnapshot checks that each live source's indexes in snap answer

@@ -63,60 +63,9 @@ func TestExplainAndConflicts(t *testing.T) {
 		}
 	}
 
-	// The chain, step by step.
-	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
-"ports":[{"name":"grpc","port":9090}],"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x = fake.Explain(msync.ChainOf("model-to-addresses", "model1"))
-	if !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(x.Steps) != 2 || !x.Synced {
-		t.Fatalf("chain explain: %+v", x)
-	}
-	if st := x.Steps[1]; st.Index != "service-to-addresses" || !slices.Equal(st.Keys, []string{"old"}) || len(st.Objects) != 1 ||
-		st.Objects[0].Key != "meta-test/old-a" || st.Objects[0].Resource != "endpointslices" || st.Objects[0].IndexKey != "old" {
-		t.Fatalf("chain step 2: %+v", st)
-	}
-	if got := fake.Resolve("model-to-addresses", "model1"); !slices.Equal(got, x.Values) {
-		t.Fatalf("Resolve = %v, explain %v", got, x.Values)
-	}
-
-	// A caller in zone a: the endpoint hinted for zone b is not answered,
-	// and explain says why, naming both zones.
-	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
-"endpoints":[{"addresses":["10.0.0.5"],"hints":{"forZones":[{"name":"a"}]}},{"addresses":["10.0.0.6"],"hints":{"forZones":[{"name":"b"}]}}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := msync.ChainOf("model-to-addresses", "model1")
-	at.At = msync.Locality{Zone: "a"}
-	x = fake.Explain(at)
-	if o := x.Steps[1].Objects[0]; !slices.Equal(x.Values, []string{"10.0.0.5"}) || !slices.Equal(o.Unanswered, []string{"10.0.0.6"}) || o.Why != msync.ExplainElsewhere+" (zone=a): hinted for zone=b" {
-		t.Fatalf("explained in zone a: %+v", x)
-	}
-
-	// A terminating endpoint beside a ready one: not answered (kube-proxy's
-	// graceful termination), and explain says why; once the ready one
-	// goes, the terminating one is answered, from the fallback.
-	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
-"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}},{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x = fake.Explain(msync.KeyOf("service-to-addresses", "old"))
-	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(objs) != 2 || objs[1].Why != msync.ExplainShadowed ||
-		!objs[1].Fallback || !slices.Equal(objs[1].Unanswered, []string{"10.0.0.7"}) || len(objs[0].Unanswered) != 0 {
-		t.Fatalf("a terminating endpoint beside a ready one: %+v", x)
-	}
-	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
-"endpoints":[{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x = fake.Explain(msync.KeyOf("service-to-addresses", "old"))
-	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.7"}) || len(objs) != 1 || !objs[0].Fallback || len(objs[0].Unanswered) != 0 {
-		t.Fatalf("only a terminating endpoint: %+v", x)
-	}
+	explainChainSteps(t, fake)
+	explainInZoneA(t, fake)
+	explainTerminating(t, fake)
 
 	// The older gone: the other answers, no conflict.
 	if err := fake.Delete("appmodels", "meta-test/old"); err != nil {
@@ -149,6 +98,68 @@ func TestExplainAndConflicts(t *testing.T) {
 	x = unsynced.Explain(msync.ChainOf("model-to-addresses", "model1"))
 	if st := x.Steps[len(x.Steps)-1]; len(x.Steps) != 2 || st.Synced || st.Empty != msync.ExplainNotSynced || x.Synced {
 		t.Fatalf("unsynced step: %+v", x)
+	}
+}
+
+// explainChainSteps: once old has an endpoint slice, model-to-addresses is
+// explained step by step, and answers as Resolve does.
+func explainChainSteps(t *testing.T, fake *metasynctest.Fake) {
+	err := fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"ports":[{"name":"grpc","port":9090}],"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := fake.Explain(msync.ChainOf("model-to-addresses", "model1"))
+	if !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(x.Steps) != 2 || !x.Synced {
+		t.Fatalf("chain explain: %+v", x)
+	}
+	if st := x.Steps[1]; st.Index != "service-to-addresses" || !slices.Equal(st.Keys, []string{"old"}) || len(st.Objects) != 1 ||
+		st.Objects[0].Key != "meta-test/old-a" || st.Objects[0].Resource != "endpointslices" || st.Objects[0].IndexKey != "old" {
+		t.Fatalf("chain step 2: %+v", st)
+	}
+	if got := fake.Resolve("model-to-addresses", "model1"); !slices.Equal(got, x.Values) {
+		t.Fatalf("Resolve = %v, explain %v", got, x.Values)
+	}
+}
+
+// explainInZoneA: a caller in zone a; the endpoint hinted for zone b is not
+// answered, and explain says why, naming both zones.
+func explainInZoneA(t *testing.T, fake *metasynctest.Fake) {
+	err := fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.5"],"hints":{"forZones":[{"name":"a"}]}},{"addresses":["10.0.0.6"],"hints":{"forZones":[{"name":"b"}]}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := msync.ChainOf("model-to-addresses", "model1")
+	at.At = msync.Locality{Zone: "a"}
+	x := fake.Explain(at)
+	if o := x.Steps[1].Objects[0]; !slices.Equal(x.Values, []string{"10.0.0.5"}) || !slices.Equal(o.Unanswered, []string{"10.0.0.6"}) || o.Why != msync.ExplainElsewhere+" (zone=a): hinted for zone=b" {
+		t.Fatalf("explained in zone a: %+v", x)
+	}
+}
+
+// explainTerminating: a terminating endpoint beside a ready one is not
+// answered (kube-proxy's graceful termination), and explain says why; once
+// the ready one goes, the terminating one is answered, from the fallback.
+func explainTerminating(t *testing.T, fake *metasynctest.Fake) {
+	err := fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.5"],"conditions":{"ready":true}},{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := fake.Explain(msync.KeyOf("service-to-addresses", "old"))
+	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.5"}) || len(objs) != 2 || objs[1].Why != msync.ExplainShadowed ||
+		!objs[1].Fallback || !slices.Equal(objs[1].Unanswered, []string{"10.0.0.7"}) || len(objs[0].Unanswered) != 0 {
+		t.Fatalf("a terminating endpoint beside a ready one: %+v", x)
+	}
+	err = fake.Apply("endpointslices", `{"metadata":{"name":"old-a","namespace":"meta-test","labels":{"kubernetes.io/service-name":"old"}},
+"endpoints":[{"addresses":["10.0.0.7"],"conditions":{"ready":false,"serving":true,"terminating":true}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = fake.Explain(msync.KeyOf("service-to-addresses", "old"))
+	if objs := x.Steps[0].Objects; !slices.Equal(x.Values, []string{"10.0.0.7"}) || len(objs) != 1 || !objs[0].Fallback || len(objs[0].Unanswered) != 0 {
+		t.Fatalf("only a terminating endpoint: %+v", x)
 	}
 }
 

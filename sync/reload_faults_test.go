@@ -333,75 +333,12 @@ func TestStressReloadsWrites(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	type result struct {
-		holds map[string][]string
-		err   string
-	}
 	stop := make(chan struct{})
 	var wg gosync.WaitGroup
-	results := make(chan result, 8)
+	results := make(chan stressResult, 8)
 	runIndex := func(id int) {
 		defer wg.Done()
-		holds := map[string][]string{}
-		tg := IndexOf("model-to-app")
-		var last uint64
-		sub, err := e.Subscribe(ctx, tg)
-		if err != nil {
-			results <- result{err: err.Error()}
-			return
-		}
-		n := 0
-		var trail []string
-		for {
-			c, cc := context.WithTimeout(ctx, 300*time.Millisecond)
-			ev, err := sub.Next(c)
-			cc()
-			if err != nil {
-				select {
-				case <-stop:
-					sub.Close()
-					results <- result{holds: holds}
-					return
-				default:
-					continue
-				}
-			}
-			n++
-			trail = append(trail, fmt.Sprintf("%v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version))
-			if len(trail) > 12 {
-				trail = trail[1:]
-			}
-			switch ev.Type {
-			case EventReset:
-				holds = map[string][]string{}
-			case EventUpdate:
-				if slices.Equal(holds[ev.Key], ev.Values) {
-					results <- result{err: fmt.Sprintf("index %d: no-op update %q %v\n%s", id, ev.Key, ev.Values, strings.Join(trail, "\n"))}
-					return
-				}
-			}
-			if ev.Key != "" {
-				holds[ev.Key] = ev.Values
-			}
-			if ev.Version != "" && !strings.HasSuffix(ev.Version, ":partial") {
-				seq, _, _ := e.parseVersion(ev.Version)
-				if seq < last {
-					results <- result{err: fmt.Sprintf("index %d: version %d after %d", id, seq, last)}
-					return
-				}
-				last = seq
-				if n%37 == 0 && ev.Type != EventSnapshot {
-					// resume from here
-					sub.Close()
-					tg.Resume = ev.Version
-					trail = append(trail, "resume "+ev.Version)
-					if sub, err = e.Subscribe(ctx, tg); err != nil {
-						results <- result{err: err.Error()}
-						return
-					}
-				}
-			}
-		}
+		followIndex(ctx, e, id, stop, results)
 	}
 	for i := range 2 {
 		wg.Add(1)
@@ -454,6 +391,80 @@ func TestStressReloadsWrites(t *testing.T) {
 		for k, v := range res.holds {
 			if !slices.Equal(v, e.Lookup("model-to-app", k)) {
 				t.Fatalf("index subscriber holds %s=%v, store %v", k, v, e.Lookup("model-to-app", k))
+			}
+		}
+	}
+}
+
+// stressResult is what a subscriber of TestStressReloadsWrites ends with:
+// the answers it holds, or what it found wrong.
+type stressResult struct {
+	holds map[string][]string
+	err   string
+}
+
+// followIndex follows model-to-app on e, one subscription at a time, until
+// stop: it resumes from its last version every 37th event, and fails on a
+// no-op update or a version that goes back. It sends what it holds, or
+// the failure, to results.
+func followIndex(ctx context.Context, e *Engine, id int, stop <-chan struct{}, results chan<- stressResult) {
+	holds := map[string][]string{}
+	tg := IndexOf("model-to-app")
+	var last uint64
+	sub, err := e.Subscribe(ctx, tg)
+	if err != nil {
+		results <- stressResult{err: err.Error()}
+		return
+	}
+	n := 0
+	var trail []string
+	for {
+		c, cc := context.WithTimeout(ctx, 300*time.Millisecond)
+		ev, err := sub.Next(c)
+		cc()
+		if err != nil {
+			select {
+			case <-stop:
+				sub.Close()
+				results <- stressResult{holds: holds}
+				return
+			default:
+				continue
+			}
+		}
+		n++
+		trail = append(trail, fmt.Sprintf("%v %q %v %s", ev.Type, ev.Key, ev.Values, ev.Version))
+		if len(trail) > 12 {
+			trail = trail[1:]
+		}
+		switch ev.Type {
+		case EventReset:
+			holds = map[string][]string{}
+		case EventUpdate:
+			if slices.Equal(holds[ev.Key], ev.Values) {
+				results <- stressResult{err: fmt.Sprintf("index %d: no-op update %q %v\n%s", id, ev.Key, ev.Values, strings.Join(trail, "\n"))}
+				return
+			}
+		}
+		if ev.Key != "" {
+			holds[ev.Key] = ev.Values
+		}
+		if ev.Version != "" && !strings.HasSuffix(ev.Version, ":partial") {
+			seq, _, _ := e.parseVersion(ev.Version)
+			if seq < last {
+				results <- stressResult{err: fmt.Sprintf("index %d: version %d after %d", id, seq, last)}
+				return
+			}
+			last = seq
+			if n%37 == 0 && ev.Type != EventSnapshot {
+				// resume from here
+				sub.Close()
+				tg.Resume = ev.Version
+				trail = append(trail, "resume "+ev.Version)
+				if sub, err = e.Subscribe(ctx, tg); err != nil {
+					results <- stressResult{err: err.Error()}
+					return
+				}
 			}
 		}
 	}

@@ -253,12 +253,11 @@ func TestSubscriptionsModel(t *testing.T) {
 	}
 
 	// history[seq] is every answer after the commit of seq.
-	type state struct{ keys, chain, index map[string][]string }
 	var mu gosync.Mutex
-	history := map[uint64]state{}
+	history := map[uint64]modelAnswers{}
 	record := func() {
 		snap := e.store.Snapshot()
-		st := state{keys: map[string][]string{}, chain: map[string][]string{}, index: map[string][]string{}}
+		st := modelAnswers{keys: map[string][]string{}, chain: map[string][]string{}, index: map[string][]string{}}
 		for _, m := range models {
 			st.keys[m] = e.Lookup("model-to-app", m)
 			st.chain[m] = e.Resolve("model-to-addresses", m)
@@ -273,16 +272,15 @@ func TestSubscriptionsModel(t *testing.T) {
 		mu.Unlock()
 	}
 	record()
-
-	type seen struct {
-		target    Target
-		last      map[string][]string
-		lastSeq   uint64
-		cancelled bool
-		err       error
+	answersAt := func(seq uint64) (modelAnswers, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		st, ok := history[seq]
+		return st, ok
 	}
+
 	const subscribers = 60
-	results := make([]*seen, subscribers)
+	results := make([]*modelSubscriber, subscribers)
 	var wg gosync.WaitGroup
 	ctx, stopAll := context.WithCancel(context.Background())
 	defer stopAll()
@@ -297,7 +295,7 @@ func TestSubscriptionsModel(t *testing.T) {
 		default:
 			target = IndexOf("model-to-app")
 		}
-		r := &seen{target: target, last: map[string][]string{}}
+		r := &modelSubscriber{target: target, last: map[string][]string{}}
 		results[i] = r
 		subCtx, cancel := context.WithCancel(ctx)
 		sub, err := e.Subscribe(subCtx, target)
@@ -307,69 +305,7 @@ func TestSubscriptionsModel(t *testing.T) {
 		if i%7 == 0 {
 			cancelAfter = 5 + i
 		}
-		wg.Go(func() {
-			defer cancel()
-			fail := func(format string, args ...any) {
-				if r.err == nil {
-					r.err = fmt.Errorf(format, args...)
-				}
-			}
-			for n := 0; ; n++ {
-				if n == cancelAfter {
-					r.cancelled = true
-					cancel()
-				}
-				// A Next that waits 300 ms for nothing, once the writes are
-				// over, finds nothing left to take: the subscriber has
-				// caught up.
-				nctx, ncancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				ev, err := sub.Next(nctx)
-				ncancel()
-				if errors.Is(err, context.DeadlineExceeded) {
-					select {
-					case <-done:
-						return
-					default:
-						n--
-						continue
-					}
-				}
-				if err != nil {
-					if !errors.Is(err, ErrClosed) || !r.cancelled {
-						fail("Next: %v", err)
-					}
-					return
-				}
-				if slow {
-					time.Sleep(time.Duration(n%3) * time.Millisecond)
-				}
-				parts := strings.Split(ev.Version, ":")
-				seq, _ := strconv.ParseUint(parts[1], 10, 64)
-				if seq < r.lastSeq {
-					fail("version went back: %d after %d", seq, r.lastSeq)
-				}
-				r.lastSeq = seq
-				if ev.Type == EventSynced {
-					continue
-				}
-				if prev, ok := r.last[ev.Key]; ok && ev.Type == EventUpdate && slices.Equal(prev, ev.Values) {
-					fail("update %s repeats %v", ev.Key, prev)
-				}
-				r.last[ev.Key] = ev.Values
-				if len(parts) == 3 && parts[2] != "partial" { // a key or chain answer is the one at its version
-					mu.Lock()
-					st, ok := history[seq]
-					mu.Unlock()
-					want := st.keys[ev.Key]
-					if target.Chain != "" {
-						want = st.chain[ev.Key]
-					}
-					if ok && !slices.Equal(want, ev.Values) {
-						fail("%s at %d: %v, want %v", ev.Key, seq, ev.Values, want)
-					}
-				}
-			}
-		})
+		wg.Go(func() { r.follow(sub, cancel, slow, cancelAfter, done, answersAt) })
 	}
 
 	for range 600 {
@@ -411,32 +347,118 @@ func TestSubscriptionsModel(t *testing.T) {
 		if r.cancelled {
 			continue
 		}
-		switch {
-		case r.target.All:
-			want := map[string][]string{}
-			for _, k := range e.Keys("model-to-app") {
-				want[k] = e.Lookup("model-to-app", k)
+		r.check(t, e, i)
+	}
+	openAfter(t, e, 0)
+}
+
+// modelAnswers are the answers of the engine of TestSubscriptionsModel
+// after one commit: of each model's key, its chain, and the whole index.
+type modelAnswers struct{ keys, chain, index map[string][]string }
+
+// modelSubscriber is one subscriber of TestSubscriptionsModel and what it
+// has seen.
+type modelSubscriber struct {
+	target    Target
+	last      map[string][]string
+	lastSeq   uint64
+	cancelled bool
+	err       error
+}
+
+// follow takes the events of sub until the writes are over (done) and it
+// has caught up, or until its end. It cancels its subscription after
+// cancelAfter events (never if -1), sleeps a little after each event if
+// slow, and checks each event against answersAt, the answers after the
+// commit of a seq: the first thing it finds wrong is r.err.
+func (r *modelSubscriber) follow(sub *Subscription, cancel context.CancelFunc, slow bool, cancelAfter int, done <-chan struct{}, answersAt func(uint64) (modelAnswers, bool)) {
+	defer cancel()
+	fail := func(format string, args ...any) {
+		if r.err == nil {
+			r.err = fmt.Errorf(format, args...)
+		}
+	}
+	for n := 0; ; n++ {
+		if n == cancelAfter {
+			r.cancelled = true
+			cancel()
+		}
+		// A Next that waits 300 ms for nothing, once the writes are over,
+		// finds nothing left to take: the subscriber has caught up.
+		nctx, ncancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ev, err := sub.Next(nctx)
+		ncancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			select {
+			case <-done:
+				return
+			default:
+				n--
+				continue
 			}
-			got := map[string][]string{}
-			for k, v := range r.last {
-				if len(v) > 0 {
-					got[k] = v
-				}
+		}
+		if err != nil {
+			if !errors.Is(err, ErrClosed) || !r.cancelled {
+				fail("Next: %v", err)
 			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("subscriber %d mirrors %v, want %v", i, got, want)
+			return
+		}
+		if slow {
+			time.Sleep(time.Duration(n%3) * time.Millisecond)
+		}
+		parts := strings.Split(ev.Version, ":")
+		seq, _ := strconv.ParseUint(parts[1], 10, 64)
+		if seq < r.lastSeq {
+			fail("version went back: %d after %d", seq, r.lastSeq)
+		}
+		r.lastSeq = seq
+		if ev.Type == EventSynced {
+			continue
+		}
+		if prev, ok := r.last[ev.Key]; ok && ev.Type == EventUpdate && slices.Equal(prev, ev.Values) {
+			fail("update %s repeats %v", ev.Key, prev)
+		}
+		r.last[ev.Key] = ev.Values
+		if len(parts) == 3 && parts[2] != "partial" { // a key or chain answer is the one at its version
+			st, ok := answersAt(seq)
+			want := st.keys[ev.Key]
+			if r.target.Chain != "" {
+				want = st.chain[ev.Key]
 			}
-		case r.target.Chain != "":
-			if got, want := r.last[r.target.Key], e.Resolve(r.target.Chain, r.target.Key); !slices.Equal(got, want) {
-				t.Errorf("subscriber %d: %s = %v, want %v", i, r.target.Key, got, want)
-			}
-		default:
-			if got, want := r.last[r.target.Key], e.Lookup(r.target.Index, r.target.Key); !slices.Equal(got, want) {
-				t.Errorf("subscriber %d: %s = %v, want %v", i, r.target.Key, got, want)
+			if ok && !slices.Equal(want, ev.Values) {
+				fail("%s at %d: %v, want %v", ev.Key, seq, ev.Values, want)
 			}
 		}
 	}
-	openAfter(t, e, 0)
+}
+
+// check: a subscriber of TestSubscriptionsModel, number i, holds what e
+// answers at the end.
+func (r *modelSubscriber) check(t *testing.T, e *Engine, i int) {
+	switch {
+	case r.target.All:
+		want := map[string][]string{}
+		for _, k := range e.Keys("model-to-app") {
+			want[k] = e.Lookup("model-to-app", k)
+		}
+		got := map[string][]string{}
+		for k, v := range r.last {
+			if len(v) > 0 {
+				got[k] = v
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("subscriber %d mirrors %v, want %v", i, got, want)
+		}
+	case r.target.Chain != "":
+		if got, want := r.last[r.target.Key], e.Resolve(r.target.Chain, r.target.Key); !slices.Equal(got, want) {
+			t.Errorf("subscriber %d: %s = %v, want %v", i, r.target.Key, got, want)
+		}
+	default:
+		if got, want := r.last[r.target.Key], e.Lookup(r.target.Index, r.target.Key); !slices.Equal(got, want) {
+			t.Errorf("subscriber %d: %s = %v, want %v", i, r.target.Key, got, want)
+		}
+	}
 }
 
 // openAfter waits for the open subscriptions to be n: a context's end

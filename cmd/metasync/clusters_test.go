@@ -64,8 +64,72 @@ func TestServeTwoClusters(t *testing.T) {
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere"); a.code != 400 || !strings.Contains(a.raw, `unknown cluster \"nowhere\" (known: east, west)`) {
 		t.Fatalf("an unknown cluster: %d %s", a.code, a.raw)
 	}
-	// Explained, narrowed to west: west's part and west's objects only;
-	// not narrowed: both, with every cluster's state.
+	twoClustersExplainedAndSD(t, base, ns)
+	twoClustersResolver(t, base, ns, west)
+
+	// A route that does not narrow by cluster refuses to seem to.
+	for _, path := range []string{"/v1/indexes?cluster=west", "/v1/indexes/app-to-addr/keys?cluster=west", "/v1/clusters?cluster=west"} {
+		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers, and picks an object's cluster") {
+			t.Fatalf("%s: %d %s", path, a.code, a.raw)
+		}
+	}
+	cl := call(t, "GET", base+"/v1/clusters")
+	if !strings.Contains(cl.raw, `{"name":"east","home":true,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) ||
+		!strings.Contains(cl.raw, `{"name":"west","home":false,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) {
+		t.Fatalf("/v1/clusters: %s", cl.raw)
+	}
+	m := samples(t, base)
+	for _, s := range []string{`metasync_resource_objects{cluster="west",resource="configmaps"}`, `metasync_resource_objects{cluster="east",resource="configmaps"}`, `metasync_cluster_connected{cluster="west"}`} {
+		if m[s] != 1 {
+			t.Errorf("%s = %v, want 1", s, m[s])
+		}
+	}
+	if a := call(t, "GET", base+"/readyz"); a.code != 200 {
+		t.Fatalf("/readyz: %d %s", a.code, a.raw)
+	}
+	st := follow(t, base+"/v1/indexes/app-to-addr/keys/shop?watch=true")
+	testenv.Eventually(t, "a stream's snapshot frame with the clusters", func() string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if len(st.frames) == 0 {
+			return "no frame"
+		}
+		if cs, _ := st.frames[0]["clusters"].(map[string]any); len(cs) != 2 {
+			return fmt.Sprint(st.frames[0])
+		}
+		return ""
+	})
+
+	twoClustersWestStream(t, base, ns, west, put)
+
+	// West unreachable.
+	proxy.BlackHole(true)
+	proxy.Reset()
+	put(env, "e2", "shop")
+	testenv.Eventually(t, "west's part kept, stale; east's change in", func() string {
+		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
+		if want := `{"index":"app-to-addr","key":"shop","values":["e1:80","e2:80","w1:80"],"stale":true,"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":true}}}`; strings.TrimSpace(a.raw) != want {
+			return a.raw
+		}
+		return ""
+	})
+	r := call(t, "GET", base+"/readyz")
+	if r.code != 503 || !strings.Contains(r.raw, "configmaps in cluster west") {
+		t.Fatalf("/readyz with west gone: %d %s", r.code, r.raw)
+	}
+	testenv.Eventually(t, "west not connected", func() string {
+		if m := samples(t, base); m[`metasync_cluster_connected{cluster="west"}`] != 0 || m[`metasync_cluster_stale{cluster="west"}`] != 1 || m[`metasync_cluster_connected{cluster="east"}`] != 1 {
+			return fmt.Sprint(m[`metasync_cluster_connected{cluster="west"}`], m[`metasync_cluster_stale{cluster="west"}`])
+		}
+		return ""
+	})
+}
+
+// twoClustersExplainedAndSD: explained, narrowed to west, the daemon at
+// base gives west's part and west's objects only; not narrowed, both, with
+// every cluster's state. Prometheus' http_sd has one group per key and
+// cluster, labelled.
+func twoClustersExplainedAndSD(t *testing.T, base, ns string) {
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=west&explain=true"); a.code != 200 ||
 		!strings.Contains(a.raw, `"values":["w1:80"]`) || !strings.Contains(a.raw, `"key":"`+ns+`/w1","cluster":"west"`) || strings.Contains(a.raw, `"cluster":"east"`) ||
 		!strings.Contains(a.raw, `"clusters":{"west":{"synced":true,"stale":false}}`) {
@@ -86,8 +150,12 @@ func TestServeTwoClusters(t *testing.T) {
 	if a := getRaw(t, "GET", base+"/v1/sd/indexes/app-to-addr?cluster=west"); strings.TrimSpace(a.raw) != `[{"targets":["w1:80"],"labels":{"__meta_metasync_cluster":"west","__meta_metasync_index":"app-to-addr","__meta_metasync_key":"shop"}}]` {
 		t.Fatalf("http_sd narrowed to west: %d %s", a.code, a.raw)
 	}
-	// The gRPC resolver through the daemon: the home cluster's backend
-	// while it has one, the other cluster's when it has none, home again.
+}
+
+// twoClustersResolver: the gRPC resolver through the daemon at base calls
+// the home cluster's backend while it has one, the other cluster's (west)
+// when it has none, home again; then the backends are deleted.
+func twoClustersResolver(t *testing.T, base, ns string, west *testenv.Env) {
 	homeB, otherB := routingtest.StartBackend(t), routingtest.StartBackend(t)
 	backend := func(e *testenv.Env, name, addr string) {
 		t.Helper()
@@ -124,42 +192,12 @@ func TestServeTwoClusters(t *testing.T) {
 		}
 		return ""
 	})
+}
 
-	// A route that does not narrow by cluster refuses to seem to.
-	for _, path := range []string{"/v1/indexes?cluster=west", "/v1/indexes/app-to-addr/keys?cluster=west", "/v1/clusters?cluster=west"} {
-		if a := call(t, "GET", base+path); a.code != 400 || !strings.Contains(a.raw, "cluster= narrows lookups, chain lookups, their streams and /v1/sd answers, and picks an object's cluster") {
-			t.Fatalf("%s: %d %s", path, a.code, a.raw)
-		}
-	}
-	cl := call(t, "GET", base+"/v1/clusters")
-	if !strings.Contains(cl.raw, `{"name":"east","home":true,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) ||
-		!strings.Contains(cl.raw, `{"name":"west","home":false,"required":true,"connected":true,"synced":true,"stale":false,"lastContact":`) {
-		t.Fatalf("/v1/clusters: %s", cl.raw)
-	}
-	m := samples(t, base)
-	for _, s := range []string{`metasync_resource_objects{cluster="west",resource="configmaps"}`, `metasync_resource_objects{cluster="east",resource="configmaps"}`, `metasync_cluster_connected{cluster="west"}`} {
-		if m[s] != 1 {
-			t.Errorf("%s = %v, want 1", s, m[s])
-		}
-	}
-	if a := call(t, "GET", base+"/readyz"); a.code != 200 {
-		t.Fatalf("/readyz: %d %s", a.code, a.raw)
-	}
-	st := follow(t, base+"/v1/indexes/app-to-addr/keys/shop?watch=true")
-	testenv.Eventually(t, "a stream's snapshot frame with the clusters", func() string {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		if len(st.frames) == 0 {
-			return "no frame"
-		}
-		if cs, _ := st.frames[0]["clusters"].(map[string]any); len(cs) != 2 {
-			return fmt.Sprint(st.frames[0])
-		}
-		return ""
-	})
-
-	// A stream narrowed to west: west's part, west's state, west's
-	// changes; an unknown cluster a JSON 400.
+// twoClustersWestStream: a stream narrowed to west gets west's part, west's
+// state, west's changes (put writes an object of either cluster); a
+// stream of an unknown cluster is a JSON 400.
+func twoClustersWestStream(t *testing.T, base, ns string, west *testenv.Env, put func(e *testenv.Env, name, app string)) {
 	if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop?cluster=nowhere&watch=true"); a.code != 400 || !strings.Contains(a.raw, `"error":"unknown cluster \"nowhere\" (known: east, west)"`) {
 		t.Fatalf("a stream of an unknown cluster: %d %s", a.code, a.raw)
 	}
@@ -201,28 +239,6 @@ func TestServeTwoClusters(t *testing.T) {
 	testenv.Eventually(t, "east's e-only gone", func() string {
 		if a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop"); !strings.Contains(a.raw, `"values":["e1:80","w1:80"]`) {
 			return a.raw
-		}
-		return ""
-	})
-
-	// West unreachable.
-	proxy.BlackHole(true)
-	proxy.Reset()
-	put(env, "e2", "shop")
-	testenv.Eventually(t, "west's part kept, stale; east's change in", func() string {
-		a := call(t, "GET", base+"/v1/indexes/app-to-addr/keys/shop")
-		if want := `{"index":"app-to-addr","key":"shop","values":["e1:80","e2:80","w1:80"],"stale":true,"clusters":{"east":{"synced":true,"stale":false},"west":{"synced":true,"stale":true}}}`; strings.TrimSpace(a.raw) != want {
-			return a.raw
-		}
-		return ""
-	})
-	r := call(t, "GET", base+"/readyz")
-	if r.code != 503 || !strings.Contains(r.raw, "configmaps in cluster west") {
-		t.Fatalf("/readyz with west gone: %d %s", r.code, r.raw)
-	}
-	testenv.Eventually(t, "west not connected", func() string {
-		if m := samples(t, base); m[`metasync_cluster_connected{cluster="west"}`] != 0 || m[`metasync_cluster_stale{cluster="west"}`] != 1 || m[`metasync_cluster_connected{cluster="east"}`] != 1 {
-			return fmt.Sprint(m[`metasync_cluster_connected{cluster="west"}`], m[`metasync_cluster_stale{cluster="west"}`])
 		}
 		return ""
 	})

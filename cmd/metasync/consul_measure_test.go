@@ -116,8 +116,14 @@ func TestMeasureFacades(t *testing.T) {
 	t.Logf("a blocking query on a model 1,000 queries share: %.0f bytes", perShared)
 	stop()
 
-	// Change → visible: a Consul blocking loop and an HTTP change stream
-	// on one model; an EndpointSlice's port moved back and forth.
+	measureChangeToVisible(t, ctx, client, addr, ns)
+}
+
+// measureChangeToVisible: change → visible, for a Consul blocking loop
+// (of client) and an HTTP change stream on one model of the daemon at
+// addr; an EndpointSlice of ns has its port moved back and forth, 100
+// times, and the time each change takes to reach both is logged.
+func measureChangeToVisible(t *testing.T, ctx context.Context, client *consulapi.Client, addr, ns string) {
 	seen := make(chan string, 64)
 	go func() {
 		index := uint64(0)

@@ -40,15 +40,7 @@ func TestConsulNodeClientOnTheControlPlane(t *testing.T) {
 	}
 	example := filepath.Join(testenv.Root(), "examples", "consul-node")
 	dir := t.TempDir()
-	for _, f := range []string{"package.json", "client.js"} {
-		b, err := os.ReadFile(filepath.Join(example, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyFiles(t, example, dir, "package.json", "client.js")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
@@ -60,20 +52,7 @@ func TestConsulNodeClientOnTheControlPlane(t *testing.T) {
 	t.Logf("npm install: %v", time.Since(began).Round(time.Millisecond))
 
 	addr, consulAddr, backends, _ := consulDaemon(t, "consul-node", 2)
-	// The facade answers 503 until the sources have completed their first
-	// list: the client starts once it answers the model's two pods.
-	testenv.Eventually(t, "the facade answers the model", func() string {
-		resp, err := http.Get("http://" + consulAddr + "/v1/health/service/xds-model")
-		if err != nil {
-			return err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || strings.Count(string(body), `"ServiceID"`) != 2 {
-			return fmt.Sprint(resp.StatusCode, " ", string(body))
-		}
-		return ""
-	})
+	waitFacadeAnswersModel(t, consulAddr)
 
 	type line struct {
 		text string
@@ -164,6 +143,39 @@ func TestConsulNodeClientOnTheControlPlane(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Errorf("node client.js still runs 10s after SIGTERM")
 	}
+}
+
+// copyFiles copies the named files of folder from into folder to.
+func copyFiles(t *testing.T, from, to string, names ...string) {
+	t.Helper()
+	for _, f := range names {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFacadeAnswersModel waits until the Consul facade at consulAddr
+// answers xds-model's two pods: it answers 503 until the sources have
+// completed their first list, and a client starts once it answers.
+func waitFacadeAnswersModel(t *testing.T, consulAddr string) {
+	t.Helper()
+	testenv.Eventually(t, "the facade answers the model", func() string {
+		resp, err := http.Get("http://" + consulAddr + "/v1/health/service/xds-model")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || strings.Count(string(body), `"ServiceID"`) != 2 {
+			return fmt.Sprint(resp.StatusCode, " ", string(body))
+		}
+		return ""
+	})
 }
 
 // parseIndex is a printed X-Consul-Index, 0 when it is none.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -289,69 +288,9 @@ func TestServeEndToEnd(t *testing.T) {
 	})
 	wantJSON(t, call(t, "GET", base+"/readyz"), 200, `{"status":"ok"}`)
 
-	// Every row of the HTTP table.
-	wantJSON(t, call(t, "GET", base+"/v1/indexes"), 200,
-		`{"indexes":[{"name":"model-to-app","resource":"appmodels","keys":3,"synced":true},{"name":"object-to-type","resource":"appmodels","keys":1,"synced":true},{"name":"service-to-addresses","resource":"endpointslices","keys":1,"synced":true},{"name":"widget-color","resource":"widgets","keys":0,"synced":true}]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys"), 200, `{"index":"model-to-app","keys":["model1","model2","model3"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2"), 200, `{"index":"model-to-app","keys":["model1","model2"],"continue":"kbW9kZWwy"}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2&continue=kbW9kZWwy"), 200, `{"index":"model-to-app","keys":["model3"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/model2"), 200, `{"index":"model-to-app","key":"model2","values":["base"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/nothing"), 200, `{"index":"model-to-app","key":"nothing","values":[]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/chains/model-to-addresses/keys/model1"), 200, `{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5","10.0.0.6"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys/model1"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
-	wantJSON(t, call(t, "GET", base+"/v1/chains/nope/keys/model1"), 404, `{"error":"unknown chain \"nope\" (known: model-to-addresses)"}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/object-to-type/keys/e2e%2Fbase"), 200, `{"index":"object-to-type","key":"e2e/base","values":["model"]}`)
-	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=x"), 400, "")
-	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH"} {
-		a := call(t, m, base+"/v1/indexes/model-to-app/keys/model2")
-		wantJSON(t, a, 405, fmt.Sprintf(`{"error":"method %s not allowed; use GET"}`, m))
-	}
-	wantJSON(t, call(t, "GET", base+"/nowhere"), 404, `{"error":"no such endpoint: /nowhere"}`)
-
-	// /metrics: Prometheus text, metasync_ names, no index key as a label.
-	m := call(t, "GET", base+"/metrics")
-	if m.code != 200 || !strings.HasPrefix(m.ctype, "text/plain") {
-		t.Fatalf("/metrics = %d %q", m.code, m.ctype)
-	}
-	for _, line := range []string{
-		`metasync_resource_objects{resource="appmodels"} 1`,
-		`metasync_resource_objects{resource="endpointslices"} 2`,
-		`metasync_resource_synced{resource="widgets"} 1`,
-		`metasync_resource_ready{resource="appmodels"} 1`,
-		`metasync_index_keys{index="model-to-app",resource="appmodels"} 3`,
-		`metasync_relists_total{resource="appmodels"} 1`,
-		`metasync_rule_errors_total{index="model-to-app",resource="appmodels"} 0`,
-		`metasync_lookups_total{kind="index",name="model-to-app",result="hit"}`,
-		`metasync_lookups_total{kind="chain",name="model-to-addresses",result="hit"} 1`,
-		`metasync_watch_starts_total{resource="appmodels"}`,
-		`metasync_events_total{resource="appmodels",type="added"} 0`,
-		`metasync_list_errors_total{resource="widgets"}`,
-	} {
-		if !strings.Contains(m.raw, line) {
-			t.Errorf("/metrics lacks %q", line)
-		}
-	}
-	if strings.Contains(m.raw, "model2") || strings.Contains(m.raw, "10.0.0.5") {
-		t.Error("/metrics carries an index key or value")
-	}
-
-	// metasync get.
-	if out, errOut, code := metasync(t, "get", "--server", base, "model-to-app", "model2"); code != 0 || out != "base\n" {
-		t.Fatalf("get = %q %q %d", out, errOut, code)
-	}
-	if out, _, code := metasync(t, "get", "--server", base, "--chain", "model-to-addresses", "model1"); code != 0 || out != "10.0.0.5\n10.0.0.6\n" {
-		t.Fatalf("get --chain = %q %d", out, code)
-	}
-	if out, _, code := metasync(t, "get", "--server", base, "object-to-type", "e2e/base"); code != 0 || out != "model\n" {
-		t.Fatalf("get with a slash = %q %d", out, code)
-	}
-	if _, errOut, code := metasync(t, "get", "--server", base, "nope", "x"); code != 1 || !strings.Contains(errOut, `unknown index "nope"`) {
-		t.Fatalf("get of an unknown index = %q %d", errOut, code)
-	}
-	if _, errOut, code := metasync(t, "get", "--server", "http://"+testenv.FreeAddr(t), "model-to-app", "x"); code != 1 || !strings.Contains(errOut, "cannot reach metasync at") {
-		t.Fatalf("get of a dead server = %q %d", errOut, code)
-	}
+	e2eHTTPTable(t, base)
+	e2eMetrics(t, base)
+	e2eGet(t, base)
 
 	// A watch event reaches the API.
 	apply := `
@@ -393,21 +332,76 @@ spec: {type: model, version: "2", models: [model9]}
 	}
 }
 
-func TestValidate(t *testing.T) {
-	good := filepath.Join(testenv.Root(), "examples", "appmodel", "config.yaml")
-	out, _, code := metasync(t, "validate", "--config", good)
-	// Offline, the AppModel paths cannot be checked (its CRD is not under
-	// crds:): validate says so, and where they are checked.
-	if code != 0 || !strings.HasSuffix(out, "valid: 2 resources, 3 indexes, 2 chains (paths of 1 resource not checked: see the note; --cluster checks them)\n") ||
-		!strings.HasPrefix(out, "note: resources[0]: paths not checked: no CRD under crds: defines appmodels.iidp.com; validate --cluster checks them against the cluster's CRD\n") ||
-		strings.Count(out, "\n") != 2 {
-		t.Fatalf("validate good = %q %d", out, code)
+// e2eHTTPTable: every row of the HTTP table, served at base once all
+// of TestServeEndToEnd's resources are synced.
+func e2eHTTPTable(t *testing.T, base string) {
+	wantJSON(t, call(t, "GET", base+"/v1/indexes"), 200,
+		`{"indexes":[{"name":"model-to-app","resource":"appmodels","keys":3,"synced":true},{"name":"object-to-type","resource":"appmodels","keys":1,"synced":true},{"name":"service-to-addresses","resource":"endpointslices","keys":1,"synced":true},{"name":"widget-color","resource":"widgets","keys":0,"synced":true}]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys"), 200, `{"index":"model-to-app","keys":["model1","model2","model3"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2"), 200, `{"index":"model-to-app","keys":["model1","model2"],"continue":"kbW9kZWwy"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=2&continue=kbW9kZWwy"), 200, `{"index":"model-to-app","keys":["model3"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/model2"), 200, `{"index":"model-to-app","key":"model2","values":["base"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys/nothing"), 200, `{"index":"model-to-app","key":"nothing","values":[]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/chains/model-to-addresses/keys/model1"), 200, `{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5","10.0.0.6"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys/model1"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/nope/keys"), 404, `{"error":"unknown index \"nope\" (known: model-to-app, object-to-type, service-to-addresses, widget-color)"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/chains/nope/keys/model1"), 404, `{"error":"unknown chain \"nope\" (known: model-to-addresses)"}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/object-to-type/keys/e2e%2Fbase"), 200, `{"index":"object-to-type","key":"e2e/base","values":["model"]}`)
+	wantJSON(t, call(t, "GET", base+"/v1/indexes/model-to-app/keys?limit=x"), 400, "")
+	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH"} {
+		a := call(t, m, base+"/v1/indexes/model-to-app/keys/model2")
+		wantJSON(t, a, 405, fmt.Sprintf(`{"error":"method %s not allowed; use GET"}`, m))
 	}
-	bad := filepath.Join(testenv.Root(), "schema", "testdata", "five-mistakes.bad.yaml")
-	_, errOut, code := metasync(t, "validate", "--config", bad)
-	lines := strings.Split(strings.TrimSpace(errOut), "\n")
-	if code != 1 || len(lines) != 7 || !slices.Contains(lines, "resources[0].version: required (for example v1)") {
-		t.Fatalf("validate bad = %d lines, exit %d:\n%s", len(lines), code, errOut)
+	wantJSON(t, call(t, "GET", base+"/nowhere"), 404, `{"error":"no such endpoint: /nowhere"}`)
+}
+
+// e2eMetrics: /metrics at base is Prometheus text, metasync_ names, no
+// index key as a label.
+func e2eMetrics(t *testing.T, base string) {
+	m := call(t, "GET", base+"/metrics")
+	if m.code != 200 || !strings.HasPrefix(m.ctype, "text/plain") {
+		t.Fatalf("/metrics = %d %q", m.code, m.ctype)
+	}
+	for _, line := range []string{
+		`metasync_resource_objects{resource="appmodels"} 1`,
+		`metasync_resource_objects{resource="endpointslices"} 2`,
+		`metasync_resource_synced{resource="widgets"} 1`,
+		`metasync_resource_ready{resource="appmodels"} 1`,
+		`metasync_index_keys{index="model-to-app",resource="appmodels"} 3`,
+		`metasync_relists_total{resource="appmodels"} 1`,
+		`metasync_rule_errors_total{index="model-to-app",resource="appmodels"} 0`,
+		`metasync_lookups_total{kind="index",name="model-to-app",result="hit"}`,
+		`metasync_lookups_total{kind="chain",name="model-to-addresses",result="hit"} 1`,
+		`metasync_watch_starts_total{resource="appmodels"}`,
+		`metasync_events_total{resource="appmodels",type="added"} 0`,
+		`metasync_list_errors_total{resource="widgets"}`,
+	} {
+		if !strings.Contains(m.raw, line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	if strings.Contains(m.raw, "model2") || strings.Contains(m.raw, "10.0.0.5") {
+		t.Error("/metrics carries an index key or value")
+	}
+}
+
+// e2eGet: metasync get against the daemon at base, of an index, a chain,
+// a key with a slash, an unknown index and a server that is not there.
+func e2eGet(t *testing.T, base string) {
+	if out, errOut, code := metasync(t, "get", "--server", base, "model-to-app", "model2"); code != 0 || out != "base\n" {
+		t.Fatalf("get = %q %q %d", out, errOut, code)
+	}
+	if out, _, code := metasync(t, "get", "--server", base, "--chain", "model-to-addresses", "model1"); code != 0 || out != "10.0.0.5\n10.0.0.6\n" {
+		t.Fatalf("get --chain = %q %d", out, code)
+	}
+	if out, _, code := metasync(t, "get", "--server", base, "object-to-type", "e2e/base"); code != 0 || out != "model\n" {
+		t.Fatalf("get with a slash = %q %d", out, code)
+	}
+	if _, errOut, code := metasync(t, "get", "--server", base, "nope", "x"); code != 1 || !strings.Contains(errOut, `unknown index "nope"`) {
+		t.Fatalf("get of an unknown index = %q %d", errOut, code)
+	}
+	if _, errOut, code := metasync(t, "get", "--server", "http://"+testenv.FreeAddr(t), "model-to-app", "x"); code != 1 || !strings.Contains(errOut, "cannot reach metasync at") {
+		t.Fatalf("get of a dead server = %q %d", errOut, code)
 	}
 }
 
@@ -521,92 +515,6 @@ func TestApiserverUnreachableThenBack(t *testing.T) {
 }
 
 func base(addr string) string { return "http://" + addr }
-
-// TestValidateCluster catches, in one run, a path typo (against the CRD's
-// schema), a resource the cluster does not serve, and list/watch that RBAC
-// denies to the caller.
-func TestValidateCluster(t *testing.T) {
-	testenv.Need(t, env)
-	env.InstallCRDFile(t, filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml"))
-	kubeconfig, _ := env.UserKubeconfig(t, "validator")
-	rbac := `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metasync-validator}
-rules:
-- apiGroups: [iidp.com]
-  resources: [appmodels]
-  verbs: [get, list, watch]
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: metasync-validator}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metasync-validator}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: validator}
-`
-	rbacPath := filepath.Join(t.TempDir(), "rbac.yaml")
-	_ = os.WriteFile(rbacPath, []byte(rbac), 0o600)
-	if err := kubeapply.Files(context.Background(), env.Config, rbacPath); err != nil {
-		t.Fatal(err)
-	}
-	config := `
-resources:
-  - name: appmodels
-    group: iidp.com
-    version: v1
-    resource: appmodels
-    namespace: meta-test
-    indexes:
-      - name: model-to-app
-        key: spec.modelz
-        value: metadata.name
-  - name: endpointslices
-    group: discovery.k8s.io
-    version: v1
-    resource: endpointslices
-    indexes:
-      - name: service-to-addresses
-        key: 'metadata.labels.kubernetes\.io/service-name'
-  - name: ghosts
-    group: nothere.iidp.com
-    version: v1
-    resource: ghosts
-    indexes:
-      - name: ghost
-        key: spec.x
-`
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	_ = os.WriteFile(path, []byte(config), 0o600)
-	_, errOut, code := metasync(t, "validate", "--config", path, "--cluster", "--kubeconfig", kubeconfig)
-	if code != 1 {
-		t.Fatalf("exit %d:\n%s", code, errOut)
-	}
-	for _, want := range []string{
-		`resources[0].indexes[0].key: spec.modelz: no field "modelz" at spec (fields: models, type, version) in CRD appmodels.iidp.com v1`,
-		`resources[1]: RBAC denies list on endpointslices.discovery.k8s.io in all namespaces`,
-		`resources[1]: RBAC denies watch on endpointslices.discovery.k8s.io in all namespaces`,
-		`resources[2]: ghosts is not served by the cluster: no API nothere.iidp.com/v1`,
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("validate --cluster lacks %q:\n%s", want, errOut)
-		}
-	}
-	if strings.Contains(errOut, "resources[0]: RBAC") {
-		t.Errorf("appmodels is allowed, yet:\n%s", errOut)
-	}
-
-	// The same config without the mistakes passes as that user.
-	good := filepath.Join(t.TempDir(), "good.yaml")
-	_ = os.WriteFile(good, []byte(strings.Split(strings.ReplaceAll(config, "spec.modelz", "spec.models"), "  - name: endpointslices")[0]), 0o600)
-	out, errOut, code := metasync(t, "validate", "--config", good, "--cluster", "--kubeconfig", kubeconfig)
-	if code != 0 || !strings.Contains(out, "valid: 1 resource, 1 index, 0 chains (checked against the cluster)") {
-		t.Fatalf("good config: exit %d\n%s%s", code, out, errOut)
-	}
-}
 
 // TestServeCustomCRD onboards the Gateway CRD with YAML only: serve
 // installs the CRD listed under crds:, and answers lookups over nested
@@ -768,46 +676,5 @@ subjects:
 	_, errOut, code := metasync(t, "serve", "--config", writeConfig(t, "0.0.0.0:"+strings.Split(testenv.FreeAddr(t), ":")[1]), "--kubeconfig", env.WriteKubeconfig(t, ""))
 	if code != 1 || !strings.Contains(errOut, "listening beyond loopback needs --auth=tokenreview") {
 		t.Fatalf("beyond loopback without --auth: exit %d\n%s", code, errOut)
-	}
-}
-
-// TestValidateClusterWithCRDFiles: a resource whose CRD the config lists
-// under crds: is not "not served" while the CRD is not installed (serve
-// installs it first): validate --cluster notes it, checks its paths
-// against the file, and checks that the caller may install CRDs.
-func TestValidateClusterWithCRDFiles(t *testing.T) {
-	testenv.Need(t, env)
-	dir := t.TempDir()
-	crd := strings.ReplaceAll(testenv.LooseCRD("files.iidp.com", "Gizmo", "gizmos"), "x-kubernetes-preserve-unknown-fields: true",
-		"properties: {size: {type: string}, parts: {type: object, properties: {n: {type: integer}}}}")
-	config := `
-crds: [gizmo-crd.yaml]
-resources:
-  - name: gizmos
-    group: files.iidp.com
-    version: v1
-    resource: gizmos
-    indexes:
-      - name: gizmo-size
-        key: spec.size
-`
-	for name, body := range map[string]string{"gizmo-crd.yaml": crd, "config.yaml": config, "bad.yaml": strings.Replace(config, "key: spec.size", "key: spec.parts", 1)} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, errOut, code := metasync(t, "validate", filepath.Join(dir, "config.yaml"), "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""))
-	if code != 0 || !strings.Contains(out, "note: resources[0]: gizmos is not served by the cluster yet: serve installs CRD gizmos.files.iidp.com from the crds: list first") {
-		t.Errorf("validate --cluster of a config that installs its CRD: exit %d\n%s%s", code, out, errOut)
-	}
-	_, errOut, code = metasync(t, "validate", filepath.Join(dir, "bad.yaml"), "--cluster", "--kubeconfig", env.WriteKubeconfig(t, ""))
-	if code != 1 || !strings.Contains(errOut, "resources[0].indexes[0].key: spec.parts: is an object") {
-		t.Errorf("validate --cluster of a key that is an object: exit %d\n%s", code, errOut)
-	}
-	// A caller who may not install CRDs is told so.
-	kubeconfig, _ := env.UserKubeconfig(t, "no-crds")
-	_, errOut, code = metasync(t, "validate", filepath.Join(dir, "config.yaml"), "--cluster", "--kubeconfig", kubeconfig)
-	if code != 1 || !strings.Contains(errOut, "crds: RBAC denies patch on customresourcedefinitions.apiextensions.k8s.io") {
-		t.Errorf("validate --cluster by a user without CRD rights: exit %d\n%s", code, errOut)
 	}
 }

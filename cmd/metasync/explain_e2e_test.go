@@ -118,57 +118,8 @@ func TestDaemonExplainsAndNarrows(t *testing.T) {
 		t.Fatalf("/readyz?verbose = %s", r.raw)
 	}
 
-	// The chain, step by step, each object at its resourceVersion.
-	rvOf := func(name string) string {
-		t.Helper()
-		u, err := env.Dynamic.Resource(appModelsGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u.GetResourceVersion()
-	}
-	zetaRV, alphaRV := rvOf("zeta"), rvOf("alpha")
-	var ans wire.Lookup
-	if err := json.Unmarshal([]byte(get("/v1/chains/model-to-addresses/keys/model1?explain=true").raw), &ans); err != nil {
-		t.Fatal(err)
-	}
-	if len(ans.Steps) != 2 || ans.Values == nil || !slices.Equal(*ans.Values, []string{"10.7.0.1"}) {
-		t.Fatalf("explained chain: %+v", ans)
-	}
-	s1, s2 := ans.Steps[0], ans.Steps[1]
-	if s1.Index != "model-to-app" || !slices.Equal(s1.Values, []string{"zeta"}) || !slices.Equal(s1.Conflicts, []string{"model1"}) ||
-		len(s1.Objects) != 2 || !s1.Objects[0].Chosen || s1.Objects[0].Key != ns+"/zeta" || s1.Objects[0].ResourceVersion != zetaRV ||
-		s1.Objects[0].CreationTimestamp == nil || s1.Objects[1].Key != ns+"/alpha" || s1.Objects[1].ResourceVersion != alphaRV || s1.Objects[1].Chosen {
-		t.Fatalf("step 1: %+v", s1)
-	}
-	if s2.Index != "service-to-addresses" || !slices.Equal(s2.Keys, []string{"zeta"}) || len(s2.Objects) != 1 ||
-		s2.Objects[0].Key != ns+"/zeta-a" || s2.Objects[0].Resource != "endpointslices" || s2.Objects[0].ResourceVersion == "" {
-		t.Fatalf("step 2: %+v", s2)
-	}
-
-	// Narrowed by the caller's zone.
-	for path, want := range map[string]string{
-		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=a":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.3:8080"]}`,
-		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=d":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.2:8080","10.5.0.3:8080"]}`,
-		"/v1/indexes/service-to-addresses/keys/hinted?zone=c": `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.3"]}`,
-		"/v1/indexes/service-to-addresses/keys/hinted":        `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.1","10.5.0.2","10.5.0.3"]}`,
-	} {
-		if a := get(path); a.code != 200 || strings.TrimSpace(a.raw) != want {
-			t.Errorf("GET %s = %d %s, want %s", path, a.code, a.raw, want)
-		}
-	}
-	// The hints' index is hidden: not looked up by its name.
-	for _, path := range []string{"/v1/indexes/service-to-addresses%2Fhints/keys/hinted", "/v1/indexes/service-to-addresses/hints/keys/hinted"} {
-		if a := get(path); a.code != 404 {
-			t.Errorf("GET %s = %d %s, want 404", path, a.code, a.raw)
-		}
-	}
-	if a := get("/v1/chains/model-to-endpoints/keys/m-hinted?zone=not%20a%20zone"); a.code != 400 || !strings.Contains(a.raw, `zone \"not a zone\"`) {
-		t.Errorf("a bad zone: %d %s", a.code, a.raw)
-	}
-	if a := get("/v1/indexes/service-to-addresses/keys?zone=a&watch=true"); a.code != 400 || !strings.Contains(a.raw, "zone and node narrow the answer of a key") {
-		t.Errorf("a zone on the keys of an index: %d %s", a.code, a.raw)
-	}
+	daemonExplainsChain(t, ns, get)
+	daemonNarrowsByZone(t, get)
 
 	// zeta lets go of model1: alpha answers, no conflict; zeta claims it
 	// again (older: it answers), then is deleted: alpha, no conflict.
@@ -200,4 +151,64 @@ func TestDaemonExplainsAndNarrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	alphaAnswers("zeta deleted")
+}
+
+// daemonExplainsChain: the chain model-to-addresses of model1, explained
+// step by step, each object of ns at its resourceVersion; get is a GET of
+// the daemon.
+func daemonExplainsChain(t *testing.T, ns string, get func(path string) answer) {
+	rvOf := func(name string) string {
+		t.Helper()
+		u, err := env.Dynamic.Resource(appModelsGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.GetResourceVersion()
+	}
+	zetaRV, alphaRV := rvOf("zeta"), rvOf("alpha")
+	var ans wire.Lookup
+	if err := json.Unmarshal([]byte(get("/v1/chains/model-to-addresses/keys/model1?explain=true").raw), &ans); err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Steps) != 2 || ans.Values == nil || !slices.Equal(*ans.Values, []string{"10.7.0.1"}) {
+		t.Fatalf("explained chain: %+v", ans)
+	}
+	s1, s2 := ans.Steps[0], ans.Steps[1]
+	if s1.Index != "model-to-app" || !slices.Equal(s1.Values, []string{"zeta"}) || !slices.Equal(s1.Conflicts, []string{"model1"}) ||
+		len(s1.Objects) != 2 || !s1.Objects[0].Chosen || s1.Objects[0].Key != ns+"/zeta" || s1.Objects[0].ResourceVersion != zetaRV ||
+		s1.Objects[0].CreationTimestamp == nil || s1.Objects[1].Key != ns+"/alpha" || s1.Objects[1].ResourceVersion != alphaRV || s1.Objects[1].Chosen {
+		t.Fatalf("step 1: %+v", s1)
+	}
+	if s2.Index != "service-to-addresses" || !slices.Equal(s2.Keys, []string{"zeta"}) || len(s2.Objects) != 1 ||
+		s2.Objects[0].Key != ns+"/zeta-a" || s2.Objects[0].Resource != "endpointslices" || s2.Objects[0].ResourceVersion == "" {
+		t.Fatalf("step 2: %+v", s2)
+	}
+}
+
+// daemonNarrowsByZone: answers narrowed by the caller's zone as the
+// hints say; the hints' index is hidden; a bad zone, or a zone on the keys
+// of an index, is refused. get is a GET of the daemon.
+func daemonNarrowsByZone(t *testing.T, get func(path string) answer) {
+	for path, want := range map[string]string{
+		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=a":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.3:8080"]}`,
+		"/v1/chains/model-to-endpoints/keys/m-hinted?zone=d":  `{"chain":"model-to-endpoints","key":"m-hinted","values":["10.5.0.1:8080","10.5.0.2:8080","10.5.0.3:8080"]}`,
+		"/v1/indexes/service-to-addresses/keys/hinted?zone=c": `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.3"]}`,
+		"/v1/indexes/service-to-addresses/keys/hinted":        `{"index":"service-to-addresses","key":"hinted","values":["10.5.0.1","10.5.0.2","10.5.0.3"]}`,
+	} {
+		if a := get(path); a.code != 200 || strings.TrimSpace(a.raw) != want {
+			t.Errorf("GET %s = %d %s, want %s", path, a.code, a.raw, want)
+		}
+	}
+	// The hints' index is hidden: not looked up by its name.
+	for _, path := range []string{"/v1/indexes/service-to-addresses%2Fhints/keys/hinted", "/v1/indexes/service-to-addresses/hints/keys/hinted"} {
+		if a := get(path); a.code != 404 {
+			t.Errorf("GET %s = %d %s, want 404", path, a.code, a.raw)
+		}
+	}
+	if a := get("/v1/chains/model-to-endpoints/keys/m-hinted?zone=not%20a%20zone"); a.code != 400 || !strings.Contains(a.raw, `zone \"not a zone\"`) {
+		t.Errorf("a bad zone: %d %s", a.code, a.raw)
+	}
+	if a := get("/v1/indexes/service-to-addresses/keys?zone=a&watch=true"); a.code != 400 || !strings.Contains(a.raw, "zone and node narrow the answer of a key") {
+		t.Errorf("a zone on the keys of an index: %d %s", a.code, a.raw)
+	}
 }

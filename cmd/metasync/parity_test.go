@@ -167,22 +167,7 @@ func TestAlertsOnARealPrometheus(t *testing.T) {
 
 	// Prometheus, with the PrometheusRule's groups as its rule file.
 	dir := t.TempDir()
-	rule, err := os.ReadFile(filepath.Join(testenv.Root(), "deploy", "monitoring", "prometheusrule.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pr struct {
-		Spec struct {
-			Groups []map[string]any `json:"groups"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(rule, &pr); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range pr.Spec.Groups {
-		g["interval"] = "1s"
-	}
-	rules, _ := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	rules := promRuleFile(t)
 	promConfig := fmt.Sprintf(`
 global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [rules.yaml]
@@ -210,27 +195,7 @@ scrape_configs:
 			t.Logf("prometheus:\n%s", promLog)
 		}
 	})
-	alerts := func() map[string]string {
-		resp, err := http.Get("http://" + promAddr + "/api/v1/alerts")
-		if err != nil {
-			return map[string]string{"error": err.Error()}
-		}
-		defer resp.Body.Close()
-		var ans struct {
-			Data struct {
-				Alerts []struct {
-					Labels map[string]string
-					State  string
-				}
-			}
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&ans)
-		out := map[string]string{}
-		for _, a := range ans.Data.Alerts {
-			out[a.Labels["alertname"]+" "+a.Labels["resource"]+a.Labels["index"]] = a.State
-		}
-		return out
-	}
+	alerts := func() map[string]string { return promAlerts(promAddr) }
 	want := func(what string, names ...string) {
 		t.Helper()
 		deadline := 3 * time.Minute
@@ -266,4 +231,52 @@ scrape_configs:
 	proxy.BlackHole(true)
 	want("a refused reload", "MetasyncConfigReloadFailed ")
 	want("a black-holed apiserver", "MetasyncResourceNotReady appmodels")
+}
+
+// promRuleFile is the rule file of deploy/monitoring's PrometheusRule: its
+// groups, each evaluated every second.
+func promRuleFile(t *testing.T) []byte {
+	t.Helper()
+	rule, err := os.ReadFile(filepath.Join(testenv.Root(), "deploy", "monitoring", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []map[string]any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(rule, &pr); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range pr.Spec.Groups {
+		g["interval"] = "1s"
+	}
+	rules, _ := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	return rules
+}
+
+// promAlerts is the state of each alert of the Prometheus at promAddr, by
+// alert name, a space, and its resource or index; under "error" when it
+// cannot be asked.
+func promAlerts(promAddr string) map[string]string {
+	resp, err := http.Get("http://" + promAddr + "/api/v1/alerts")
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string
+				State  string
+			}
+		}
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&ans)
+	out := map[string]string{}
+	for _, a := range ans.Data.Alerts {
+		out[a.Labels["alertname"]+" "+a.Labels["resource"]+a.Labels["index"]] = a.State
+	}
+	return out
 }

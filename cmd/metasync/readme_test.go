@@ -98,16 +98,7 @@ func TestCustomCRDReadme(t *testing.T) {
 
 	// A cluster without the CRD.
 	ctx := context.Background()
-	err = env.Dynamic.Resource(crdResource).Delete(ctx, crdName, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, "no CRD "+crdName, func() string {
-		if _, err := env.Dynamic.Resource(crdResource).Get(ctx, crdName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return "still there"
-		}
-		return ""
-	})
+	deleteCRD(t, ctx, crdName)
 
 	var daemon *daemon
 	path := func(p string) string {
@@ -126,49 +117,9 @@ func TestCustomCRDReadme(t *testing.T) {
 		f := strings.Fields(line)
 		switch {
 		case len(f) > 2 && f[0] == "kubectl" && f[1] == "apply":
-			var files []string
-			for j := 2; j < len(f); j++ {
-				if f[j] != "-f" || j+1 == len(f) {
-					t.Fatalf("step %d %q: only -f FILE is understood", i+1, step)
-				}
-				files = append(files, path(f[j+1]))
-				j++
-			}
-			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := kubeapply.Files(actx, env.Config, files...)
-			cancel()
-			if err != nil {
-				t.Fatalf("step %d %q: %v", i+1, step, err)
-			}
+			readmeApply(t, ctx, i, step, f, path)
 		case len(f) > 2 && f[0] == "kubectl" && f[1] == "wait":
-			var cond, target string
-			timeout := 30 * time.Second
-			for j := 2; j < len(f); j++ {
-				switch a := f[j]; {
-				case a == "--for" && j+1 < len(f):
-					cond, j = f[j+1], j+1
-				case strings.HasPrefix(a, "--for="):
-					cond = strings.TrimPrefix(a, "--for=")
-				case strings.HasPrefix(a, "--timeout="):
-					if timeout, err = time.ParseDuration(strings.TrimPrefix(a, "--timeout=")); err != nil {
-						t.Fatalf("step %d %q: %v", i+1, step, err)
-					}
-				case !strings.HasPrefix(a, "-"):
-					target = a
-				default:
-					t.Fatalf("step %d %q: %s is not understood", i+1, step, a)
-				}
-			}
-			name, ok := strings.CutPrefix(target, "crd/")
-			condition, ok2 := strings.CutPrefix(cond, "condition=")
-			if !ok || !ok2 {
-				t.Fatalf("step %d %q: only --for condition=C crd/NAME is understood", i+1, step)
-			}
-			for deadline := time.Now().Add(timeout); crdCondition(t, name, condition) != "True"; time.Sleep(50 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("step %d %q: timed out", i+1, step)
-				}
-			}
+			readmeWait(t, i, step, f)
 		case len(f) > 2 && f[0] == "bin/metasync" && f[1] == "serve" && f[len(f)-1] == "&":
 			args := f[2 : len(f)-1]
 			for j := range args {
@@ -230,6 +181,75 @@ func TestCustomCRDReadme(t *testing.T) {
 			}
 		default:
 			t.Fatalf("step %d %q: the test does not know how to run it; teach it", i+1, step)
+		}
+	}
+}
+
+// deleteCRD deletes the CRD name, if installed, and waits until it is
+// gone.
+func deleteCRD(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	err := env.Dynamic.Resource(crdResource).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "no CRD "+name, func() string {
+		if _, err := env.Dynamic.Resource(crdResource).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return "still there"
+		}
+		return ""
+	})
+}
+
+// readmeApply runs step i of the README, kubectl apply of its fields f
+// (only -f FILE, each file where path puts it), within 30 s.
+func readmeApply(t *testing.T, ctx context.Context, i int, step string, f []string, path func(string) string) {
+	var files []string
+	for j := 2; j < len(f); j++ {
+		if f[j] != "-f" || j+1 == len(f) {
+			t.Fatalf("step %d %q: only -f FILE is understood", i+1, step)
+		}
+		files = append(files, path(f[j+1]))
+		j++
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := kubeapply.Files(actx, env.Config, files...)
+	cancel()
+	if err != nil {
+		t.Fatalf("step %d %q: %v", i+1, step, err)
+	}
+}
+
+// readmeWait runs step i of the README, kubectl wait of its fields f (only
+// --for condition=C crd/NAME, and --timeout, 30 s if not given).
+func readmeWait(t *testing.T, i int, step string, f []string) {
+	var cond, target string
+	timeout := 30 * time.Second
+	for j := 2; j < len(f); j++ {
+		switch a := f[j]; {
+		case a == "--for" && j+1 < len(f):
+			cond, j = f[j+1], j+1
+		case strings.HasPrefix(a, "--for="):
+			cond = strings.TrimPrefix(a, "--for=")
+		case strings.HasPrefix(a, "--timeout="):
+			var err error
+			if timeout, err = time.ParseDuration(strings.TrimPrefix(a, "--timeout=")); err != nil {
+				t.Fatalf("step %d %q: %v", i+1, step, err)
+			}
+		case !strings.HasPrefix(a, "-"):
+			target = a
+		default:
+			t.Fatalf("step %d %q: %s is not understood", i+1, step, a)
+		}
+	}
+	name, ok := strings.CutPrefix(target, "crd/")
+	condition, ok2 := strings.CutPrefix(cond, "condition=")
+	if !ok || !ok2 {
+		t.Fatalf("step %d %q: only --for condition=C crd/NAME is understood", i+1, step)
+	}
+	for deadline := time.Now().Add(timeout); crdCondition(t, name, condition) != "True"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("step %d %q: timed out", i+1, step)
 		}
 	}
 }

@@ -199,16 +199,8 @@ spec: {color: red}
 	cm := newConfigMapDir(t, reloadConfig(addr, "iidp=iidp", ""))
 	d := start(t, nil, "--config", cm.path(), "--kubeconfig", env.WriteKubeconfig(t, ""), "--stream-heartbeat", "500ms")
 	waitHTTP(t, d, addr)
-	lookup := func(index, key string) answer {
-		return call(t, "GET", base+"/v1/indexes/"+index+"/keys/"+key)
-	}
-	values := func(index, key string) string {
-		a := lookup(index, key)
-		if a.code != 200 {
-			return fmt.Sprint(a.code)
-		}
-		return fmt.Sprint(a.body["values"])
-	}
+	r := &reloadRun{t: t, d: d, cm: cm, addr: addr, base: base}
+	values := r.values
 	testenv.Eventually(t, "model1 indexed", func() string {
 		if got := values("model-to-app", "model1"); got != "[base]" {
 			return got
@@ -225,14 +217,57 @@ spec: {color: red}
 		}
 		return ""
 	})
-	starts := `metasync_watch_starts_total{resource="appmodels"}`
-	relists := `metasync_relists_total{resource="appmodels"}`
-	startsBefore, relistsBefore := metric(t, base, starts), metric(t, base, relists)
-	if startsBefore == "" || relistsBefore == "" {
-		t.Fatalf("no %s or %s in /metrics", starts, relists)
+	r.model1 = model1
+	r.starts = `metasync_watch_starts_total{resource="appmodels"}`
+	r.relists = `metasync_relists_total{resource="appmodels"}`
+	r.startsBefore, r.relistsBefore = metric(t, base, r.starts), metric(t, base, r.relists)
+	if r.startsBefore == "" || r.relistsBefore == "" {
+		t.Fatalf("no %s or %s in /metrics", r.starts, r.relists)
 	}
 
-	// 1. A resource and an index over a second CRD are added.
+	r.addResource()
+	r.changeSelector()
+	r.refuseInvalid()
+	r.removeResource()
+	r.tenSwaps()
+	r.unservedResources()
+	r.sighup()
+}
+
+// reloadRun is the daemon of TestConfigReload, the folder of its config,
+// and the stream on model1 that no reload may touch, with appmodels'
+// watch starts and relists before the first swap.
+type reloadRun struct {
+	t                           *testing.T
+	d                           *daemon
+	cm                          *configMapDir
+	addr, base                  string
+	model1                      *stream
+	starts, relists             string // their metrics
+	startsBefore, relistsBefore string
+}
+
+// lookup is the daemon's answer for key of index.
+func (r *reloadRun) lookup(index, key string) answer {
+	return call(r.t, "GET", r.base+"/v1/indexes/"+index+"/keys/"+key)
+}
+
+// values is the daemon's values for key of index, or its status code if
+// not 200.
+func (r *reloadRun) values(index, key string) string {
+	a := r.lookup(index, key)
+	if a.code != 200 {
+		return fmt.Sprint(a.code)
+	}
+	return fmt.Sprint(a.body["values"])
+}
+
+// addResource: 1. a resource and an index over a second CRD are added;
+// the added index answers within 5 s, and appmodels' watch is untouched:
+// no watch start, no relist, only heartbeats on model1's stream.
+func (r *reloadRun) addResource() {
+	t, base, cm, addr, model1 := r.t, r.base, r.cm, r.addr, r.model1
+	starts, relists, values := r.starts, r.relists, r.values
 	cm.swap(reloadConfig(addr, "iidp=iidp", "color-to-gadget"))
 	swapped := time.Now()
 	for values("color-to-gadget", "red") != "["+reloadNS+"/g1]" {
@@ -243,11 +278,11 @@ spec: {color: red}
 	}
 	t.Logf("the added index answered %v after the swap", time.Since(swapped).Round(time.Millisecond))
 	time.Sleep(1500 * time.Millisecond) // heartbeats on the untouched stream
-	if got := metric(t, base, starts); got != startsBefore {
-		t.Errorf("%s moved: %s -> %s", starts, startsBefore, got)
+	if got := metric(t, base, starts); got != r.startsBefore {
+		t.Errorf("%s moved: %s -> %s", starts, r.startsBefore, got)
 	}
-	if got := metric(t, base, relists); got != relistsBefore {
-		t.Errorf("%s moved: %s -> %s", relists, relistsBefore, got)
+	if got := metric(t, base, relists); got != r.relistsBefore {
+		t.Errorf("%s moved: %s -> %s", relists, r.relistsBefore, got)
 	}
 	ft, _ := model1.types()
 	for _, f := range ft[1:] {
@@ -264,8 +299,13 @@ spec: {color: red}
 	if got := metric(t, base, `metasync_config_reloads_total{result="success"}`); got != "1" {
 		t.Errorf(`reloads_total{result="success"} = %q`, got)
 	}
+}
 
-	// 2. A changed label selector restarts that resource alone.
+// changeSelector: 2. a changed label selector restarts that resource
+// alone, and its index follows.
+func (r *reloadRun) changeSelector() {
+	t, base, cm, addr, model1 := r.t, r.base, r.cm, r.addr, r.model1
+	starts, startsBefore, values := r.starts, r.startsBefore, r.values
 	gadgetStarts := `metasync_watch_starts_total{resource="gadgets"}`
 	gadgetsBefore := metric(t, base, gadgetStarts)
 	cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", "color-to-gadget"))
@@ -287,8 +327,14 @@ spec: {color: red}
 	if ft, _ := model1.types(); strings.Contains(strings.Join(ft[1:], ","), "update") {
 		t.Errorf("model1's answer did not change, its stream got %v", ft)
 	}
+}
 
-	// 3. An invalid config (three mistakes) changes nothing.
+// refuseInvalid: 3. an invalid config (three mistakes) changes nothing and
+// logs each; the running config again changes nothing, and the metric says
+// the file is in force again.
+func (r *reloadRun) refuseInvalid() {
+	t, base, cm, addr, d := r.t, r.base, r.cm, r.addr, r.d
+	values := r.values
 	cm.swap(strings.Replace(reloadConfig(addr, "iidp=iidp,tier=a", "color-to-gadget"), "version: v1\n    resource: gadgets", "resource: gadgets", 1) +
 		"    bogus: 1\nchains:\n  - name: broken\n    indexes: [nope]\n")
 	testenv.Eventually(t, "the refused reload", func() string {
@@ -319,8 +365,13 @@ spec: {color: red}
 		}
 		return ""
 	})
+}
 
-	// 4. A removed resource: 404, and its stream gets gone.
+// removeResource: 4. a removed resource answers 404, and its stream gets
+// gone.
+func (r *reloadRun) removeResource() {
+	t, base, cm, addr := r.t, r.base, r.cm, r.addr
+	lookup := r.lookup
 	red := follow(t, base+"/v1/indexes/color-to-gadget/keys/red?watch=true")
 	testenv.Eventually(t, "the gadget stream's snapshot", func() string {
 		if ft, _ := red.types(); len(ft) == 0 {
@@ -342,8 +393,13 @@ spec: {color: red}
 	if got := metric(t, base, "metasync_config_last_reload_successful"); got != "1" {
 		t.Errorf("a valid config after an invalid one: last_reload_successful = %q", got)
 	}
+}
 
-	// 5. Ten swaps 100 ms apart end in the last one.
+// tenSwaps: 5. ten swaps 100 ms apart end in the last one; model1's
+// answer never changed over the reloads.
+func (r *reloadRun) tenSwaps() {
+	t, cm, addr, model1 := r.t, r.cm, r.addr, r.model1
+	lookup, values := r.lookup, r.values
 	for i := range 10 {
 		cm.swap(reloadConfig(addr, "iidp=iidp,tier=a", fmt.Sprintf("color-%d", i)))
 		time.Sleep(100 * time.Millisecond)
@@ -363,9 +419,14 @@ spec: {color: red}
 	if ft, _ := model1.types(); strings.Contains(strings.Join(ft[1:], ","), "update") {
 		t.Errorf("model1's stream got %v over the reloads", ft)
 	}
+}
 
-	// 6. A changed resource whose new GVR is not served: not ready (it
-	// is not "syncing" forever), and ready again when changed back.
+// unservedResources: 6. a changed resource whose new GVR is not served is
+// not ready (it is not "syncing" forever), and ready again when changed
+// back; so is an added resource that is not served, until removed.
+func (r *reloadRun) unservedResources() {
+	t, base, cm, addr := r.t, r.base, r.cm, r.addr
+	values := r.values
 	cm.swap(strings.Replace(reloadConfig(addr, "iidp=iidp,tier=a", "color-9"), "resource: appmodels", "resource: nosuchthings", 1))
 	testenv.Eventually(t, "/readyz fails for the unserved resource", func() string {
 		if a := call(t, "GET", base+"/readyz"); a.code != 503 || !strings.Contains(a.raw, "appmodels") {
@@ -405,8 +466,11 @@ spec: {color: red}
 		}
 		return ""
 	})
+}
 
-	// 7. SIGHUP reads the config again; unchanged, it changes nothing.
+// sighup: 7. SIGHUP reads the config again; unchanged, it changes nothing.
+func (r *reloadRun) sighup() {
+	t, d := r.t, r.d
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -181,6 +181,59 @@ func TestServeTLSAndAudience(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tlsCLI(t, base, addr, dir, caFile, tokenFile, clusterToken)
+	tlsRevokedWatch(t, d, base, dir, caFile)
+
+	// The remote gRPC resolver: a CA file and a token file.
+	target, _ := url.Parse("metasync:///chains/model-to-addresses/model1?port=9000")
+	quiet := slog.New(slog.DiscardHandler)
+	cc := &stateRecorder{}
+	r, err := grpcresolver.NewRemoteBuilder(base, grpcresolver.WithCAFile(caFile), grpcresolver.WithTokenFile(tokenFile), grpcresolver.WithLogger(quiet)).
+		Build(resolver.Target{URL: *target}, cc, resolver.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	testenv.Eventually(t, "the resolver resolves over TLS", func() string {
+		if got := cc.addresses(); !slices.Equal(got, []string{"10.0.0.5:9000", "10.0.0.6:9000"}) {
+			return fmt.Sprintf("%v (error %v)", got, cc.lastError())
+		}
+		return ""
+	})
+	untrusting := &stateRecorder{}
+	r2, err := grpcresolver.NewRemoteBuilder(base, grpcresolver.WithTokenFile(tokenFile), grpcresolver.WithLogger(quiet)).
+		Build(resolver.Target{URL: *target}, untrusting, resolver.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	testenv.Eventually(t, "a resolver without the CA file refuses the daemon's certificate", func() string {
+		var unknown x509.UnknownAuthorityError
+		if err := untrusting.lastError(); err == nil || !errors.As(err, &unknown) && !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			return fmt.Sprint(err)
+		}
+		return ""
+	})
+	if got := untrusting.addresses(); len(got) != 0 {
+		t.Fatalf("a resolver that cannot verify the daemon published %v", got)
+	}
+
+	tlsRotation(t, d, addr, pool, ca, vol, serial1)
+	if code, body := get("/metrics", token); code != 200 || !strings.Contains(body, "metasync_tls_certificate_not_after_timestamp_seconds ") {
+		t.Errorf("/metrics: %d, no expiry of the served certificate", code)
+	}
+	select {
+	case <-d.done:
+		t.Fatalf("the daemon exited: %v", d.err)
+	default:
+	}
+}
+
+// tlsCLI: the CLI asks the daemon at base (and addr) over TLS with a CA
+// file and a token file; without the CA file, for another server name,
+// without a token or with one for the apiserver's audience, it fails; a CA
+// file with an http:// server is a usage error.
+func tlsCLI(t *testing.T, base, addr, dir, caFile, tokenFile, clusterToken string) {
 	out, errOut, code := metasync(t, "get", "--server", base, "--ca-file", caFile, "--token-file", tokenFile, "model-to-app", "model1")
 	if code != 0 || out != "base\n" {
 		t.Fatalf("get over TLS: exit %d, %q %s", code, out, errOut)
@@ -202,9 +255,12 @@ func TestServeTLSAndAudience(t *testing.T) {
 	if _, errOut, code := metasync(t, "get", "--server", "http://"+addr, "--ca-file", caFile, "model-to-app", "model1"); code != 2 || !strings.Contains(errOut, "need an https:// --server") {
 		t.Errorf("--ca-file with http://: exit %d %s, want 2", code, errOut)
 	}
+}
 
-	// A watch whose token is revoked: the daemon ends its stream (401 at
-	// a re-check), and the CLI reconnects with the token file's new token.
+// tlsRevokedWatch: a watch whose token is revoked; the daemon d ends its
+// stream (401 at a re-check), and the CLI reconnects with the token file's
+// new token and goes on.
+func tlsRevokedWatch(t *testing.T, d *daemon, base, dir, caFile string) {
 	revocable := readerToken(t, tlsAudience, "first-token")
 	watchToken := writeFile(t, dir, "watch-token", revocable)
 	lines := followCLI(t, "--server", base, "--ca-file", caFile, "--token-file", watchToken, "model-to-app", "model1")
@@ -247,42 +303,12 @@ spec: {type: model, version: "1", models: [model1]}
 		}
 		return ""
 	})
+}
 
-	// The remote gRPC resolver: a CA file and a token file.
-	target, _ := url.Parse("metasync:///chains/model-to-addresses/model1?port=9000")
-	quiet := slog.New(slog.DiscardHandler)
-	cc := &stateRecorder{}
-	r, err := grpcresolver.NewRemoteBuilder(base, grpcresolver.WithCAFile(caFile), grpcresolver.WithTokenFile(tokenFile), grpcresolver.WithLogger(quiet)).
-		Build(resolver.Target{URL: *target}, cc, resolver.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	testenv.Eventually(t, "the resolver resolves over TLS", func() string {
-		if got := cc.addresses(); !slices.Equal(got, []string{"10.0.0.5:9000", "10.0.0.6:9000"}) {
-			return fmt.Sprintf("%v (error %v)", got, cc.lastError())
-		}
-		return ""
-	})
-	untrusting := &stateRecorder{}
-	r2, err := grpcresolver.NewRemoteBuilder(base, grpcresolver.WithTokenFile(tokenFile), grpcresolver.WithLogger(quiet)).
-		Build(resolver.Target{URL: *target}, untrusting, resolver.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r2.Close()
-	testenv.Eventually(t, "a resolver without the CA file refuses the daemon's certificate", func() string {
-		var unknown x509.UnknownAuthorityError
-		if err := untrusting.lastError(); err == nil || !errors.As(err, &unknown) && !strings.Contains(err.Error(), "certificate signed by unknown authority") {
-			return fmt.Sprint(err)
-		}
-		return ""
-	})
-	if got := untrusting.addresses(); len(got) != 0 {
-		t.Fatalf("a resolver that cannot verify the daemon published %v", got)
-	}
-
-	// The certificate rotates in place: new connections get the new one.
+// tlsRotation: the certificate of d, at addr, rotates in place: new
+// connections get the new one. A pair that does not match is logged and
+// the last good one stays; a good pair after it is served.
+func tlsRotation(t *testing.T, d *daemon, addr string, pool *x509.CertPool, ca *testenv.CA, vol *testenv.SecretVolume, serial1 *big.Int) {
 	served := func() *big.Int {
 		s, err := testenv.ServedSerial(addr, "127.0.0.1", pool)
 		if err != nil {
@@ -335,14 +361,6 @@ spec: {type: model, version: "1", models: [model1]}
 		}
 		return ""
 	})
-	if code, body := get("/metrics", token); code != 200 || !strings.Contains(body, "metasync_tls_certificate_not_after_timestamp_seconds ") {
-		t.Errorf("/metrics: %d, no expiry of the served certificate", code)
-	}
-	select {
-	case <-d.done:
-		t.Fatalf("the daemon exited: %v", d.err)
-	default:
-	}
 }
 
 // TestServeRefusesPlaintextAuthBeyondLoopback: --auth=tokenreview beyond

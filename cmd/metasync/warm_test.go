@@ -65,21 +65,7 @@ func TestWarmStartDaemon(t *testing.T) {
 		t.Errorf("no snapshot written at shutdown:\n%s", d.stderr)
 	}
 
-	// While it is down: an AppModel appears, a slice goes.
-	app := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "iidp.com/v1", "kind": "AppModel",
-		"metadata": map[string]any{"name": "warm", "labels": map[string]any{"iidp": "iidp"}},
-		"spec":     map[string]any{"type": "model", "version": "1", "models": []any{"warm-model"}},
-	}}
-	if _, err := env.Dynamic.Resource(appModelsGVR).Namespace("e2e").Apply(ctx, "warm", app, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Dynamic.Resource(appModelsGVR).Namespace("e2e").Delete(ctx, "warm", metav1.DeleteOptions{})
-	})
-	if err := env.Kube.DiscoveryV1().EndpointSlices("e2e").Delete(ctx, "base-b", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	warmChangeWhileDown(t, ctx)
 	proxy.Close() // and the apiserver cannot be reached
 
 	started := time.Now()
@@ -88,29 +74,7 @@ func TestWarmStartDaemon(t *testing.T) {
 	d = start(t, []string{"METASYNC_SNAPSHOT_DIR=" + snapDir}, append(args, "--stream-heartbeat", "1h")...)
 	waitHTTP(t, d, addr)
 	t.Logf("answering %v after the start", time.Since(started).Round(time.Millisecond))
-	a := call(t, "GET", base(addr)+"/v1/chains/model-to-addresses/keys/model1")
-	wantJSON(t, a, 200, `{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5","10.0.0.6"],"stale":true}`)
-	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2"), 200,
-		`{"index":"model-to-app","key":"model2","values":["base"],"stale":true}`)
-	s := follow(t, base(addr)+"/v1/indexes/model-to-app/keys/model2?watch=true")
-	testenv.Eventually(t, "a stale snapshot frame", func() string {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if len(s.frames) > 0 && s.frames[0]["type"] == "snapshot" && s.frames[0]["stale"] == true {
-			return ""
-		}
-		return "no stale snapshot frame yet"
-	})
-	r := call(t, "GET", base(addr)+"/readyz?verbose")
-	if r.code != 503 || !strings.Contains(r.raw, "stale: answering from a snapshot") {
-		t.Errorf("readyz while stale: %d %s", r.code, r.raw)
-	}
-	if got := metric(t, base(addr), `metasync_snapshot_loads_total{outcome="warm",reason=""}`); got != "1" {
-		t.Errorf("warm load metric %q", got)
-	}
-	if got := metric(t, base(addr), `metasync_resource_stale{resource="appmodels"}`); got != "1" {
-		t.Errorf("metasync_resource_stale %q while stale", got)
-	}
+	s := warmStaleAnswers(t, addr)
 
 	proxy, err = testenv.NewProxy(apiAddr, target)
 	if err != nil {
@@ -148,6 +112,56 @@ func TestWarmStartDaemon(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(snapDir, "snapshot")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("snapshot file: %v %v", fi, err)
 	}
+}
+
+// warmChangeWhileDown: while the daemon is down, an AppModel appears (warm,
+// of warm-model) and a slice goes (base-b).
+func warmChangeWhileDown(t *testing.T, ctx context.Context) {
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iidp.com/v1", "kind": "AppModel",
+		"metadata": map[string]any{"name": "warm", "labels": map[string]any{"iidp": "iidp"}},
+		"spec":     map[string]any{"type": "model", "version": "1", "models": []any{"warm-model"}},
+	}}
+	if _, err := env.Dynamic.Resource(appModelsGVR).Namespace("e2e").Apply(ctx, "warm", app, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Dynamic.Resource(appModelsGVR).Namespace("e2e").Delete(ctx, "warm", metav1.DeleteOptions{})
+	})
+	if err := env.Kube.DiscoveryV1().EndpointSlices("e2e").Delete(ctx, "base-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// warmStaleAnswers: the daemon at addr, warm started while the apiserver
+// cannot be reached, answers from its snapshot, every answer and the
+// snapshot frame of a stream marked stale, /readyz 503 with the reason. It
+// returns that stream, on model2.
+func warmStaleAnswers(t *testing.T, addr string) *stream {
+	a := call(t, "GET", base(addr)+"/v1/chains/model-to-addresses/keys/model1")
+	wantJSON(t, a, 200, `{"chain":"model-to-addresses","key":"model1","values":["10.0.0.5","10.0.0.6"],"stale":true}`)
+	wantJSON(t, call(t, "GET", base(addr)+"/v1/indexes/model-to-app/keys/model2"), 200,
+		`{"index":"model-to-app","key":"model2","values":["base"],"stale":true}`)
+	s := follow(t, base(addr)+"/v1/indexes/model-to-app/keys/model2?watch=true")
+	testenv.Eventually(t, "a stale snapshot frame", func() string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.frames) > 0 && s.frames[0]["type"] == "snapshot" && s.frames[0]["stale"] == true {
+			return ""
+		}
+		return "no stale snapshot frame yet"
+	})
+	r := call(t, "GET", base(addr)+"/readyz?verbose")
+	if r.code != 503 || !strings.Contains(r.raw, "stale: answering from a snapshot") {
+		t.Errorf("readyz while stale: %d %s", r.code, r.raw)
+	}
+	if got := metric(t, base(addr), `metasync_snapshot_loads_total{outcome="warm",reason=""}`); got != "1" {
+		t.Errorf("warm load metric %q", got)
+	}
+	if got := metric(t, base(addr), `metasync_resource_stale{resource="appmodels"}`); got != "1" {
+		t.Errorf("metasync_resource_stale %q while stale", got)
+	}
+	return s
 }
 
 var appModelsGVR = k8sschema.GroupVersionResource{Group: "iidp.com", Version: "v1", Resource: "appmodels"}

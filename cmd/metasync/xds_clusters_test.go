@@ -46,36 +46,13 @@ func TestXDSHomeClusterFirst(t *testing.T) {
 	const ns = "xds-home-first"
 	env.Namespace(t, ns)
 	west.Namespace(t, ns)
-	backend := func() string {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Stop)
-		return ln.Addr().String()
-	}
-	home, other := backend(), backend()
+	home, other := healthBackend(t, ip), healthBackend(t, ip)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	slice := func(addr string, ready bool) *discoveryv1.EndpointSlice {
-		_, p, _ := net.SplitHostPort(addr)
-		var port int32
-		fmt.Sscan(p, &port)
-		name := "http"
-		return &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: "shop-1", Labels: map[string]string{"kubernetes.io/service-name": "shop"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		}
-	}
-	if _, err := env.Kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(home, true), metav1.CreateOptions{}); err != nil {
+	if _, err := env.Kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, shopSlice(ip, home, true), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := west.Kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(other, true), metav1.CreateOptions{}); err != nil {
+	if _, err := west.Kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, shopSlice(ip, other, true), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	setReady := func(ready bool) {
@@ -93,21 +70,7 @@ func TestXDSHomeClusterFirst(t *testing.T) {
 	addr, xdsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	westKubeconfig, eastKubeconfig := west.WriteKubeconfig(t, ""), env.WriteKubeconfig(t, "")
-	body := fmt.Sprintf(`clusters:
-  - name: east
-  - name: west
-    kubeconfig: %s
-resources:
-  - name: endpointslices
-    group: discovery.k8s.io
-    version: v1
-    resource: endpointslices
-    namespace: %s
-    indexes:
-      - name: service-to-endpoints
-        key: 'metadata.labels.kubernetes\.io/service-name'
-        value: '@endpoints:{"port":"http"}'
-`, westKubeconfig, ns)
+	body := homeFirstConfig(westKubeconfig, ns)
 	if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -124,66 +87,23 @@ resources:
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	h := healthpb.NewHealthClient(conn)
-	call := func() (string, error) {
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		defer ccancel()
-		var p peer.Peer
-		_, err := h.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
-		if err != nil {
-			return "", err
-		}
-		return p.Addr.String(), nil
-	}
 	// From the first switch on, no call may fail: these nor those of a
 	// caller calling all along.
-	var failed, done atomic.Int64
-	var counting atomic.Bool
-	var firstErr atomic.Value
+	c := &homeFirstCalls{ctx: ctx, h: healthpb.NewHealthClient(conn)}
 	only := func(what, want string) {
 		t.Helper()
-		testenv.Eventually(t, what, func() string {
-			got := map[string]int{}
-			for range 10 {
-				a, err := call()
-				if err != nil {
-					a = err.Error()
-					if counting.Load() {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, a)
-					}
-				}
-				done.Add(1)
-				got[a]++
-			}
-			if got[want] != 10 {
-				return fmt.Sprint(got)
-			}
-			return ""
-		})
+		c.only(t, what, want)
 	}
 	only("calls go to the home cluster's backend", home)
 
-	counting.Store(true)
-	done.Store(0)
+	c.counting.Store(true)
+	c.done.Store(0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := call(); err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-			}
-			done.Add(1)
-			time.Sleep(time.Millisecond)
-		}
+		c.callAllAlong(stop)
 	}()
 	setReady(false)
 	only("calls fail over to the other cluster's backend", other)
@@ -209,8 +129,123 @@ resources:
 	only("calls go to east's backend once the home is removed", home)
 	close(stop)
 	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d calls failed during the switches; the first: %v", n, done.Load(), firstErr.Load())
+	if n := c.failed.Load(); n != 0 {
+		t.Fatalf("%d of %d calls failed during the switches; the first: %v", n, c.done.Load(), c.firstErr.Load())
 	}
-	t.Logf("%d calls during the switches, none failed", done.Load())
+	t.Logf("%d calls during the switches, none failed", c.done.Load())
+}
+
+// healthBackend starts a gRPC server of the health service on ip, until t
+// ends, and returns its address.
+func healthBackend(t *testing.T, ip string) string {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
+}
+
+// shopSlice is the EndpointSlice shop-1 of service shop: one endpoint at
+// ip, ready or not, with the port of addr, named http.
+func shopSlice(ip, addr string, ready bool) *discoveryv1.EndpointSlice {
+	_, p, _ := net.SplitHostPort(addr)
+	var port int32
+	fmt.Sscan(p, &port)
+	name := "http"
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "shop-1", Labels: map[string]string{"kubernetes.io/service-name": "shop"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}
+}
+
+// homeFirstConfig is the config of TestXDSHomeClusterFirst: east, the
+// home, and west read through westKubeconfig; the EndpointSlices of ns
+// indexed by service name.
+func homeFirstConfig(westKubeconfig, ns string) string {
+	return fmt.Sprintf(`clusters:
+  - name: east
+  - name: west
+    kubeconfig: %s
+resources:
+  - name: endpointslices
+    group: discovery.k8s.io
+    version: v1
+    resource: endpointslices
+    namespace: %s
+    indexes:
+      - name: service-to-endpoints
+        key: 'metadata.labels.kubernetes\.io/service-name'
+        value: '@endpoints:{"port":"http"}'
+`, westKubeconfig, ns)
+}
+
+// homeFirstCalls calls the health service through grpc-go's xDS client,
+// and once counting, counts the calls that fail and keeps the first
+// failure.
+type homeFirstCalls struct {
+	ctx          context.Context
+	h            healthpb.HealthClient
+	failed, done atomic.Int64
+	counting     atomic.Bool
+	firstErr     atomic.Value
+}
+
+// call makes one call, within 5 s, and returns the backend that answered.
+func (c *homeFirstCalls) call() (string, error) {
+	cctx, ccancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer ccancel()
+	var p peer.Peer
+	_, err := c.h.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+	if err != nil {
+		return "", err
+	}
+	return p.Addr.String(), nil
+}
+
+// only waits until 10 calls in a row are answered by want.
+func (c *homeFirstCalls) only(t *testing.T, what, want string) {
+	t.Helper()
+	testenv.Eventually(t, what, func() string {
+		got := map[string]int{}
+		for range 10 {
+			a, err := c.call()
+			if err != nil {
+				a = err.Error()
+				if c.counting.Load() {
+					c.failed.Add(1)
+					c.firstErr.CompareAndSwap(nil, a)
+				}
+			}
+			c.done.Add(1)
+			got[a]++
+		}
+		if got[want] != 10 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+}
+
+// callAllAlong calls without pause (1 ms apart) until stop, counting the
+// failed calls.
+func (c *homeFirstCalls) callAllAlong(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if _, err := c.call(); err != nil {
+			c.failed.Add(1)
+			c.firstErr.CompareAndSwap(nil, err.Error())
+		}
+		c.done.Add(1)
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -307,29 +307,7 @@ func stressStream(rng *rand.Rand, conn *grpc.ClientConn, cl, it int, models []st
 	}
 	for step := range steps {
 		typ := types[rng.Intn(len(types))]
-		var names []string
-		switch {
-		case typ == TypeEndpoint:
-			for _, m := range models {
-				if rng.Intn(2) == 0 {
-					names = append(names, "chains/model-to-endpoints/"+m)
-				}
-			}
-			if len(names) == 0 {
-				names = []string{"chains/model-to-endpoints/" + models[0]}
-			}
-		case rng.Intn(2) == 0:
-			names = bigNames(fmt.Sprintf("s%d-%d-%d", cl, it, step), 1000, 980)
-		default:
-			names = bigNames(fmt.Sprintf("s%d-%d-%d", cl, it, step), 1+rng.Intn(20), rng.Intn(100))
-		}
-		if typ == TypeEndpoint || typ == TypeCluster {
-			// Cluster and assignment names are the targets' cluster names.
-			for i, n := range names {
-				tg, _ := parseTarget(n)
-				names[i] = tg.clusterName()
-			}
-		}
+		names := stressNames(rng, typ, models, fmt.Sprintf("s%d-%d-%d", cl, it, step))
 		mu.Lock()
 		subs[typ] = names
 		want[typ] = got[typ] + 1
@@ -377,4 +355,35 @@ func stressStream(rng *rand.Rand, conn *grpc.ClientConn, cl, it int, models []st
 		return fmt.Sprintf("client %d stream %d: no end after CloseSend", cl, it)
 	}
 	return ""
+}
+
+// stressNames are the names a stress stream subscribes to, of type typ:
+// chains of some of models for endpoints, else names that start with
+// prefix, many or a few; cluster and assignment names are the targets'
+// cluster names.
+func stressNames(rng *rand.Rand, typ string, models []string, prefix string) []string {
+	var names []string
+	switch {
+	case typ == TypeEndpoint:
+		for _, m := range models {
+			if rng.Intn(2) == 0 {
+				names = append(names, "chains/model-to-endpoints/"+m)
+			}
+		}
+		if len(names) == 0 {
+			names = []string{"chains/model-to-endpoints/" + models[0]}
+		}
+	case rng.Intn(2) == 0:
+		names = bigNames(prefix, 1000, 980)
+	default:
+		names = bigNames(prefix, 1+rng.Intn(20), rng.Intn(100))
+	}
+	if typ == TypeEndpoint || typ == TypeCluster {
+		// Cluster and assignment names are the targets' cluster names.
+		for i, n := range names {
+			tg, _ := parseTarget(n)
+			names[i] = tg.clusterName()
+		}
+	}
+	return names
 }

@@ -235,6 +235,13 @@ func TestRequestsHeldByTheWindow(t *testing.T) {
 // GOAWAY; what breaks a stream ends the stream; nothing else is held.
 func TestProtocolErrors(t *testing.T) {
 	s, addr, _ := limitedServer(t, Limits{})
+	connectionErrors(t, addr)
+	streamErrors(t, s, addr)
+}
+
+// connectionErrors: each error of HTTP/2 itself, sent to addr on a
+// connection of its own, ends the connection with its GOAWAY.
+func connectionErrors(t *testing.T, addr string) {
 	goAway := func(what string, code http2.ErrCode, send func(r *rawClient)) {
 		t.Run(what, func(t *testing.T) {
 			r := dialRaw(t, addr)
@@ -303,7 +310,11 @@ func TestProtocolErrors(t *testing.T) {
 			}
 		}
 	})
+}
 
+// streamErrors: what breaks a stream of s, at addr, ends the stream, not
+// the connection; pings are answered, up to a bound.
+func streamErrors(t *testing.T, s *Server, addr string) {
 	t.Run("a fifth stream is refused", func(t *testing.T) {
 		r := dialRaw(t, addr)
 		for id := uint32(1); id <= 9; id += 2 {

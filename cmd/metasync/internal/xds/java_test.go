@@ -95,10 +95,33 @@ func TestJavaClient(t *testing.T) {
 	c.waitFor(t, "an added backend gets calls", mark, func(got map[string]int, _ []string) bool { return got[n] > 0 && got[b] > 0 })
 	t.Logf("addition followed: %v", time.Since(start).Round(time.Millisecond))
 
-	// Make-before-break: each old backend is replaced by a new one, added
-	// first, then removed from the answer and stopped once no call
-	// reaches it; the client keeps calling all along.
-	start = time.Now()
+	current := javaRollout(t, c, b, stopB, n, stopN)
+	javaHostnameRejected(t, c, current)
+
+	// The client's own count, on SIGTERM, covers its whole run.
+	summary := c.stop(t)
+	all := c.lines()
+	failedAll := 0
+	for _, l := range all {
+		if !strings.Contains(l, ": answered by ") {
+			failedAll++
+		}
+	}
+	if want := fmt.Sprintf("calls: %d, failed: %d", len(all), failedAll); summary != want {
+		t.Errorf("the client's summary is %q, its lines say %q", summary, want)
+	}
+	if failedAll != 0 {
+		t.Errorf("%d calls of the continuous client failed", failedAll)
+	}
+	t.Logf("continuous client: %s", summary)
+}
+
+// javaRollout is a make-before-break rollout under c, the client calling
+// without pause: each old backend, b then n, is replaced by a new one,
+// added first, then removed from the answer and stopped once no call
+// reaches it. No call fails; it returns the backends after the rollout.
+func javaRollout(t *testing.T, c *javaCalls, b string, stopB func(), n string, stopN func()) []string {
+	start := time.Now()
 	rollout := c.mark()
 	current := []string{b, n}
 	for _, old := range []struct {
@@ -114,7 +137,7 @@ func TestJavaClient(t *testing.T) {
 		c.converge(t, "the old backend "+old.addr+" gets no call", old.addr)
 		old.stop()
 	}
-	mark = c.mark()
+	mark := c.mark()
 	c.waitFor(t, "50 calls after the rollout", mark, func(_ map[string]int, lines []string) bool { return len(lines) >= 50 })
 	if got, n := c.since(mark); got[current[0]]+got[current[1]] != n {
 		t.Errorf("after the rollout to %v: %v", current, got)
@@ -129,15 +152,18 @@ func TestJavaClient(t *testing.T) {
 		t.Errorf("%d of %d calls failed during the rollout:\n%s", failed, len(c.lines()[rollout:]), strings.Join(c.lines()[rollout:], "\n"))
 	}
 	t.Logf("rollout of 2 backends, %d calls, %d failed: %v", len(c.lines()[rollout:]), failed, time.Since(start).Round(time.Millisecond))
+	return current
+}
 
-	// A hostname in an update: grpc-java accepts only IP literals as
-	// endpoint addresses, rejects the whole assignment, and keeps calling
-	// the backends of the one it accepted last. (@endpoints gives nothing
-	// of a slice of addressType FQDN; this one leaves its type out, which
-	// the test's feed allows, as a config's own HOST:PORT rule could
-	// answer a hostname.)
-	start = time.Now()
-	mark = c.mark()
+// javaHostnameRejected: a hostname in an update. grpc-java accepts only IP
+// literals as endpoint addresses, rejects the whole assignment, and c
+// keeps calling current, the backends of the one it accepted last.
+// (@endpoints gives nothing of a slice of addressType FQDN; this one
+// leaves its type out, which the test's feed allows, as a config's own
+// HOST:PORT rule could answer a hostname.)
+func javaHostnameRejected(t *testing.T, c *javaCalls, current []string) {
+	start := time.Now()
+	mark := c.mark()
 	hostname, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "java-app-fqdn", "namespace": "meta-test", "labels": map[string]string{"kubernetes.io/service-name": "java-app"}},
 		"ports":     []any{map[string]any{"name": "http", "port": 8080}},
 		"endpoints": []any{map[string]any{"addresses": []string{"backend.example"}, "conditions": map[string]any{"ready": true}}}})
@@ -160,23 +186,6 @@ func TestJavaClient(t *testing.T) {
 		t.Errorf("with a hostname rejected, calls went elsewhere than %v: %v", current, got)
 	}
 	t.Logf("a hostname rejected in %v: %s", time.Since(start).Round(time.Millisecond), why)
-
-	// The client's own count, on SIGTERM, covers its whole run.
-	summary := c.stop(t)
-	all := c.lines()
-	failedAll := 0
-	for _, l := range all {
-		if !strings.Contains(l, ": answered by ") {
-			failedAll++
-		}
-	}
-	if want := fmt.Sprintf("calls: %d, failed: %d", len(all), failedAll); summary != want {
-		t.Errorf("the client's summary is %q, its lines say %q", summary, want)
-	}
-	if failedAll != 0 {
-		t.Errorf("%d calls of the continuous client failed", failedAll)
-	}
-	t.Logf("continuous client: %s", summary)
 }
 
 // buildJavaClient copies examples/xds-java into a temporary folder (the
