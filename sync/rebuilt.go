@@ -319,9 +319,10 @@ func (w *watcher) listFromScratch() {
 // recovered wakes the cluster's other resources that have not been
 // answered since their trouble began, once per outage of from: one of
 // them was answered again, so the cluster is back, and its resources
-// return together (listing at once) rather than each at the end of its
-// own backoff, which the reflector's retries of a watch stretch to 30 s.
-// A resource whose list is under way is left to it.
+// return together rather than each at the end of its own backoff, which
+// the reflector's retries of a watch stretch to 30 s: out of their
+// backoff, and those whose part dropAfter removed to list at once. A
+// resource whose list is under way is left to it.
 func (e *Engine) recovered(from *watcher) {
 	v, _ := e.view()
 	for _, w := range v.watchers {
@@ -335,10 +336,13 @@ func (e *Engine) recovered(from *watcher) {
 			continue
 		}
 		select {
-		case w.wake <- struct{}{}:
+		case w.wake <- struct{}{}: // out of its backoff
 		default:
 		}
-		if f := w.relistNow.Load(); f != nil {
+		// One whose part dropAfter removed lists anyway: at once, rather
+		// than at the end of the reflector's retries. Another keeps its
+		// part (stale) meanwhile, and resumes its watch as it would.
+		if f := w.relistNow.Load(); f != nil && w.partDropped.Load() {
 			(*f)()
 		}
 	}

@@ -139,6 +139,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 			return false
 		case <-wctx.Done():
 		case <-time.After(delay.Step()):
+		case <-w.wake: // another resource of the cluster is answered again
 		}
 	}
 }
