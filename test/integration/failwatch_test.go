@@ -227,8 +227,9 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 		{"ends-at-once", "", "of its start", false},
 		{"gone-event", status(410, "Expired", "too old resource version: 1 (2)"), "too old resource version", true},
 		// An event, then an error, on every watch: no watch stays up, so
-		// the resource must go stale all the same.
-		{"event-then-error", `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}` + "\n" +
+		// the resource must go stale all the same. (A bookmark ahead of
+		// any list: one behind it would tell of another history.)
+		{"event-then-error", `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"999999999"}}}` + "\n" +
 			status(500, "InternalError", "etcd is sulking after an event"), "after an event", false},
 	}
 	for _, tc := range cases {
