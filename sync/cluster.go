@@ -67,8 +67,11 @@ type identity struct {
 	id         string
 	unreadable error
 	verdict    *clusterVerdict // once decided
-	// rereadAt: when reread last read it (see rebuilt.go).
-	rereadAt time.Time
+	// rereadAt: when reread last read it (see rebuilt.go); started,
+	// landed: the sequence of the readings begun, and of the last one
+	// taken (an older one that lands later is dropped).
+	rereadAt        time.Time
+	started, landed uint64
 	// pending: the cluster changed behind its address, and its
 	// resources have not listed from scratch yet; toldStale: its
 	// apiserver's cache serving the old one was logged; settling is
@@ -115,6 +118,8 @@ func (id *identity) forget() {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	id.known, id.id, id.unreadable = false, "", nil
+	id.started++
+	id.landed = id.started // a reading under way went through the old connection
 }
 
 // clusterIDNamespace is the namespace whose UID names a cluster.

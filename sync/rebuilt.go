@@ -49,7 +49,7 @@ import (
 // watch attempt after the apiserver answers again, within the backoff of
 // at most 10 s) keeps the kube-system UID and a resourceVersion that did
 // not go back. Kubernetes asks that every client be restarted after such
-// a restore; an engine restarted lists.
+// a restore; an engine restarted without its snapshot lists.
 
 // identityEvery is how often each cluster's identity is read while
 // nothing fails: half of staleAfter, between 1 and 15 s.
@@ -81,12 +81,18 @@ func (id *identity) reread(ctx context.Context, maxAge time.Duration) (was, now 
 		defer id.mu.Unlock()
 		return id.id, id.id, nil
 	}
+	id.started++
+	seq := id.started
 	id.mu.Unlock()
 	// Not under id.mu: the apiserver may take long to answer, and
 	// answers, snapshots and reloads read the identity meanwhile.
 	got, err := fetch(ctx, false)
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if seq < id.landed {
+		return id.id, id.id, nil // a reading begun later was taken: it wins
+	}
+	id.landed = seq
 	switch {
 	case err == nil:
 	case apierrors.IsNotFound(err) && id.known:
@@ -182,7 +188,10 @@ func (e *Engine) clusterChanged(ctx context.Context, cluster, why string) {
 			n++
 		}
 	}
-	e.identOf(cluster).pending.Store(true)
+	id := e.identOf(cluster)
+	id.settling.Lock() // after a look under way, which would clear it
+	id.pending.Store(true)
+	id.settling.Unlock()
 	e.clusterLog(cluster).Warn("the cluster behind the address is not the one the answers came from: "+why+"; its answers are marked stale until each of its resources has listed from scratch",
 		"resources", n)
 	e.settleChange(ctx, cluster)
@@ -219,6 +228,8 @@ func (e *Engine) settleChange(ctx context.Context, cluster string) {
 	default:
 		id.mu.Lock()
 		id.known, id.id, id.rereadAt = true, inEtcd, time.Now()
+		id.started++
+		id.landed = id.started // readings under way are older
 		id.mu.Unlock()
 		log.Info("the apiserver's cache serves what etcd holds: each of the cluster's resources lists from scratch", "uid", inEtcd)
 	}
