@@ -357,9 +357,16 @@ func (c *h2conn) holdBlock(n int) error {
 	if delta == 0 {
 		return nil
 	}
-	if total := c.t.blockBytes.Add(delta); delta > 0 && total > c.t.maxBlocks {
-		c.t.blockBytes.Add(-delta)
-		return connError{errEnhanceCalm, "header blocks begun and not ended over 64 MiB on the server"}
+	// Compare and swap: the total never passes the bound, not even for
+	// the moment an add would take to be taken back.
+	for {
+		total := c.t.blockBytes.Load()
+		if delta > 0 && total+delta > c.t.maxBlocks {
+			return connError{errEnhanceCalm, "header blocks begun and not ended over 64 MiB on the server"}
+		}
+		if c.t.blockBytes.CompareAndSwap(total, total+delta) {
+			break
+		}
 	}
 	c.blockHeld = n
 	return nil
