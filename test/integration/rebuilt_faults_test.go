@@ -39,16 +39,8 @@ func westStatus(e *msync.Engine) string {
 func TestRestoreWithoutNamespaceRead(t *testing.T) {
 	testenv.Need(t, env)
 	crd := filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml")
-	env.InstallCRDFile(t, crd)
 	const ns, staleAfter = "rebuilt", 2 * time.Second
-	west, err := testenv.StartRestartable(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer west.Stop()
-	west.InstallCRDFile(t, crd)
-	ensureNamespace(t, env.Kube, ns)
-	ensureNamespace(t, west.Kube, ns)
+	west := restartableWest(t, crd, ns)
 	ctx := context.Background()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "reader"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"", "iidp.com"}, Resources: []string{"configmaps", "appmodels"}, Verbs: []string{"get", "list", "watch"}}}}
@@ -118,16 +110,8 @@ func TestRestoreWithoutNamespaceRead(t *testing.T) {
 func TestReloadWhileChangePending(t *testing.T) {
 	testenv.Need(t, env)
 	crd := filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml")
-	env.InstallCRDFile(t, crd)
 	const ns, staleAfter = "rebuilt", 2 * time.Second
-	west, err := testenv.StartRestartable(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer west.Stop()
-	west.InstallCRDFile(t, crd)
-	ensureNamespace(t, env.Kube, ns)
-	ensureNamespace(t, west.Kube, ns)
+	west := restartableWest(t, crd, ns)
 	putConfigMap(t, env.Kube, ns, "east-1", "shop")
 	putConfigMap(t, west.Kube, ns, "west-old", "shop")
 	westCfg := rest.CopyConfig(west.Config)
@@ -190,16 +174,8 @@ func TestReloadWhileChangePending(t *testing.T) {
 func TestWarmEngineRebuiltCluster(t *testing.T) {
 	testenv.Need(t, env)
 	crd := filepath.Join(testenv.Root(), "examples", "appmodel", "crd.yaml")
-	env.InstallCRDFile(t, crd)
 	const ns, staleAfter = "rebuilt", 2 * time.Second
-	west, err := testenv.StartRestartable(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer west.Stop()
-	west.InstallCRDFile(t, crd)
-	ensureNamespace(t, env.Kube, ns)
-	ensureNamespace(t, west.Kube, ns)
+	west := restartableWest(t, crd, ns)
 	proxy, err := testenv.NewProxy("127.0.0.1:0", west.APIServerAddr())
 	if err != nil {
 		t.Fatal(err)

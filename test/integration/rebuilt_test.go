@@ -54,14 +54,7 @@ type rebuild struct {
 func rebuildWest(t *testing.T, crd string, how rebuild) {
 	restore := how.restore
 	const ns, staleAfter = "rebuilt", 2 * time.Second
-	west, err := testenv.StartRestartable(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer west.Stop()
-	west.InstallCRDFile(t, crd)
-	ensureNamespace(t, env.Kube, ns)
-	ensureNamespace(t, west.Kube, ns)
+	west := restartableWest(t, crd, ns)
 	proxy, err := testenv.NewProxy("127.0.0.1:0", west.APIServerAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +191,23 @@ func rebuildWest(t *testing.T, crd string, how rebuild) {
 // identityEvery is how often the engine reads a cluster's identity with
 // a StaleAfter of 2 s.
 const identityEvery = time.Second
+
+// restartableWest starts west, a control plane whose etcd can be
+// replaced, with the AppModel CRD of crd installed and namespace ns made
+// in it and in env (east).
+func restartableWest(t *testing.T, crd, ns string) *testenv.Env {
+	t.Helper()
+	env.InstallCRDFile(t, crd)
+	west, err := testenv.StartRestartable(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = west.Stop() })
+	west.InstallCRDFile(t, crd)
+	ensureNamespace(t, env.Kube, ns)
+	ensureNamespace(t, west.Kube, ns)
+	return west
+}
 
 func rebuiltPlan(t *testing.T, ns string) *mschema.Plan {
 	t.Helper()
