@@ -109,7 +109,7 @@ func TestOneSubscriptionPerTarget(t *testing.T) {
 		conns = append(conns, c)
 	}
 	routingtest.Within(t, 5*time.Second, "100 conns resolved", func() bool { return grpcresolver.Followers(builder) == 1 })
-	if n := e.Subscriptions().Open; n != 1 {
+	if n := e.Inspect().Subscriptions().Open; n != 1 {
 		t.Fatalf("%d subscriptions for 100 ClientConns on one target", n)
 	}
 	for _, c := range conns {
@@ -121,7 +121,7 @@ func TestOneSubscriptionPerTarget(t *testing.T) {
 		c.Close()
 	}
 	routingtest.Within(t, 5*time.Second, "the subscription ends with the last conn", func() bool {
-		return e.Subscriptions().Open == 0 && grpcresolver.Followers(builder) == 0
+		return e.Inspect().Subscriptions().Open == 0 && grpcresolver.Followers(builder) == 0
 	})
 }
 
@@ -236,7 +236,7 @@ func TestTargetRemovedByReload(t *testing.T) {
 		}
 	}
 	reload()
-	if e.HasChain("model-to-addresses") {
+	if e.Inspect().HasChain("model-to-addresses") {
 		t.Fatal("the chain is still there")
 	}
 	if got := routingtest.Spread(t, conn, 20, b1); got[b1] != 20 {

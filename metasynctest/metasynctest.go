@@ -58,7 +58,7 @@ type Fake struct {
 
 // Answer is the engine's Answer: a target's values with whether they are
 // synced and stale, as the daemon's HTTP API answers.
-func (f *Fake) Answer(t msync.Target) msync.Answer { return f.engine.Answer(t) }
+func (f *Fake) Answer(t msync.Target) msync.Answer { return f.engine.Inspect().Answer(t) }
 
 // Reload switches the Fake to another compiled config, as the daemon's
 // live reload does, and returns what changed: the resource entries it
@@ -78,7 +78,7 @@ func (f *Fake) Reload(plan *schema.Plan) (schema.Changes, error) {
 // several objects claim with different values (each answers the oldest
 // claimant's; give objects a metadata.creationTimestamp to order them,
 // else they are ordered by object key). Explain names the claimants.
-func (f *Fake) Conflicts() []msync.Conflict { return f.engine.Conflicts() }
+func (f *Fake) Conflicts() []msync.Conflict { return f.engine.Inspect().Conflicts() }
 
 // Engine is the engine under the Fake, for code that takes a
 // *sync.Engine (or an interface of its methods) rather than a Reader: the
@@ -92,7 +92,7 @@ func (f *Fake) Feed() *msync.Feed { return f.feed }
 
 // HomeCluster is the engine's HomeCluster: of a config that reads several
 // clusters, the home cluster's name ("" otherwise).
-func (f *Fake) HomeCluster() string { return f.engine.HomeCluster() }
+func (f *Fake) HomeCluster() string { return f.engine.Inspect().HomeCluster() }
 
 var _ msync.Reader = (*Fake)(nil)
 

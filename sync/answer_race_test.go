@@ -27,14 +27,14 @@ func TestAnswerAcrossAReload(t *testing.T) {
 	if err := svcs.replace([]any{svcs.project(string(serviceJSON("s", "a", "10.0.0.1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}
-	if a := e.Answer(ChainOf("c", "m1")); !a.Synced || len(a.Values) != 1 {
+	if a := e.Inspect().Answer(ChainOf("c", "m1")); !a.Synced || len(a.Values) != 1 {
 		t.Fatalf("A: %+v", a)
 	}
 	reloadTo(t, e, cfgB)
-	if a := e.Answer(ChainOf("c", "m1")); a.Synced {
+	if a := e.Inspect().Answer(ChainOf("c", "m1")); a.Synced {
 		t.Fatalf("B: %+v", a)
 	}
-	answer := func() Answer { return e.Answer(ChainOf("c", "m1")) }
+	answer := func() Answer { return e.Inspect().Answer(ChainOf("c", "m1")) }
 	bad := 0
 	for round := 0; round < 300 && bad == 0; round++ {
 		reloadTo(t, e, cfgA)

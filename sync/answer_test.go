@@ -34,15 +34,15 @@ func TestAnswer(t *testing.T) {
 		{KeyOf("model-to-app", "nope"), nil},
 		{KeyOf("no-such-index", "m1"), nil},
 	} {
-		a := e.Answer(c.t)
+		a := e.Inspect().Answer(c.t)
 		if !slices.Equal(a.Values, c.want) || a.Stale {
 			t.Errorf("Answer(%+v) = %+v, want values %q, not stale", c.t, a, c.want)
 		}
-		if want := e.IndexSynced("model-to-app"); c.t.Index == "model-to-app" && a.Synced != want {
+		if want := e.Inspect().IndexSynced("model-to-app"); c.t.Index == "model-to-app" && a.Synced != want {
 			t.Errorf("Answer(%+v).Synced = %t, IndexSynced %t", c.t, a.Synced, want)
 		}
 	}
-	if a := e.Answer(KeyOf("no-such-index", "m1")); a.Synced {
+	if a := e.Inspect().Answer(KeyOf("no-such-index", "m1")); a.Synced {
 		t.Errorf("an unknown index answers synced: %+v", a)
 	}
 }

@@ -228,7 +228,7 @@ func (v *view) storedKeys(r *resource, key string) []string {
 }
 
 // ClusterNames returns the plan's clusters, in config order; nil without.
-func (e *Engine) ClusterNames() []string {
+func (e *Inspector) ClusterNames() []string {
 	v, _ := e.view()
 	if v.plan == nil {
 		return nil
@@ -243,7 +243,7 @@ func (e *Engine) ClusterNames() []string {
 // ClusterStates returns the state of each cluster's part of what t reads
 // (the index of a key or an index, the indexes of a chain); nil for a
 // plan without clusters, or an unknown target.
-func (e *Engine) ClusterStates(t Target) map[string]ClusterState {
+func (e *Inspector) ClusterStates(t Target) map[string]ClusterState {
 	v, _ := e.view()
 	return v.clusterStatesOf(t)
 }
@@ -316,7 +316,7 @@ func unknownCluster(v *view, name string) error {
 // HomeCluster returns the name of the plan's home cluster: the one read
 // through the engine's own connection, or the one marked home; "" for a
 // plan without clusters, or without a home.
-func (e *Engine) HomeCluster() string {
+func (e *Inspector) HomeCluster() string {
 	v, _ := e.view()
 	if v.plan == nil {
 		return ""
@@ -390,7 +390,7 @@ func clusterConfigs(p *compiled.Plan, own *rest.Config, given map[string]*rest.C
 // Synced and Stale. Unlike Answer with Target.Cluster, it tells an
 // unknown cluster, index or chain, or a target that a cluster does not
 // narrow, as an error.
-func (e *Engine) AnswerIn(t Target, cluster string) (Answer, error) {
+func (e *Inspector) AnswerIn(t Target, cluster string) (Answer, error) {
 	names := e.ClusterNames()
 	if !slices.Contains(names, cluster) {
 		if len(names) == 0 {

@@ -49,12 +49,12 @@ func TestCompactIsSilent(t *testing.T) {
 		}
 	}
 
-	writes := e.Writes()
-	if !e.Compact() || e.Compact() {
+	writes := e.Inspect().Writes()
+	if !e.Inspect().Compact() || e.Inspect().Compact() {
 		t.Fatal("Compact: want true after writes, then false")
 	}
-	if e.Writes() != writes {
-		t.Fatalf("Compact counted as a write: %d → %d", writes, e.Writes())
+	if e.Inspect().Writes() != writes {
+		t.Fatalf("Compact counted as a write: %d → %d", writes, e.Inspect().Writes())
 	}
 	for _, s := range []*Subscription{index, key, chain} {
 		noEvent(t, s)

@@ -45,6 +45,14 @@
 // metasynctest.Fake, built from the same config and objects given as YAML,
 // without a cluster.
 //
+// # The face
+//
+// An Engine shows the Reader and its life (Start, WaitForData,
+// WaitForSync, Reload, Ready, Stale, Status, Clusters). What the daemon's
+// faces read besides — answers with their freshness, each cluster's part,
+// conflicts, counts, snapshots, memory upkeep — is on the Inspector that
+// Engine.Inspect returns: the same engine, seen wider.
+//
 // # Subscribing
 //
 // Subscribe follows one key of an index (KeyOf), one key of a chain

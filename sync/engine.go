@@ -90,11 +90,12 @@ const DefaultStaleAfter = 30 * time.Second
 // Engine keeps the indexes of a Plan in sync with a cluster. Reload
 // changes its plan while it runs.
 type Engine struct {
-	log     *slog.Logger
-	store   *indexer.Store // its snapshots carry the engine's view (see view)
-	started atomic.Bool
-	hub     *hub   // routes commits to subscriptions
-	epoch   string // names this engine's run in subscription versions
+	inspector Inspector // the wider view of Inspect, pointing back here
+	log       *slog.Logger
+	store     *indexer.Store // its snapshots carry the engine's view (see view)
+	started   atomic.Bool
+	hub       *hub   // routes commits to subscriptions
+	epoch     string // names this engine's run in subscription versions
 
 	staleAfter  time.Duration
 	streaming   bool // Options.StreamingList
@@ -350,6 +351,7 @@ func newEngine(plan *compiled.Plan, opts Options, conns *connections, clusterID 
 		ident:       identity{fetch: clusterID},
 		conns:       conns,
 	}
+	e.inspector.Engine = e
 	if conns != nil {
 		e.clientFor = conns.clientFor
 	}
@@ -402,7 +404,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.running.Wait()
 	writer.Wait()
 	if e.warm.dir != "" && e.writeWarmFile() == nil {
-		st := e.SnapshotStatus()
+		st := e.Inspect().SnapshotStatus()
 		e.log.Info("snapshot written", "objects", st.Objects, "bytes", st.Bytes, "took", st.WriteDuration.Round(time.Microsecond).String())
 	}
 	e.log.Info("engine stopped")
@@ -509,7 +511,7 @@ func (v *view) unsynced() *watcher {
 }
 
 // Synced reports whether every resource has completed its first list.
-func (e *Engine) Synced() bool {
+func (e *Inspector) Synced() bool {
 	v, _ := e.view()
 	return v.unsynced() == nil
 }
@@ -548,11 +550,11 @@ func (e *Engine) Status() []ResourceStatus {
 // last time, and reports whether it did. The daemon calls it each time
 // writes have paused for a few seconds; a library host decides for itself
 // (the engine never does it on its own).
-func (e *Engine) Compact() bool { return e.store.Compact() }
+func (e *Inspector) Compact() bool { return e.store.Compact() }
 
 // Writes counts the engine's writes that changed its indexes (list and
 // watch events that changed some key's values, reloads, restores) since
 // it was built; events that changed only fields, or nothing the indexes
 // hold, do not count. Equal counts some seconds apart mean the indexes
 // have quieted.
-func (e *Engine) Writes() uint64 { return e.store.Snapshot().Writes() }
+func (e *Inspector) Writes() uint64 { return e.store.Snapshot().Writes() }

@@ -282,7 +282,7 @@ type Conflict struct {
 
 // Conflicts returns, for each unique index with keys in conflict (claimed
 // with different values by several objects), those keys; sorted by index.
-func (e *Engine) Conflicts() []Conflict {
+func (e *Inspector) Conflicts() []Conflict {
 	v, snap := e.view()
 	var out []Conflict
 	for _, r := range v.plan.Resources {

@@ -525,6 +525,6 @@ type SubscriptionStats struct {
 }
 
 // Subscriptions counts the engine's subscriptions.
-func (e *Engine) Subscriptions() SubscriptionStats {
+func (e *Inspector) Subscriptions() SubscriptionStats {
 	return SubscriptionStats{Open: e.hub.opened.Load(), Coalesced: e.hub.coalesced.Load(), Resets: e.hub.resets.Load()}
 }

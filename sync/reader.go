@@ -178,12 +178,12 @@ type Answer struct {
 // may say "not synced" of values read just after its resource synced,
 // never "synced" of values read before, nor of an index that a reload
 // has just moved to a resource not listed yet.
-func (e *Engine) Answer(t Target) Answer { return e.Answers(t)[0] }
+func (e *Inspector) Answer(t Target) Answer { return e.Answers(t)[0] }
 
 // Answers reads each of ts as Answer reads it, all from one snapshot: one
 // config and one state of the indexes. Answers of one key at several
 // localities (or of several keys) read together never mix two states.
-func (e *Engine) Answers(ts ...Target) []Answer {
+func (e *Inspector) Answers(ts ...Target) []Answer {
 	out := make([]Answer, len(ts))
 	for {
 		v, _ := e.view()
@@ -265,17 +265,17 @@ func (e *Engine) ResolveAt(chain, key string, l Locality) []string {
 // handle reads only. It reads the index as long as a reload keeps it;
 // once a reload removes the index (or moves it to another resource entry)
 // the handle looks up nothing: get a new one.
-func (e *Engine) Index(name string) (indexer.Index, bool) { return e.store.Index(name) }
+func (e *Inspector) Index(name string) (indexer.Index, bool) { return e.store.Index(name) }
 
 // HasIndex reports whether the index is configured.
-func (e *Engine) HasIndex(index string) bool {
+func (e *Inspector) HasIndex(index string) bool {
 	v, _ := e.view()
 	_, ok := v.byIndex[index]
 	return ok
 }
 
 // HasChain reports whether the chain is configured.
-func (e *Engine) HasChain(chain string) bool {
+func (e *Inspector) HasChain(chain string) bool {
 	v, _ := e.view()
 	_, ok := v.chains[chain]
 	return ok
@@ -284,7 +284,7 @@ func (e *Engine) HasChain(chain string) bool {
 // IndexSynced reports whether the resource that feeds an index has
 // completed a list since the engine started: until then an empty answer
 // means "not known yet", not "no values". An unknown index is not synced.
-func (e *Engine) IndexSynced(index string) bool {
+func (e *Inspector) IndexSynced(index string) bool {
 	v, _ := e.view()
 	return v.indexSynced(index)
 }
@@ -296,7 +296,7 @@ func (v *view) indexSynced(index string) bool {
 
 // ChainSynced reports whether every index of a chain is synced (see
 // IndexSynced); an unknown chain is not.
-func (e *Engine) ChainSynced(chain string) bool {
+func (e *Inspector) ChainSynced(chain string) bool {
 	v, _ := e.view()
 	return v.chainSynced(chain)
 }
@@ -465,14 +465,14 @@ type FieldsAnswer struct {
 // AnswerIndexFields is IndexFields with its flags, read first and under
 // the same config as the objects (again after a reload between them):
 // never "synced" of objects read before the index synced.
-func (e *Engine) AnswerIndexFields(index, key string) (FieldsAnswer, error) {
+func (e *Inspector) AnswerIndexFields(index, key string) (FieldsAnswer, error) {
 	return e.answerFields(func(v *view) bool { return v.indexSynced(index) },
 		func(v *view, snap *indexer.Snapshot) ([]ObjectFields, error) { return indexFields(v, snap, index, key) })
 }
 
 // AnswerResourceFields is ResourceFields of one object with its flags,
 // read as AnswerIndexFields reads them; Synced is the resource's.
-func (e *Engine) AnswerResourceFields(resource, objectKey string) (FieldsAnswer, error) {
+func (e *Inspector) AnswerResourceFields(resource, objectKey string) (FieldsAnswer, error) {
 	return e.answerFields(func(v *view) bool {
 		w := v.byName[resource]
 		return w != nil && w.isSynced()

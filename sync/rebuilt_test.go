@@ -78,7 +78,7 @@ func TestSnapshotOfRebuiltPart(t *testing.T) {
 	// The watcher's run fails with errClusterChanged and lists again: from the old cache.
 	listIn(t, w, "901", "ghost")
 	var buf bytes.Buffer
-	if _, err := e.WriteSnapshot(&buf); err != nil {
+	if _, err := e.Inspect().WriteSnapshot(&buf); err != nil {
 		t.Fatal(err)
 	}
 	f, err := warmfile.Decode(buf.Bytes())
@@ -126,7 +126,7 @@ func TestReloadWhilePending(t *testing.T) {
 	nw := partOf(t, e, "west")
 	t.Logf("after reload, before list: stale=%v", nw.stale())
 	listIn(t, nw, "901", "ghost") // from the apiserver's cache: the old cluster
-	a := e.Answer(KeyOf("model-to-app", "m-shared"))
+	a := e.Inspect().Answer(KeyOf("model-to-app", "m-shared"))
 	t.Logf("after reload+list: pending=%v stale=%v answer=%+v", e.identOf("west").changing(), nw.stale(), a)
 	if !nw.stale() {
 		t.Errorf("west fresh after a reload while the change is pending (ghost answered fresh)")

@@ -88,7 +88,7 @@ func TestReloadDropFallbackCompactInWindow(t *testing.T) {
 	}
 	must(t, f.Delete("eps", "churn"))
 	drainAll(t, all)
-	testHookPublished = func() { t.Logf("compact: %v", e.Compact()) }
+	testHookPublished = func() { t.Logf("compact: %v", e.Inspect().Compact()) }
 	defer func() { testHookPublished = nil }()
 	plan, err := schema.Compile(companionsConfig(false, false))
 	must(t, err)
@@ -357,7 +357,7 @@ func TestStressReloadsWrites(t *testing.T) {
 			_, err = e.Reload(plan)
 			must(t, err)
 		case op < 5:
-			e.Compact()
+			e.Inspect().Compact()
 		case op < 10:
 			var objs [][]byte
 			for _, n := range names {

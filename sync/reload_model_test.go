@@ -257,7 +257,7 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 				checkOneConfig(e, world, fail)
 				checkAnswers(e, world, rng, fail)
 				_ = e.Ready()
-				_ = e.Synced()
+				_ = e.Inspect().Synced()
 			}
 		})
 	}
@@ -294,7 +294,7 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 	}
 	close(stop)
 	readers.Wait()
-	if n := e.Subscriptions().Open; n != 0 {
+	if n := e.Inspect().Subscriptions().Open; n != 0 {
 		t.Errorf("%d subscriptions open after the subscriber closed its own", n)
 	}
 	t.Logf("%d reloads in %v, %d reader rounds, %d subscription events", reloads, time.Since(start).Round(time.Millisecond), reads.Load(), events.Load())
@@ -372,8 +372,8 @@ func checkAnswers(e *Engine, world *reloadWorld, rng *rand.Rand, fail func(strin
 				fail("Keys(%s) has %q", ix, k)
 			}
 		}
-		_ = e.HasIndex(ix)
-		_ = e.IndexSynced(ix)
+		_ = e.Inspect().HasIndex(ix)
+		_ = e.Inspect().IndexSynced(ix)
 		c := world.chains[rng.IntN(len(world.chains))]
 		for _, val := range e.Resolve(c, key) {
 			last, _, _ := strings.Cut(val, ":")
@@ -381,8 +381,8 @@ func checkAnswers(e *Engine, world *reloadWorld, rng *rand.Rand, fail func(strin
 				fail("Resolve(%s, %s) has %q: %s is the last index of %s in no config", c, key, val, last, c)
 			}
 		}
-		_ = e.HasChain(c)
-		_ = e.ChainSynced(c)
+		_ = e.Inspect().HasChain(c)
+		_ = e.Inspect().ChainSynced(c)
 	}
 }
 

@@ -206,10 +206,10 @@ func TestReloadKeepsUnchanged(t *testing.T) {
 	quiet(t, indexSub, "index subscription on a kept index")
 
 	// Added: there, empty, not synced; Syncing, and the engine stays ready.
-	if !e.HasIndex("node-to-pod") || e.Lookup("node-to-pod", "n1") != nil || len(e.Keys("node-to-pod")) != 0 {
-		t.Fatalf("added index: HasIndex %v, n1 = %v, keys %v", e.HasIndex("node-to-pod"), e.Lookup("node-to-pod", "n1"), e.Keys("node-to-pod"))
+	if !e.Inspect().HasIndex("node-to-pod") || e.Lookup("node-to-pod", "n1") != nil || len(e.Keys("node-to-pod")) != 0 {
+		t.Fatalf("added index: HasIndex %v, n1 = %v, keys %v", e.Inspect().HasIndex("node-to-pod"), e.Lookup("node-to-pod", "n1"), e.Keys("node-to-pod"))
 	}
-	if e.IndexSynced("node-to-pod") {
+	if e.Inspect().IndexSynced("node-to-pod") {
 		t.Fatal("the added index is synced before its first list")
 	}
 	if st := statusOf(t, e, "pods"); !st.Syncing || st.Ready || st.Synced {
@@ -233,8 +233,8 @@ func TestReloadKeepsUnchanged(t *testing.T) {
 	if st := statusOf(t, e, "pods"); st.Syncing || !st.Ready || !st.Synced || st.Objects != 2 {
 		t.Fatalf("pods after its first list: %+v", st)
 	}
-	if !e.IndexSynced("node-to-pod") || !e.Synced() || !e.Ready() {
-		t.Fatalf("after the first list: IndexSynced %v, Synced %v, Ready %v", e.IndexSynced("node-to-pod"), e.Synced(), e.Ready())
+	if !e.Inspect().IndexSynced("node-to-pod") || !e.Inspect().Synced() || !e.Ready() {
+		t.Fatalf("after the first list: IndexSynced %v, Synced %v, Ready %v", e.Inspect().IndexSynced("node-to-pod"), e.Inspect().Synced(), e.Ready())
 	}
 	want(t, podSub, "added index after its first list", EventSnapshot, "p1")
 	quiet(t, keySub, "key subscription on a kept index, after the added one listed")
@@ -291,7 +291,7 @@ func TestReloadRestartChangedKeepsAnswers(t *testing.T) {
 			t.Fatalf("before the first list, %s = %v, want the old answer %v", m, got, vals)
 		}
 	}
-	if !e.IndexSynced("model-to-app") || !e.ChainSynced("model-to-addresses") {
+	if !e.Inspect().IndexSynced("model-to-app") || !e.Inspect().ChainSynced("model-to-addresses") {
 		t.Fatal("the restarted resource's index is not synced before its first list")
 	}
 	if st := statusOf(t, e, "apps"); !st.Syncing || !st.Synced || !st.Ready || st.Relists != 1 {
@@ -341,7 +341,7 @@ func TestReloadRemovedIsGone(t *testing.T) {
 	list(t, e, "apps", appJSON("a", "m1"))
 	list(t, e, "slices", sliceJSON("a-1", "a", "10.0.0.1"))
 	// pods never lists: its subscription waits for the first list.
-	handle, ok := e.Index("app-to-addresses")
+	handle, ok := e.Inspect().Index("app-to-addresses")
 	if !ok || !slices.Equal(handle.Lookup("a"), []string{"10.0.0.1"}) {
 		t.Fatalf("handle of app-to-addresses: %v %v", ok, handle.Lookup("a"))
 	}
@@ -373,15 +373,15 @@ func TestReloadRemovedIsGone(t *testing.T) {
 		waited <- ev
 	}()
 	time.Sleep(20 * time.Millisecond)
-	open := e.Subscriptions().Open
+	open := e.Inspect().Subscriptions().Open
 
 	changes := reloadTo(t, e, &schema.Config{Resources: []schema.Resource{appsResource()}})
 	if !slices.Equal(changes.Stop, []string{"slices", "pods"}) || !slices.Equal(changes.ChainsRemoved, []string{"model-to-addresses"}) || !slices.Equal(changes.Keep, []string{"apps"}) {
 		t.Fatalf("changes = %+v", changes)
 	}
 	for _, ix := range []string{"app-to-addresses", "node-to-pod"} {
-		if e.HasIndex(ix) || e.Lookup(ix, "a") != nil || e.Keys(ix) != nil || e.IndexSynced(ix) {
-			t.Fatalf("removed index %s: HasIndex %v, Lookup %v, Keys %v, synced %v", ix, e.HasIndex(ix), e.Lookup(ix, "a"), e.Keys(ix), e.IndexSynced(ix))
+		if e.Inspect().HasIndex(ix) || e.Lookup(ix, "a") != nil || e.Keys(ix) != nil || e.Inspect().IndexSynced(ix) {
+			t.Fatalf("removed index %s: HasIndex %v, Lookup %v, Keys %v, synced %v", ix, e.Inspect().HasIndex(ix), e.Lookup(ix, "a"), e.Keys(ix), e.Inspect().IndexSynced(ix))
 		}
 		if _, err := e.Subscribe(context.Background(), KeyOf(ix, "a")); err == nil {
 			t.Fatalf("Subscribe on the removed index %s: no error", ix)
@@ -390,7 +390,7 @@ func TestReloadRemovedIsGone(t *testing.T) {
 	if got := handle.Lookup("a"); got != nil {
 		t.Fatalf("a handle of the removed index still answers %v", got)
 	}
-	if e.HasChain("model-to-addresses") || e.Resolve("model-to-addresses", "m1") != nil || e.ChainSynced("model-to-addresses") {
+	if e.Inspect().HasChain("model-to-addresses") || e.Resolve("model-to-addresses", "m1") != nil || e.Inspect().ChainSynced("model-to-addresses") {
 		t.Fatal("the removed chain is still there")
 	}
 	if got := e.Indexes(); len(got) != 1 || got[0].Name != "model-to-app" {
@@ -418,7 +418,7 @@ func TestReloadRemovedIsGone(t *testing.T) {
 	gone(t, indexSub, "index subscription on a removed index")
 	gone(t, chainSub, "chain subscription on a removed chain")
 	quiet(t, otherSub, "key subscription on a kept index")
-	if got := e.Subscriptions().Open; got != open-4 {
+	if got := e.Inspect().Subscriptions().Open; got != open-4 {
 		t.Fatalf("%d subscriptions open, want %d", got, open-4)
 	}
 	// The kept index still works and still notifies.
@@ -478,7 +478,7 @@ func TestReloadIndexMovesResource(t *testing.T) {
 	svcObjs := [][]byte{serviceJSON("s", "a", "10.0.0.1"), []byte(`{"metadata":{"name":"t","labels":{"app":"a"}},"spec":{"vip":"10.0.0.2","models":["m1"]}}`)}
 	list(t, e, "apps", appObjs...)
 	list(t, e, "services", svcObjs...)
-	oldHandle, _ := e.Index("x")
+	oldHandle, _ := e.Inspect().Index("x")
 	sub, err := e.Subscribe(context.Background(), KeyOf("x", "m1"))
 	must(t, err)
 	defer sub.Close()
@@ -544,7 +544,7 @@ func TestReloadMovedIndexNotSyncedBeforeItsList(t *testing.T) {
 		schema.Index{Name: "y", Key: "spec.models", Value: "metadata.name"})
 	reloadTo(t, e, &schema.Config{Resources: []schema.Resource{appsResource(), services}})
 	for _, ix := range []string{"x", "y"} {
-		if e.IndexSynced(ix) {
+		if e.Inspect().IndexSynced(ix) {
 			t.Errorf("index %s, new to the restarted resource services, reads synced before its first list (Lookup m1 = %v)", ix, e.Lookup(ix, "m1"))
 		}
 	}
@@ -592,17 +592,17 @@ func TestReloadWindowBeforeTheHubMarks(t *testing.T) {
 func TestReloadAddedFallbackNotSyncedBeforeItsList(t *testing.T) {
 	e := testEngine(t, &schema.Config{Resources: []schema.Resource{slicesResource()}})
 	list(t, e, "slices", []byte(`{"metadata":{"name":"s","labels":{"app":"a"}},"addresses":["10.0.0.1"],"terminating":["10.0.0.9"]}`))
-	if !e.IndexSynced("app-to-addresses") {
+	if !e.Inspect().IndexSynced("app-to-addresses") {
 		t.Fatal("not synced after the list")
 	}
 	next := slicesResource()
 	next.Indexes[0].Fallback = "terminating"
 	reloadTo(t, e, &schema.Config{Resources: []schema.Resource{next}})
-	if e.IndexSynced("app-to-addresses") {
+	if e.Inspect().IndexSynced("app-to-addresses") {
 		t.Errorf("synced before the list that fills its new fallback")
 	}
 	list(t, e, "slices", []byte(`{"metadata":{"name":"s","labels":{"app":"b"}},"terminating":["10.0.0.9"]}`))
-	if !e.IndexSynced("app-to-addresses") || !slices.Equal(e.Lookup("app-to-addresses", "b"), []string{"10.0.0.9"}) {
-		t.Errorf("after the list: synced %v, b = %v", e.IndexSynced("app-to-addresses"), e.Lookup("app-to-addresses", "b"))
+	if !e.Inspect().IndexSynced("app-to-addresses") || !slices.Equal(e.Lookup("app-to-addresses", "b"), []string{"10.0.0.9"}) {
+		t.Errorf("after the list: synced %v, b = %v", e.Inspect().IndexSynced("app-to-addresses"), e.Lookup("app-to-addresses", "b"))
 	}
 }

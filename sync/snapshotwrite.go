@@ -26,7 +26,7 @@ import (
 // part (its objects, the resourceVersion it resumes from) and the
 // snapshot records each cluster's identity: a part is restored, and
 // checked, on its own (see RestoreSnapshot).
-func (e *Engine) WriteSnapshot(out io.Writer) (int, error) {
+func (e *Inspector) WriteSnapshot(out io.Writer) (int, error) {
 	v, _ := e.view()
 	if v.plan == nil {
 		return 0, errEmptyPlan

@@ -136,7 +136,7 @@ func (r *eventRig) events(tb testing.TB, count int) {
 
 // stop ends the rig's subscriptions and checks its state.
 func (r *eventRig) stop(tb testing.TB, others int) {
-	if open := r.e.Subscriptions().Open; open < int64(others) {
+	if open := r.e.Inspect().Subscriptions().Open; open < int64(others) {
 		tb.Fatalf("%d subscriptions open, want %d at least", open, others)
 	}
 	if hot := r.e.Lookup("model-to-app", "hot"); len(hot) > 1 || (len(hot) == 1 && !strings.HasPrefix(hot[0], "app-")) {

@@ -465,9 +465,9 @@ func (r *modelSubscriber) check(t *testing.T, e *Engine, i int) {
 // closes its subscription from a goroutine of its own.
 func openAfter(t *testing.T, e *Engine, n int64) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); e.Subscriptions().Open != n; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); e.Inspect().Subscriptions().Open != n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d subscriptions open, want %d", e.Subscriptions().Open, n)
+			t.Fatalf("%d subscriptions open, want %d", e.Inspect().Subscriptions().Open, n)
 		}
 	}
 }
@@ -504,7 +504,7 @@ func TestResumeOutsideTheJournal(t *testing.T) {
 	if ev := next(t, sub); ev.Type != EventSynced {
 		t.Fatalf("after the snapshot: %+v", ev)
 	}
-	if n := e.Subscriptions().Resets; n != 1 {
+	if n := e.Inspect().Subscriptions().Resets; n != 1 {
 		t.Fatalf("resets = %d, want 1", n)
 	}
 }

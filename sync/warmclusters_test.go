@@ -59,7 +59,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 	listIn(t, partOf(t, e, "east"), "100", "e1", "e2")
 	listIn(t, partOf(t, e, "west"), "7", "w1")
 	var buf bytes.Buffer
-	if n, err := e.WriteSnapshot(&buf); err != nil || n != 3 {
+	if n, err := e.Inspect().WriteSnapshot(&buf); err != nil || n != 3 {
 		t.Fatalf("WriteSnapshot = %d, %v", n, err)
 	}
 	f, err := warmfile.Decode(buf.Bytes())
@@ -69,7 +69,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 
 	// The same clusters: each part restored with its resourceVersion.
 	r := testEngine(t, clustersConfig("east", "west"))
-	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1", "e2", "w1"}) {
@@ -79,7 +79,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 	// several clusters is built from its objects at once (each part is
 	// read from the objects behind a key).
 	for cluster, want := range map[string][]string{"east": {"e1", "e2"}, "west": {"w1"}} {
-		if got := r.Answer(Target{Index: "model-to-app", Key: "m-shared", Cluster: cluster}).Values; !slices.Equal(got, want) {
+		if got := r.Inspect().Answer(Target{Index: "model-to-app", Key: "m-shared", Cluster: cluster}).Values; !slices.Equal(got, want) {
 			t.Errorf("restored %s's part: %q, want %q", cluster, got, want)
 		}
 	}
@@ -93,7 +93,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.restored, w.resumeRV, w.count.Load(), w.stale())
 		}
 	}
-	cs := r.ClusterStates(KeyOf("model-to-app", "m-shared"))
+	cs := r.Inspect().ClusterStates(KeyOf("model-to-app", "m-shared"))
 	if !cs["east"].Stale || !cs["west"].Stale || !cs["east"].Synced || !cs["west"].Synced {
 		t.Errorf("cluster states: %+v", cs)
 	}
@@ -101,7 +101,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 	// West no longer read, north new: west's part is not restored (nor
 	// its values), north's watcher starts as without a snapshot.
 	r = testEngine(t, clustersConfig("east", "north"))
-	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1", "e2"}) {
@@ -118,7 +118,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 	// way round: refused, nothing restored.
 	one := filledEngine(t, 3)
 	var single bytes.Buffer
-	if _, err := one.WriteSnapshot(&single); err != nil {
+	if _, err := one.Inspect().WriteSnapshot(&single); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct {
@@ -129,7 +129,7 @@ func TestSnapshotOfClusters(t *testing.T) {
 		"several clusters' snapshot, one cluster":  {snapshotConfig(), buf.Bytes()},
 	} {
 		r := testEngine(t, c.cfg)
-		_, err := r.RestoreSnapshot(c.data)
+		_, err := r.Inspect().RestoreSnapshot(c.data)
 		var se *SnapshotError
 		if !errors.As(err, &se) || se.Reason != "config" {
 			t.Errorf("%s: %v, want a config error", name, err)
@@ -150,7 +150,7 @@ func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
 	listIn(t, west, "7", "w1")
 	west.rv.Store(nil) // as checkGone leaves it: no resourceVersion to resume from
 	var buf bytes.Buffer
-	if n, err := e.WriteSnapshot(&buf); err != nil || n != 1 {
+	if n, err := e.Inspect().WriteSnapshot(&buf); err != nil || n != 1 {
 		t.Fatalf("WriteSnapshot = %d, %v", n, err)
 	}
 	f, err := warmfile.Decode(buf.Bytes())
@@ -158,7 +158,7 @@ func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
 		t.Fatalf("file: %+v, %v", f, err)
 	}
 	r := testEngine(t, clustersConfig("east", "west"))
-	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1"}) {
@@ -206,14 +206,14 @@ func BenchmarkRestoreSnapshotClusters(b *testing.B) {
 		}
 	}
 	var buf bytes.Buffer
-	if _, err := e.WriteSnapshot(&buf); err != nil {
+	if _, err := e.Inspect().WriteSnapshot(&buf); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(buf.Len()))
 	for b.Loop() {
 		r := testEngine(b, clustersConfig("east", "west"))
-		if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -228,15 +228,15 @@ func TestClusterPartEdges(t *testing.T) {
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	listIn(t, partOf(t, e, "west"), "7", "w1")
 	for _, tg := range []Target{{Chain: "nope", Key: "m-e1"}, {Index: "nope", Key: "m-e1"}} {
-		if _, err := e.AnswerIn(tg, "east"); err == nil || !strings.Contains(err.Error(), `unknown`) {
+		if _, err := e.Inspect().AnswerIn(tg, "east"); err == nil || !strings.Contains(err.Error(), `unknown`) {
 			t.Errorf("AnswerIn(%+v) = %v, want an unknown index or chain", tg, err)
 		}
 		tg.Cluster = "east"
-		if a := e.Answer(tg); len(a.Values) != 0 {
+		if a := e.Inspect().Answer(tg); len(a.Values) != 0 {
 			t.Errorf("Answer(%+v) = %q", tg, a.Values)
 		}
 	}
-	if a, err := e.AnswerIn(KeyOf("model-to-app", "m-e1"), "east"); err != nil || !slices.Equal(a.Values, []string{"e1"}) {
+	if a, err := e.Inspect().AnswerIn(KeyOf("model-to-app", "m-e1"), "east"); err != nil || !slices.Equal(a.Values, []string{"e1"}) {
 		t.Errorf("AnswerIn of east's key: %+v, %v", a, err)
 	}
 	x := e.Explain(Target{Index: "model-to-app", Key: "m-e1", Cluster: "west"})

@@ -23,7 +23,7 @@ func (e *Engine) loadWarmFile() {
 	data, release, err := mapFile(path)
 	read := time.Since(start)
 	if err == nil {
-		writtenAt, err = e.RestoreSnapshot(data)
+		writtenAt, err = e.Inspect().RestoreSnapshot(data)
 		// The restored sources read data until they can be written.
 		v, _ := e.view()
 		var loading []<-chan struct{}
@@ -144,7 +144,7 @@ func (e *Engine) writeWarmFileTo(dir string) (objects int, size int64, err error
 		}
 	}()
 	bw := bufio.NewWriterSize(tmp, 256<<10)
-	if objects, err = e.WriteSnapshot(bw); err != nil {
+	if objects, err = e.Inspect().WriteSnapshot(bw); err != nil {
 		return 0, 0, err
 	}
 	if err = bw.Flush(); err != nil {

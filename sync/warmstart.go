@@ -85,7 +85,7 @@ type warmFiles struct {
 }
 
 // SnapshotStatus returns the state of the engine's snapshots.
-func (e *Engine) SnapshotStatus() SnapshotStatus {
+func (e *Inspector) SnapshotStatus() SnapshotStatus {
 	e.warm.mu.Lock()
 	defer e.warm.mu.Unlock()
 	st := e.warm.status
@@ -137,7 +137,7 @@ func (e *SnapshotError) Unwrap() error { return e.Err }
 // from its objects before RestoreSnapshot returns (a cluster's part is
 // read from the objects behind a key), not answered from the snapshot's
 // tables first.
-func (e *Engine) RestoreSnapshot(data []byte) (time.Time, error) {
+func (e *Inspector) RestoreSnapshot(data []byte) (time.Time, error) {
 	if e.started.Load() {
 		return time.Time{}, errors.New("RestoreSnapshot after Start")
 	}
@@ -408,7 +408,7 @@ func (e *Engine) WaitForData(ctx context.Context) error {
 // of another cluster, or a reload changed the resources. Ask Stale again
 // then, and StaleChanged for the next change. A change stream uses it to
 // tell its client at once that its answers are current.
-func (e *Engine) StaleChanged() <-chan struct{} {
+func (e *Inspector) StaleChanged() <-chan struct{} {
 	e.staleMu.Lock()
 	defer e.staleMu.Unlock()
 	if e.staleCh == nil {

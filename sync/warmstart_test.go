@@ -49,11 +49,11 @@ func filledEngine(tb testing.TB, n int) *Engine {
 func TestSnapshotRoundTrip(t *testing.T) {
 	e := filledEngine(t, 500)
 	var buf bytes.Buffer
-	if n, err := e.WriteSnapshot(&buf); err != nil || n != 500 {
+	if n, err := e.Inspect().WriteSnapshot(&buf); err != nil || n != 500 {
 		t.Fatalf("WriteSnapshot = %d, %v", n, err)
 	}
 	r := testEngine(t, snapshotConfig())
-	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"m-000000-0", "m-000499-2", "nope"} {
@@ -62,7 +62,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 	}
 	w := watchersOf(r)[0]
-	if !w.restored || w.resumeRV != "4711" || !r.Stale() || r.Synced() {
+	if !w.restored || w.resumeRV != "4711" || !r.Stale() || r.Inspect().Synced() {
 		t.Errorf("restored %v from %q, stale %v", w.restored, w.resumeRV, r.Stale())
 	}
 	if p, ok := r.store.Snapshot().Payload(w.src, "ns/app-000007"); !ok || p != `{"type":"model"}` {
@@ -78,14 +78,14 @@ func BenchmarkRestoreSnapshot(b *testing.B) {
 	}
 	e := filledEngine(b, n)
 	var buf bytes.Buffer
-	if _, err := e.WriteSnapshot(&buf); err != nil {
+	if _, err := e.Inspect().WriteSnapshot(&buf); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(buf.Len()))
 	for b.Loop() {
 		r := testEngine(b, snapshotConfig())
-		if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+		if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
@@ -100,7 +100,7 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf.Reset()
-		if _, err := e.WriteSnapshot(&buf); err != nil {
+		if _, err := e.Inspect().WriteSnapshot(&buf); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -111,11 +111,11 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 func restored(t *testing.T, n int) (*Engine, []byte) {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := filledEngine(t, n).WriteSnapshot(&buf); err != nil {
+	if _, err := filledEngine(t, n).Inspect().WriteSnapshot(&buf); err != nil {
 		t.Fatal(err)
 	}
 	r := testEngine(t, snapshotConfig())
-	if _, err := r.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := r.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	return r, buf.Bytes()
@@ -129,7 +129,7 @@ func TestSnapshotOfStaleDataKeepsItsAge(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond)
 	var again bytes.Buffer
-	if _, err := r.WriteSnapshot(&again); err != nil {
+	if _, err := r.Inspect().WriteSnapshot(&again); err != nil {
 		t.Fatal(err)
 	}
 	g, err := warmfile.Decode(again.Bytes())
@@ -158,7 +158,7 @@ func TestReloadOfAStaleResourceStaysStale(t *testing.T) {
 	// The next snapshot keeps what the resource answers: a restart in the
 	// outage must not start empty.
 	var buf bytes.Buffer
-	n, err := r.WriteSnapshot(&buf)
+	n, err := r.Inspect().WriteSnapshot(&buf)
 	if err != nil || n != 10 {
 		t.Fatalf("WriteSnapshot of a restarted resource that has not listed: %d objects, %v; want the 10 it answers", n, err)
 	}
@@ -170,7 +170,7 @@ func TestReloadOfAStaleResourceStaysStale(t *testing.T) {
 		t.Errorf("resources %+v: want the one, resumable (its data is the new definition's)", f.Resources)
 	}
 	again := testEngine(t, cfg)
-	if _, err := again.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := again.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	if got := again.Lookup("model-to-app", "m-000003-1"); len(got) == 0 || !again.Stale() {
@@ -196,7 +196,7 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 		t.Fatal("m-000003-1 answers nothing before the restore")
 	}
 	var buf bytes.Buffer
-	if n, err := r.WriteSnapshot(&buf); err != nil || n != 10 {
+	if n, err := r.Inspect().WriteSnapshot(&buf); err != nil || n != 10 {
 		t.Fatalf("WriteSnapshot: %d objects, %v; want 10", n, err)
 	}
 	f, err := warmfile.Decode(buf.Bytes())
@@ -207,7 +207,7 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 		t.Fatalf("resources %+v: want the one, to be listed (its data is the old definition's)", f.Resources)
 	}
 	again := testEngine(t, cfg)
-	if _, err := again.RestoreSnapshot(buf.Bytes()); err != nil {
+	if _, err := again.Inspect().RestoreSnapshot(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	ws := watchersOf(again)
@@ -225,7 +225,7 @@ func TestGoneResourceIsNotSnapshotted(t *testing.T) {
 	w := watchersOf(e)[0]
 	w.checkGone(apierrors.NewNotFound(k8sschema.GroupResource{Group: "iidp.com", Resource: "appmodels"}, ""))
 	var buf bytes.Buffer
-	if _, err := e.WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
+	if _, err := e.Inspect().WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
 		t.Errorf("a resource emptied by a 404 was snapshotted (%v): a resume would never bring its objects back", err)
 	}
 }
@@ -238,7 +238,7 @@ func TestRestoreRefusesAnyVersion(t *testing.T) {
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := testEngine(t, snapshotConfig()).RestoreSnapshot(buf.Bytes())
+	_, err := testEngine(t, snapshotConfig()).Inspect().RestoreSnapshot(buf.Bytes())
 	var se *SnapshotError
 	if !errors.As(err, &se) || se.Reason != "corrupt" {
 		t.Errorf("resourceVersion 0: %v", err)

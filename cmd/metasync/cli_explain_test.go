@@ -40,7 +40,7 @@ func TestGetExplain(t *testing.T) {
 	if err := f.Replace("endpointslices", []byte(slice)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e, quiet))
+	srv := httptest.NewServer(server.New(e.Inspect(), quiet))
 	defer srv.Close()
 
 	out, errOut, code := cli("get", "--server", srv.URL, "--explain", "--chain", "model-to-addresses", "model1")

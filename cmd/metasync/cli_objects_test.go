@@ -98,7 +98,7 @@ func TestGetNotesNotSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := fake.Engine()
-	srv := httptest.NewServer(server.New(e, quiet))
+	srv := httptest.NewServer(server.New(e.Inspect(), quiet))
 	t.Cleanup(srv.Close)
 	for _, args := range [][]string{
 		{"get", "model-to-app", "model1", "--server", srv.URL},
@@ -122,7 +122,7 @@ func TestIndexesShowsFailingRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, f := fake.Engine(), fake.Feed()
-	srv := httptest.NewServer(server.New(e, quiet))
+	srv := httptest.NewServer(server.New(e.Inspect(), quiet))
 	t.Cleanup(srv.Close)
 	bad, _ := json.Marshal(map[string]any{
 		"apiVersion": "iidp.com/v1", "kind": "AppModel",

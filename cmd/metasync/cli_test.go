@@ -56,7 +56,7 @@ func apiServer(t *testing.T, keys []string) *httptest.Server {
 	if err := f.Replace("appmodels", objs...); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(e, quiet))
+	srv := httptest.NewServer(server.New(e.Inspect(), quiet))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -32,7 +32,7 @@ func consulFlags(listen, services string, e *msync.Engine, stderr io.Writer) ([]
 	}
 	var problems []error
 	for _, src := range sources {
-		if src.Kind == "chains" && !e.HasChain(src.Name) || src.Kind == "indexes" && !e.HasIndex(src.Name) {
+		if src.Kind == "chains" && !e.Inspect().HasChain(src.Name) || src.Kind == "indexes" && !e.Inspect().HasIndex(src.Name) {
 			what := "index"
 			if src.Kind == "chains" {
 				what = "chain"
@@ -53,7 +53,7 @@ func consulFlags(listen, services string, e *msync.Engine, stderr io.Writer) ([]
 // guard each caller's token and access checked as for the HTTP lookups
 // of the chains and indexes behind a service.
 func startConsul(ln net.Listener, engine *msync.Engine, sources []consul.Source, handler *server.Server, guard *auth.TokenAuth, cert *tlsfiles.Certificate, l consul.Limits, log *slog.Logger) *http.Server {
-	c := consul.New(engine, sources, log.With("face", "consul"), handler.Registerer())
+	c := consul.New(engine.Inspect(), sources, log.With("face", "consul"), handler.Registerer())
 	c.SetLimits(l)
 	if guard != nil {
 		c.SetAuthorizer(guard.Check)

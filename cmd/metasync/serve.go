@@ -108,7 +108,7 @@ func (f *serveFlags) prepare(log *slog.Logger, stderr io.Writer) (*daemon, error
 		log.Error("engine", "error", err.Error())
 		return nil, exitError{1}
 	}
-	warm := d.engine.SnapshotStatus().Load == "warm"
+	warm := d.engine.Inspect().SnapshotStatus().Load == "warm"
 	if len(d.plan.CRDs()) > 0 {
 		crds, err := readCRDs(d.plan, log)
 		if err == nil {
@@ -188,7 +188,7 @@ func (f *serveFlags) run(d *daemon, limits faceLimits, cert *tlsfiles.Certificat
 	defer signal.Stop(sigs)
 
 	engine := d.engine
-	handler := server.New(engine, log)
+	handler := server.New(engine.Inspect(), log)
 	handler.SetHeartbeat(*f.heartbeat)
 	handler.SetLimits(limits.http)
 	reload := newReloader(*f.config, d.loaded, d.loadOpts, d.plan, engine, d.restCfg, log)
@@ -218,7 +218,7 @@ func (f *serveFlags) run(d *daemon, limits faceLimits, cert *tlsfiles.Certificat
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 	go reportProgress(engineCtx, engine, log)
-	go returnFreeMemory(engineCtx, log, engine)
+	go returnFreeMemory(engineCtx, log, engine.Inspect())
 	go trimAfterStreams(engineCtx, log, handler)
 	if d.crdsLater != nil {
 		go installLater(engineCtx, d.crdsLater, d.restCfg, log)
@@ -330,7 +330,7 @@ var _ http.Handler = (*server.Server)(nil)
 // registry, and with a guard each client's token and each target's
 // access checked as for the HTTP lookup of the same key.
 func startXDS(ln net.Listener, engine *msync.Engine, handler *server.Server, guard *auth.TokenAuth, cert *tlsfiles.Certificate, l xds.Limits, log *slog.Logger) *xds.Transport {
-	ads := xds.New(engine, log.With("face", "xds"), handler.Registerer())
+	ads := xds.New(engine.Inspect(), log.With("face", "xds"), handler.Registerer())
 	ads.SetLimits(l)
 	if guard != nil {
 		ads.SetAuthorizer(guard.Check)

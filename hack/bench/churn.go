@@ -61,7 +61,7 @@ func runLookupsOnly() error {
 	if err != nil {
 		return err
 	}
-	ix, _ := engine.Index("model-to-app")
+	ix, _ := engine.Inspect().Index("model-to-app")
 	var ms result
 	floorHot, floorRandom := lookupsVsMap(keys, ix, &ms)
 	// The map's medians are the baseline column here (in make bench, the
@@ -109,7 +109,7 @@ func churnLookupRows(keys []string) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix, _ := engine.Index("model-to-app")
+	ix, _ := engine.Inspect().Index("model-to-app")
 	// The floor: a plain map's lookups on the same keys, idle (no writer
 	// can share a plain map), timed the same way, just before the
 	// engine's. Its p999 against its p99 is the spread that the machine

@@ -44,7 +44,7 @@ func engineFollower(ctx context.Context, cfg *rest.Config) (follower, error) {
 		stop()
 		return follower{}, err
 	}
-	ix, _ := e.Index("model-to-app")
+	ix, _ := e.Inspect().Index("model-to-app")
 	return follower{sees: func(m string) bool { return len(ix.Lookup(m)) > 0 }, stop: stop}, nil
 }
 

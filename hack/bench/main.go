@@ -192,7 +192,7 @@ func run() error {
 	// Write -> visible for both from the same writes: the apiserver's
 	// noise is the same for both. With -streams, the same writes also time
 	// a library subscription and an HTTP stream of the written key.
-	ix, _ := engine.Index("model-to-app")
+	ix, _ := engine.Inspect().Index("model-to-app")
 	probes := []probe{polled(informerSees), polled(func(m string) bool { return len(ix.Lookup(m)) > 0 })}
 	var srv *streamServer
 	if *streams {

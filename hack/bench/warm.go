@@ -260,7 +260,7 @@ func snapshotWrite(ctx context.Context, cfg *rest.Config, keys []string, dir str
 		defer f.Close()
 		bw := bufio.NewWriterSize(f, 256<<10)
 		start := time.Now()
-		if _, err := e.WriteSnapshot(bw); err != nil {
+		if _, err := e.Inspect().WriteSnapshot(bw); err != nil {
 			return 0, 0, err
 		}
 		if err := bw.Flush(); err != nil {
@@ -285,7 +285,7 @@ func snapshotWrite(ctx context.Context, cfg *rest.Config, keys []string, dir str
 		}
 		durs, size = append(durs, d), s
 	}
-	ix, _ := e.Index("model-to-app")
+	ix, _ := e.Inspect().Index("model-to-app")
 	// Nanoseconds per lookup, in batches of 1,000, for 2 s.
 	batches := func() []time.Duration {
 		rng := rand.New(rand.NewPCG(1, 2))

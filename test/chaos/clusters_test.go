@@ -156,7 +156,7 @@ func TestTwoClustersUnderFaults(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		if a := e.Answer(msync.KeyOf("cm-app", app)); a.Clusters["west"].Stale {
+		if a := e.Inspect().Answer(msync.KeyOf("cm-app", app)); a.Clusters["west"].Stale {
 			t.Errorf("west's part stale while only east is faulted: %+v", a)
 		}
 		return time.Since(start)
@@ -267,7 +267,7 @@ func TestTwoClustersUnderFaults(t *testing.T) {
 func eastStale(t *testing.T, e *msync.Engine, stale bool) {
 	t.Helper()
 	testenv.Eventually(t, fmt.Sprintf("east's part stale=%v, west's fresh", stale), func() string {
-		cs := e.ClusterStates(msync.IndexOf("cm-app"))
+		cs := e.Inspect().ClusterStates(msync.IndexOf("cm-app"))
 		if cs["east"].Stale != stale || cs["west"].Stale {
 			return fmt.Sprintf("%+v", cs)
 		}

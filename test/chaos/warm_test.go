@@ -141,7 +141,7 @@ func TestWarmStart(t *testing.T) {
 	dir := t.TempDir()
 
 	first := newWarmEngine(t, plan, dir)
-	if st := first.SnapshotStatus(); st.Load != "cold" || st.LoadReason != "missing" {
+	if st := first.Inspect().SnapshotStatus(); st.Load != "cold" || st.LoadReason != "missing" {
 		t.Errorf("first start: %+v, want a cold start for a missing snapshot", st)
 	}
 	first.start(t)
@@ -161,7 +161,7 @@ func TestWarmStart(t *testing.T) {
 	restart := func(t *testing.T, before ...func(*warmEngine)) *warmEngine {
 		t.Helper()
 		e := newWarmEngine(t, plan, dir)
-		if st := e.SnapshotStatus(); st.Load != "warm" {
+		if st := e.Inspect().SnapshotStatus(); st.Load != "warm" {
 			t.Fatalf("not a warm start: %+v\n%s", st, e.log)
 		}
 		if got := answers(e.Engine); !equalAnswers(got, held) {
@@ -373,7 +373,7 @@ func TestWarmStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := newWarmEngine(t, c.plan, bad)
-			st := e.SnapshotStatus()
+			st := e.Inspect().SnapshotStatus()
 			if st.Load != "cold" || st.LoadReason != c.reason {
 				t.Errorf("%s: %+v, want a cold start for %q", c.name, st, c.reason)
 			}

@@ -54,20 +54,20 @@ func TestClusterPart(t *testing.T) {
 	if err := e.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if home := e.HomeCluster(); home != "east" {
+	if home := e.Inspect().HomeCluster(); home != "east" {
 		t.Fatalf("home %q", home)
 	}
 	part := func(t msync.Target, cluster string) msync.Target { t.Cluster = cluster; return t }
 	expectPart := func(tg msync.Target, want ...string) {
 		t.Helper()
 		testenv.Eventually(t, fmt.Sprintf("%+v answers %q", tg, want), func() string {
-			a := e.Answer(tg)
+			a := e.Inspect().Answer(tg)
 			if !slices.Equal(a.Values, want) || !a.Synced || len(a.Clusters) != 1 || !a.Clusters[tg.Cluster].Synced {
 				return fmt.Sprintf("%+v", a)
 			}
 			// The same as AnswerIn, and as the cluster's objects say
 			// (read from the whole answer's explanation).
-			if b, err := e.AnswerIn(msync.Target{Index: tg.Index, Chain: tg.Chain, Key: tg.Key}, tg.Cluster); err != nil || !slices.Equal(b.Values, want) {
+			if b, err := e.Inspect().AnswerIn(msync.Target{Index: tg.Index, Chain: tg.Chain, Key: tg.Key}, tg.Cluster); err != nil || !slices.Equal(b.Values, want) {
 				return fmt.Sprintf("AnswerIn %+v %v", b, err)
 			}
 			if got := partFromObjects(e, tg); !slices.Equal(got, want) {

@@ -108,7 +108,7 @@ func TestTwoClusters(t *testing.T) {
 	if got := e.Status(); len(got) != 2 || got[0].Cluster != "east" || got[1].Cluster != "west" || got[0].Objects != 2 || got[1].Objects != 2 {
 		t.Fatalf("status per cluster: %+v", got)
 	}
-	a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 	if !a.Synced || a.Stale || !a.Clusters["east"].Synced || !a.Clusters["west"].Synced || a.Clusters["west"].Stale {
 		t.Fatalf("answer's clusters: %+v", a)
 	}
@@ -128,7 +128,7 @@ func TestTwoClusters(t *testing.T) {
 	putConfigMap(t, env.Kube, ns, "e2", "shop")
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80")
 	testenv.Eventually(t, "west stale in the answer, east not", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if !a.Stale || !a.Clusters["west"].Stale || a.Clusters["east"].Stale {
 			return fmt.Sprintf("%+v", a)
 		}
@@ -161,7 +161,7 @@ func TestTwoClusters(t *testing.T) {
 	proxy.BlackHole(false)
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "e3:80", "w3:80")
 	testenv.Eventually(t, "fresh and ready again", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if a.Stale || a.Clusters["west"].Stale || !e.Ready() {
 			return fmt.Sprintf("%+v ready=%v", a, e.Ready())
 		}
@@ -200,7 +200,7 @@ func TestOptionalClusterDoesNotHoldBackSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, e, "app-to-addr", "shop", "a:80")
-	a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 	if !a.Synced || a.Clusters["away"].Synced {
 		t.Fatalf("answer: %+v", a)
 	}
@@ -472,7 +472,7 @@ func TestDropAfter(t *testing.T) {
 	proxy.Reset()
 	cut := time.Now()
 	testenv.Eventually(t, "west stale, still answered", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if !a.Clusters["west"].Stale || !slices.Equal(a.Values, []string{"e1:80", "w1:80"}) {
 			return fmt.Sprintf("%+v", a)
 		}
@@ -489,7 +489,7 @@ func TestDropAfter(t *testing.T) {
 	proxy.BlackHole(false)
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80", "w2:80")
 	testenv.Eventually(t, "west fresh again", func() string {
-		if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); a.Stale || !e.Ready() {
+		if a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop")); a.Stale || !e.Ready() {
 			return fmt.Sprintf("%+v", a)
 		}
 		return ""

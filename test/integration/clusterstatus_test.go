@@ -158,7 +158,7 @@ func TestClusterComesBackTogether(t *testing.T) {
 	if err := e.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	chain := func() []string { return e.Answer(msync.Target{Chain: "model-to-addr", Key: "m1"}).Values }
+	chain := func() []string { return e.Inspect().Answer(msync.Target{Chain: "model-to-addr", Key: "m1"}).Values }
 	testenv.Eventually(t, "the chain answered", func() string {
 		if got := chain(); !slices.Equal(got, []string{"w1:80"}) {
 			return fmt.Sprintf("%q", got)

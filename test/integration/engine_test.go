@@ -327,7 +327,7 @@ func TestWaitForSyncNamesTheMissingResource(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ghosts (list: the server could not find the requested resource") {
 		t.Fatalf("WaitForSync = %v", err)
 	}
-	if e.Synced() {
+	if e.Inspect().Synced() {
 		t.Fatal("Synced() with a missing resource")
 	}
 }

@@ -89,7 +89,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	if want := []string{ns + "/zeta@" + zetaRV + "*", ns + "/alpha@" + alphaRV}; !slices.Equal(claimants(x), want) {
 		t.Fatalf("claimants %v, want %v", claimants(x), want)
 	}
-	if c := e.Conflicts(); len(c) != 1 || !slices.Equal(c[0].Keys, []string{"model1"}) {
+	if c := e.Inspect().Conflicts(); len(c) != 1 || !slices.Equal(c[0].Keys, []string{"model1"}) {
 		t.Fatalf("Conflicts = %+v", c)
 	}
 
@@ -100,7 +100,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	apply(t, ns, "zeta", iidp, "model2")
 	expectLookup("model1", "alpha")
 	expectChain(t, e, "model-to-addresses", "model1", "10.7.0.2")
-	if c := e.Conflicts(); len(c) != 0 {
+	if c := e.Inspect().Conflicts(); len(c) != 0 {
 		t.Fatalf("Conflicts = %+v once zeta let go", c)
 	}
 	// zeta, older, claims it again: zeta answers.
@@ -113,14 +113,14 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.WriteSnapshot(f); err != nil {
+	if _, err := e.Inspect().WriteSnapshot(f); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	cold, _ := warm(t, env.Config, plan, dir)
-	if st := cold.SnapshotStatus(); st.Load != "warm" {
+	if st := cold.Inspect().SnapshotStatus(); st.Load != "warm" {
 		t.Fatalf("not a warm start: %+v", st)
 	}
 	if got := cold.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"zeta"}) {
@@ -130,7 +130,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	if want := []string{ns + "/zeta@" + rvOf(t, ns, "zeta") + "*", ns + "/alpha@" + alphaRV}; !slices.Equal(claimants(x), want) || !x.Stale {
 		t.Fatalf("warm start: claimants %v (stale %v), want %v", claimants(x), x.Stale, want)
 	}
-	if c := cold.Conflicts(); len(c) != 1 {
+	if c := cold.Inspect().Conflicts(); len(c) != 1 {
 		t.Fatalf("warm start: Conflicts = %+v", c)
 	}
 
@@ -149,7 +149,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	if got := e.Lookup("model-to-app", "model1"); !slices.Equal(got, []string{"alpha", "zeta"}) {
 		t.Fatalf("unique off: model1 = %v", got)
 	}
-	if c := e.Conflicts(); len(c) != 0 {
+	if c := e.Inspect().Conflicts(); len(c) != 0 {
 		t.Fatalf("unique off: Conflicts = %+v", c)
 	}
 	if _, err := e.Reload(plan); err != nil {
@@ -162,7 +162,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	// zeta deleted: alpha answers, no conflict.
 	remove(t, appModelGVR, ns, "zeta")
 	expectLookup("model1", "alpha")
-	if c := e.Conflicts(); len(c) != 0 {
+	if c := e.Inspect().Conflicts(); len(c) != 0 {
 		t.Fatalf("Conflicts = %+v once zeta is gone", c)
 	}
 	x = e.Explain(msync.ChainOf("model-to-addresses", "model1"))
@@ -184,7 +184,7 @@ func TestExplainAndUniqueOnTheControlPlane(t *testing.T) {
 	}
 	b := runEngine(t, badPlan)
 	testenv.Eventually(t, "appmodels synced", func() string {
-		if !b.IndexSynced("model-to-app") {
+		if !b.Inspect().IndexSynced("model-to-app") {
 			return "not yet"
 		}
 		return ""

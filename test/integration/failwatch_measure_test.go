@@ -121,7 +121,7 @@ func TestMeasureFailingWatch(t *testing.T) {
 			var syncedAt, notReadyAt time.Duration = -1, -1
 			reason := ""
 			for time.Since(start) < window {
-				if syncedAt < 0 && e.Synced() {
+				if syncedAt < 0 && e.Inspect().Synced() {
 					syncedAt = time.Since(start)
 				}
 				if notReadyAt < 0 && syncedAt >= 0 && !e.Ready() {

@@ -51,7 +51,7 @@ func TestNeverServedIsNotCleared(t *testing.T) {
 	if !strings.Contains(out, "not served by the apiserver") || !strings.Contains(out, "iidp.com/v1, Resource=appmodelz") {
 		t.Errorf("the log does not say that the resource is not served, naming it:\n%s", out)
 	}
-	if e.IndexSynced("typo-index") || e.Ready() {
+	if e.Inspect().IndexSynced("typo-index") || e.Ready() {
 		t.Error("a resource that never listed is synced or ready")
 	}
 }

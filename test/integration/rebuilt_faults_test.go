@@ -95,7 +95,7 @@ func TestRestoreWithoutNamespaceRead(t *testing.T) {
 	t.Logf("converged data; west: %s", westStatus(e))
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
+		if a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
 			t.Logf("west fresh again: %s", westStatus(e))
 			return
 		}
@@ -129,7 +129,7 @@ func TestReloadWhileChangePending(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, "west stale", func() string {
-		if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
+		if a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
 			return fmt.Sprintf("%+v", a)
 		}
 		return ""
@@ -154,7 +154,7 @@ func TestReloadWhileChangePending(t *testing.T) {
 	}
 	found := ""
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if slices.Contains(a.Values, "west-old:80") && !a.Clusters["west"].Stale {
 			found = fmt.Sprintf("%+v; %s", a, westStatus(e))
 			break
@@ -217,7 +217,7 @@ func TestWarmEngineRebuiltCluster(t *testing.T) {
 		}
 		return ""
 	})
-	t.Logf("warm: %+v", e.SnapshotStatus().Clusters)
+	t.Logf("warm: %+v", e.Inspect().SnapshotStatus().Clusters)
 	engineRV := latestRV(t, west, ns)
 	time.Sleep(1500 * time.Millisecond)
 	if err := proxy.Refuse(true); err != nil {
@@ -239,8 +239,8 @@ func TestWarmEngineRebuiltCluster(t *testing.T) {
 	}
 	msg := ""
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		a1 := e.Answer(msync.KeyOf("app-to-addr", "shop"))
-		a2 := e.Answer(msync.KeyOf("model-to-app", "m1"))
+		a1 := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
+		a2 := e.Inspect().Answer(msync.KeyOf("model-to-app", "m1"))
 		msg = fmt.Sprintf("app-to-addr %q west stale %v; model-to-app %q west stale %v; %s",
 			a1.Values, a1.Clusters["west"].Stale, a2.Values, a2.Clusters["west"].Stale, westStatus(e))
 		if slices.Equal(a1.Values, []string{"east-1:80", "west-new:80"}) && slices.Equal(a2.Values, []string{"new-app"}) &&

@@ -146,13 +146,13 @@ func rebuildWest(t *testing.T, crd string, how rebuild) {
 		// it is restarted, as an apiserver must be after its etcd was
 		// replaced.
 		testenv.Eventually(t, "west stale while its apiserver serves the old cluster", func() string {
-			if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
+			if a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
 				return fmt.Sprintf("%+v", a)
 			}
 			return ""
 		})
 		time.Sleep(2 * identityEvery)
-		if a := e.Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
+		if a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop")); !a.Clusters["west"].Stale {
 			t.Errorf("west fresh while its apiserver serves the old cluster: %+v", a)
 		}
 		if err := west.RestartAPIServer(); err != nil {
@@ -165,7 +165,7 @@ func rebuildWest(t *testing.T, crd string, how rebuild) {
 	expect(t, e, "app-to-addr", "shop", want...)
 	expect(t, e, "model-to-app", "m1", wantApp)
 	testenv.Eventually(t, "west fresh, the change counted", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		changes := int64(0)
 		for _, st := range e.Status() {
 			if st.Cluster == "west" {
@@ -260,7 +260,7 @@ func watchForGhosts(e *msync.Engine, cutAt time.Time, past func(now time.Time) b
 			}
 			now := time.Now()
 			for _, c := range []struct{ index, key, ghost string }{{"app-to-addr", "shop", ghostAddr}, {"model-to-app", "m1", ghostApp}} {
-				a := e.Answer(msync.KeyOf(c.index, c.key))
+				a := e.Inspect().Answer(msync.KeyOf(c.index, c.key))
 				if past(now) && slices.Contains(a.Values, c.ghost) && !a.Clusters["west"].Stale {
 					mu.Lock()
 					if len(found) < 5 {

@@ -204,7 +204,7 @@ func TestWarmStartIsStaleUntilCaughtUp(t *testing.T) {
 	proxy.Throttle(200 << 10)
 	lists := &listCounter{}
 	e, logs := warm(t, counting(throughProxy(env, proxy), lists), plan, dir)
-	if st := e.SnapshotStatus(); st.Load != "warm" {
+	if st := e.Inspect().SnapshotStatus(); st.Load != "warm" {
 		t.Fatalf("not a warm start: %+v\n%s", st, logs)
 	}
 	if current(e) != apps {
@@ -308,7 +308,7 @@ func TestSnapshotOfAnotherClusterIsIgnored(t *testing.T) {
 		}
 		return ""
 	})
-	if st := e.SnapshotStatus(); st.Load != "cold" || st.LoadReason != "cluster" {
+	if st := e.Inspect().SnapshotStatus(); st.Load != "cold" || st.LoadReason != "cluster" {
 		t.Errorf("snapshot status %+v, want a cold start for another cluster", st)
 	}
 	if !strings.Contains(logs.String(), "another cluster") {
@@ -374,11 +374,11 @@ func TestReloadInAnOutageKeepsTheSnapshot(t *testing.T) {
 			}
 			time.Sleep(500 * time.Millisecond)
 			stop()
-			if st := e.SnapshotStatus(); st.Objects != apps {
+			if st := e.Inspect().SnapshotStatus(); st.Objects != apps {
 				t.Errorf("the snapshot written at the stop holds %d objects, want %d\n%s", st.Objects, apps, logs)
 			}
 			again, logs := warm(t, outage, nextPlan, dir)
-			if st := again.SnapshotStatus(); st.Load != "warm" {
+			if st := again.Inspect().SnapshotStatus(); st.Load != "warm" {
 				t.Fatalf("restart in the outage: %+v\n%s", st, logs)
 			}
 			run(t, again)
@@ -414,7 +414,7 @@ func TestSnapshotPathThatIsNoFile(t *testing.T) {
 		}()
 		select {
 		case e := <-done:
-			if st := e.SnapshotStatus(); st.Load != "cold" || st.LoadReason != "unreadable" {
+			if st := e.Inspect().SnapshotStatus(); st.Load != "cold" || st.LoadReason != "unreadable" {
 				t.Errorf("%s: %+v, want a cold start, unreadable", name, st)
 			}
 		case <-time.After(20 * time.Second):

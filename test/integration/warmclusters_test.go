@@ -66,7 +66,7 @@ func relistsOf(e *msync.Engine) map[string]int64 {
 // clusterLoads returns how each cluster's part started, as "load/reason".
 func clusterLoads(e *msync.Engine) map[string]string {
 	out := map[string]string{}
-	for _, c := range e.SnapshotStatus().Clusters {
+	for _, c := range e.Inspect().SnapshotStatus().Clusters {
 		out[c.Name] = c.Load + "/" + c.LoadReason
 	}
 	return out
@@ -117,7 +117,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	all := []string{"e-del:80", "e-mod:80", "e1:80", "w-del:80", "w-mod:80", "w1:80"}
 	expect(t, e, "app-to-addr", "shop", all...)
 	stop()
-	if st := e.SnapshotStatus(); st.Writes < 1 || st.Objects != 6 {
+	if st := e.Inspect().SnapshotStatus(); st.Writes < 1 || st.Objects != 6 {
 		t.Fatalf("snapshot at the stop: %+v\n%s", st, logs)
 	}
 
@@ -139,11 +139,11 @@ func TestWarmStartPerCluster(t *testing.T) {
 	// Warm: both parts answer at once, before anything is asked of either
 	// apiserver, stale in each cluster's state.
 	e, logs = warmClusters(t, plan, dir, map[string]*rest.Config{"west": westCfg})
-	if st := e.SnapshotStatus(); st.Load != "warm" || len(st.Clusters) != 2 ||
+	if st := e.Inspect().SnapshotStatus(); st.Load != "warm" || len(st.Clusters) != 2 ||
 		clusterLoads(e)["east"] != "warm/" || clusterLoads(e)["west"] != "warm/" {
 		t.Fatalf("second start: %+v\n%s", st, logs)
 	}
-	a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 	if !slices.Equal(a.Values, all) || !a.Stale || !a.Synced || !a.Clusters["east"].Stale || !a.Clusters["west"].Stale ||
 		!a.Clusters["east"].Synced || !a.Clusters["west"].Synced {
 		t.Fatalf("before Start, the snapshot's answer, stale in both clusters: %+v", a)
@@ -152,7 +152,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "w1:80", "w2:80")
 	expect(t, e, "app-to-addr", "moved", "e-mod:80", "w-mod:80")
 	testenv.Eventually(t, "both clusters caught up, fresh", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if a.Stale || a.Clusters["east"].Stale || a.Clusters["west"].Stale || !e.Ready() {
 			return fmt.Sprintf("%+v ready=%v", a, e.Ready())
 		}
@@ -167,7 +167,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	// West's part alone starts cold; east's resumes.
 	stopWest()
 	e, logs = warmClusters(t, plan, dir, map[string]*rest.Config{"west": env.Config})
-	a = e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	a = e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 	if !slices.Equal(a.Values, []string{"e1:80", "e2:80", "w1:80", "w2:80"}) || !a.Clusters["west"].Stale || !a.Clusters["east"].Stale {
 		t.Fatalf("before Start: %+v", a)
 	}
@@ -178,7 +178,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	expect(t, e, "app-to-addr", "shop", "e1:80", "e2:80", "e3:80")
 	expect(t, e, "app-to-addr", "moved", "e-mod:80")
 	testenv.Eventually(t, "west cold, east warm, both fresh", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if a.Stale || !a.Synced || a.Clusters["west"].Stale || a.Clusters["east"].Stale || !e.Ready() {
 			return fmt.Sprintf("%+v ready=%v", a, e.Ready())
 		}
@@ -190,7 +190,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	if got := relistsOf(e); got["east"] != 0 || got["west"] < 1 {
 		t.Errorf("east must resume, west list: %v\n%s", got, logs)
 	}
-	if st := e.SnapshotStatus(); st.Load != "warm" {
+	if st := e.Inspect().SnapshotStatus(); st.Load != "warm" {
 		t.Errorf("one cluster cold makes the start cold: %+v", st)
 	}
 	if objects := e.Status(); len(objects) != 2 || objects[0].Objects != 4 || objects[1].Objects != 4 {
@@ -202,7 +202,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	// restored, north cold alone.
 	plan = warmClustersPlan(t, ns, "east", "north")
 	e, logs = warmClusters(t, plan, dir, map[string]*rest.Config{"north": env.Config})
-	a = e.Answer(msync.KeyOf("app-to-addr", "shop"))
+	a = e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 	if !slices.Equal(a.Values, []string{"e1:80", "e2:80", "e3:80"}) || !a.Clusters["east"].Stale || a.Clusters["north"].Synced || a.Synced {
 		t.Fatalf("before Start, east's part alone, north not synced: %+v\n%s", a, logs)
 	}
@@ -213,7 +213,7 @@ func TestWarmStartPerCluster(t *testing.T) {
 	run(t, e)
 	expect(t, e, "app-to-addr", "shop", "e2:80", "e3:80")
 	testenv.Eventually(t, "synced and fresh", func() string {
-		a := e.Answer(msync.KeyOf("app-to-addr", "shop"))
+		a := e.Inspect().Answer(msync.KeyOf("app-to-addr", "shop"))
 		if a.Stale || !a.Synced || !e.Ready() {
 			return fmt.Sprintf("%+v ready=%v", a, e.Ready())
 		}

@@ -29,7 +29,7 @@ func offlineServer(t testing.TB) *server.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server.New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return server.New(e.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // fedServer serves an engine without a cluster, synced, holding one
@@ -53,5 +53,5 @@ func fedServer(t testing.TB, apps map[string][]string) *server.Server {
 			t.Fatal(err)
 		}
 	}
-	return server.New(fake.Engine(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return server.New(fake.Engine().Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }

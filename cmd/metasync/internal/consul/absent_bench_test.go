@@ -26,14 +26,14 @@ const benchKeys = 60_000
 // benchmark when a read of a whole index (what a watch of the catalog
 // makes) has seen a given state.
 type catalogReads struct {
-	*msync.Engine
+	*msync.Inspector
 	mu   gosync.Mutex
 	cond *gosync.Cond
 	seq  uint64 // the newest state a read of a whole index saw
 }
 
 func (e *catalogReads) Answers(ts ...msync.Target) []msync.Answer {
-	as := e.Engine.Answers(ts...)
+	as := e.Inspector.Answers(ts...)
 	for i, t := range ts {
 		if t.All {
 			e.mu.Lock()
@@ -73,7 +73,7 @@ func benchEngine(b *testing.B) (*catalogReads, *msync.Feed) {
 	if err := fake.Feed().Apply("endpointslices", objs...); err != nil {
 		b.Fatal(err)
 	}
-	e := &catalogReads{Engine: fake.Engine()}
+	e := &catalogReads{Inspector: fake.Engine().Inspect()}
 	e.cond = gosync.NewCond(&e.mu)
 	return e, fake.Feed()
 }
@@ -153,7 +153,7 @@ func BenchmarkCommitWithAbsentNames(b *testing.B) {
 					_, catalog := s.watches.all[watchKey{catalog: true}]
 					s.watches.mu.Unlock()
 					if catalog {
-						e.waitRead(e.Engine.Answers(msync.Target{})[0].Seq)
+						e.waitRead(e.Inspector.Answers(msync.Target{})[0].Seq)
 					}
 				}
 				b.ReportAllocs()

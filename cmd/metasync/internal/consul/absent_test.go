@@ -13,7 +13,7 @@ import (
 // readCounter is the engine as the facade reads it, counting the reads
 // of whole indexes and those of each key.
 type readCounter struct {
-	*msync.Engine
+	*msync.Inspector
 	mu    gosync.Mutex
 	whole int
 	keys  map[string]int
@@ -30,7 +30,7 @@ func (e *readCounter) Answers(ts ...msync.Target) []msync.Answer {
 		}
 	}
 	e.mu.Unlock()
-	return e.Engine.Answers(ts...)
+	return e.Inspector.Answers(ts...)
 }
 
 // reads is how many reads of whole indexes, and of key, were made.
@@ -48,7 +48,7 @@ func (e *readCounter) reads(key string) (whole, ofKey int) {
 func TestAbsentNameFollowsItsOwnKey(t *testing.T) {
 	var rc *readCounter
 	base, f, s := facade(t, func(e *msync.Engine) Engine {
-		rc = &readCounter{Engine: e, keys: map[string]int{}}
+		rc = &readCounter{Inspector: e.Inspect(), keys: map[string]int{}}
 		return rc
 	})
 	if err := f.Apply("endpointslices", slice("a", "model1", "10.0.0.1")); err != nil {
@@ -144,7 +144,7 @@ func TestAbsentNameFollowsItsOwnKey(t *testing.T) {
 func TestCatalogWatchStartsWithOneRead(t *testing.T) {
 	var rc *readCounter
 	base, f, _ := facade(t, func(e *msync.Engine) Engine {
-		rc = &readCounter{Engine: e, keys: map[string]int{}}
+		rc = &readCounter{Inspector: e.Inspect(), keys: map[string]int{}}
 		return rc
 	})
 	var objs [][]byte

@@ -29,7 +29,7 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	s := New(fake.Engine(), []Source{{"indexes", "service-to-endpoints"}}, quiet, nil)
+	s := New(fake.Engine().Inspect(), []Source{{"indexes", "service-to-endpoints"}}, quiet, nil)
 	s.SetLimits(Limits{Blocking: 8, BlockingPerCaller: 2, Connections: 4, ConnectionsPerCaller: 2})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

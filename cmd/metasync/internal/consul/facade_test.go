@@ -35,7 +35,7 @@ func facade(t *testing.T, wrap func(*msync.Engine) Engine) (base string, f *msyn
 		t.Fatal(err)
 	}
 	e, f := fake.Engine(), fake.Feed()
-	var engine Engine = e
+	var engine Engine = e.Inspect()
 	if wrap != nil {
 		engine = wrap(e)
 	}
@@ -212,7 +212,7 @@ func TestIdleWatchesPerCaller(t *testing.T) {
 // staleEngine is an engine whose Stale a test sets: while it is, the
 // answers of service model1 are stale, cut off for a minute.
 type staleEngine struct {
-	*msync.Engine
+	*msync.Inspector
 	stale atomic.Bool
 	ch    atomic.Pointer[chan struct{}]
 }
@@ -220,7 +220,7 @@ type staleEngine struct {
 func (e *staleEngine) Stale() bool { return e.stale.Load() }
 
 func (e *staleEngine) Answers(ts ...msync.Target) []msync.Answer {
-	as := e.Engine.Answers(ts...)
+	as := e.Inspector.Answers(ts...)
 	for i, t := range ts {
 		if t.Key == "model1" {
 			as[i].Stale = e.stale.Load()
@@ -230,7 +230,7 @@ func (e *staleEngine) Answers(ts ...msync.Target) []msync.Answer {
 }
 
 func (e *staleEngine) Status() []msync.ResourceStatus {
-	out := e.Engine.Status()
+	out := e.Inspector.Status()
 	if e.stale.Load() {
 		for i := range out {
 			if out[i].Name == "endpointslices" {
@@ -258,7 +258,7 @@ func (e *staleEngine) set(stale bool) {
 func TestStaleWakesBlockingQueries(t *testing.T) {
 	var se *staleEngine
 	base, f, _ := facade(t, func(e *msync.Engine) Engine {
-		se = &staleEngine{Engine: e}
+		se = &staleEngine{Inspector: e.Inspect()}
 		ch := make(chan struct{})
 		se.ch.Store(&ch)
 		se.stale.Store(true)
@@ -320,7 +320,7 @@ func TestStaleWakesBlockingQueries(t *testing.T) {
 func TestStaleOfABlockingAnswer(t *testing.T) {
 	var se *staleEngine
 	base, f, _ := facade(t, func(e *msync.Engine) Engine {
-		se = &staleEngine{Engine: e}
+		se = &staleEngine{Inspector: e.Inspect()}
 		ch := make(chan struct{})
 		se.ch.Store(&ch)
 		return se

@@ -60,7 +60,7 @@ type Engine interface {
 	ClusterNames() []string
 }
 
-var _ Engine = (*msync.Engine)(nil)
+var _ Engine = (*msync.Inspector)(nil)
 
 // Server serves the HTTP API of one engine.
 type Server struct {

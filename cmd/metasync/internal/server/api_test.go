@@ -36,7 +36,7 @@ func offlineServer(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(e, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return New(e.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // fedServer serves an engine without a cluster, synced, holding one
@@ -62,7 +62,7 @@ func fedServer(t testing.TB, apps map[string][]string) *Server {
 			t.Fatal(err)
 		}
 	}
-	return New(e, quiet)
+	return New(e.Inspect(), quiet)
 }
 
 func TestOfflineAnswers(t *testing.T) {

@@ -179,7 +179,7 @@ func limitedServer(t testing.TB, l Limits) (base string, f *msync.Feed, s *Serve
 		t.Fatal(err)
 	}
 	e, f := fake.Engine(), fake.Feed()
-	s = New(e, quiet)
+	s = New(e.Inspect(), quiet)
 	s.SetHeartbeat(time.Hour)
 	s.SetLimits(l)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

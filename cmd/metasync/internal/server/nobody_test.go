@@ -58,7 +58,7 @@ func TestAnnouncedBodyHoldsNoConnection(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := fake.Engine()
-			s := New(e, quiet)
+			s := New(e.Inspect(), quiet)
 			s.SetLimits(Limits{Connections: limit, Streams: 6, StreamsPerCaller: 2})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -91,7 +91,7 @@ func TestObjectsOfClusters(t *testing.T) {
 	if err := fake.In("west").Apply("apps", cm("odd", `{"not":"a string"}`, "x:80")); err == nil {
 		t.Fatal("a rule that fails: no error")
 	}
-	s := New(fake.Engine(), quietLog())
+	s := New(fake.Engine().Inspect(), quietLog())
 	const (
 		e1   = `{"key":"ns/e1","cluster":"east","fields":{"addr":"e1:80"}}`
 		east = `{"key":"ns/same","cluster":"east","fields":{"addr":"e:80"}}`

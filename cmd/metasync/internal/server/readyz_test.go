@@ -26,7 +26,7 @@ func startedOffline(t *testing.T) *Server {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = s.engine.(*msync.Engine).Start(ctx)
+		_ = s.engine.(*msync.Inspector).Start(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testenv.Eventually(t, "the reasons name the apiserver", func() string {

@@ -30,7 +30,7 @@ func TestRemoteBuilder(t *testing.T) {
 	addr := ln.Addr().String()
 	quiet := slog.New(slog.DiscardHandler)
 	serve := func(e *msync.Engine, ln net.Listener) *http.Server {
-		a := server.New(e, quiet)
+		a := server.New(e.Inspect(), quiet)
 		a.SetHeartbeat(200 * time.Millisecond)
 		srv := a.HTTPServer(addr, quiet, nil)
 		go func() { _ = srv.Serve(ln) }()
@@ -86,7 +86,7 @@ func TestRemoteWithLocality(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(e, quiet).HTTPServer(ln.Addr().String(), quiet, nil)
+	srv := server.New(e.Inspect(), quiet).HTTPServer(ln.Addr().String(), quiet, nil)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 

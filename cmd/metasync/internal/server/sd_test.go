@@ -15,12 +15,12 @@ import (
 
 // staleKeyEngine answers key stale, as a cluster cut off would.
 type staleKeyEngine struct {
-	*msync.Engine
+	*msync.Inspector
 	key string
 }
 
 func (e staleKeyEngine) Answers(ts ...msync.Target) []msync.Answer {
-	as := e.Engine.Answers(ts...)
+	as := e.Inspector.Answers(ts...)
 	for i, t := range ts {
 		if t.Key == e.key {
 			as[i].Stale = true
@@ -42,7 +42,7 @@ func TestSDStaleAndUnsynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(staleKeyEngine{fake.Engine(), "model1"}, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(New(staleKeyEngine{fake.Engine().Inspect(), "model1"}, slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
 	url := srv.URL + "/v1/sd/indexes/service-to-endpoints"
 

@@ -35,7 +35,7 @@ func streamServer(t *testing.T, heartbeat time.Duration, writeTimeout ...time.Du
 		t.Fatal(err)
 	}
 	e, f := fake.Engine(), fake.Feed()
-	s = New(e, quiet)
+	s = New(e.Inspect(), quiet)
 	s.SetHeartbeat(heartbeat)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -63,7 +63,7 @@ func (f *fakeAccess) set(fn func(f *fakeAccess)) {
 // authedServer serves the tests' engine with access checked by f.
 func authedServer(t *testing.T, f *fakeAccess) (*Server, string) {
 	t.Helper()
-	s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	s.SetAuthorizer(f.check)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,7 +211,7 @@ func TestAuthDeniedCostsNothing(t *testing.T) {
 	s, addr := authedServer(t, f)
 	st := tokenStream(t, addr, "t-none")
 	rs := responses(st)
-	open := engine.Subscriptions().Open
+	open := engine.Inspect().Subscriptions().Open
 	var names []string
 	for i := range MaxNames {
 		names = append(names, fmt.Sprintf("chains/model-to-endpoints/m%d", i))
@@ -229,7 +229,7 @@ func TestAuthDeniedCostsNothing(t *testing.T) {
 	if r := recv(rs, 5*time.Second); r == nil || r.GetTypeUrl() != TypeListener || len(r.GetResources()) != 0 {
 		t.Fatalf("Listeners of made-up indexes: %v", r)
 	}
-	if got := engine.Subscriptions().Open - open; got != 0 {
+	if got := engine.Inspect().Subscriptions().Open - open; got != 0 {
 		t.Errorf("a client denied everything holds %d engine subscriptions, want 0", got)
 	}
 	f.mu.Lock()

@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 	}
 	e, f := fake.Engine(), fake.Feed()
 	feeder, engine = f, e
-	xdsSrv = New(engine, quiet, nil)
+	xdsSrv = New(engine.Inspect(), quiet, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)

@@ -50,7 +50,7 @@ func TestHomePriorityOfAChain(t *testing.T) {
 	must(fake.In("east").Apply("endpointslices", slice("10.1.0.1")))
 	must(fake.In("west").Apply("endpointslices", slice("10.2.0.1")))
 
-	s := adsClientOf(t, New(fake.Engine(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil))
+	s := adsClientOf(t, New(fake.Engine().Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil))
 	rs := responses(s)
 	name := "chains/model-to-endpoints/m1"
 	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{name}}); err != nil {

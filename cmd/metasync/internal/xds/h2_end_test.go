@@ -23,7 +23,7 @@ import (
 // returns its Transport (closed when t ends).
 func transportServer(t *testing.T, l Limits) (*Server, *Transport, string) {
 	t.Helper()
-	s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	s.SetLimits(l)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -409,7 +409,7 @@ func TestMessageTimeoutWhileWindowHeld(t *testing.T) {
 // credit early, whole, and then a window more. The stream holds two
 // whole requests and a window.
 func TestHeldDuringReview(t *testing.T) {
-	s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	inReview := make(chan struct{}, 4)
 	s.SetAuthorizer(func(r *http.Request, thing string) (string, int, string) {
 		if thing == "" {

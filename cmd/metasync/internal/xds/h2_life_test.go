@@ -220,7 +220,7 @@ func TestCloseDuringActivity(t *testing.T) {
 	eds := message(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint, ResourceNames: []string{"chains/model-to-endpoints/close-model"}})
 	baseline := runtime.NumGoroutine()
 	for round := range 5 {
-		s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		s.SetLimits(DefaultLimits())
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -322,7 +322,7 @@ func TestResetStreamEndsItsReview(t *testing.T) {
 	const review = 5 * time.Second
 	for _, how := range []string{"RST_STREAM", "connection closed"} {
 		t.Run(how, func(t *testing.T) {
-			s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+			s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 			inFlight := make(chan struct{}, 16)
 			s.SetAuthorizer(func(r *http.Request, thing string) (string, int, string) {
 				if thing == "" {
@@ -376,7 +376,7 @@ func TestEndedStreamOutputHasSendTimeout(t *testing.T) {
 	tb, _ := parseTarget(b)
 	var mu sync.Mutex
 	codes := map[string]int{ta.access(): 0, tb.access(): http.StatusServiceUnavailable}
-	s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	s.SetAuthorizer(func(r *http.Request, thing string) (string, int, string) {
 		mu.Lock()
 		defer mu.Unlock()

@@ -61,7 +61,7 @@ func TestTLSWrites(t *testing.T) {
 	}
 	for _, useTLS := range []bool{false, true} {
 		t.Run(fmt.Sprint("tls=", useTLS), func(t *testing.T) {
-			s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+			s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

@@ -397,7 +397,7 @@ func TestUnfinishedHeaderBlockEnds(t *testing.T) {
 // never finish their TLS handshake do not lock a real client out.
 func TestTLSHandshakeStallEvicted(t *testing.T) {
 	cfg, pool := selfSigned(t)
-	s := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	s := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	s.SetLimits(Limits{Connections: 8, ConnectionsPerCaller: 64})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 func limitedServer(t *testing.T, l Limits) (s *Server, addr string, reg *prometheus.Registry) {
 	t.Helper()
 	reg = prometheus.NewRegistry()
-	s = New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	s = New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	s.SetLimits(l)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -86,7 +86,7 @@ func BenchmarkClientMemory(b *testing.B) {
 func benchClientMemory(b *testing.B, secure bool) {
 	const clients = 2000
 	route(b, "mem-app", "mem-model", "10.7.0.9:80", "10.7.0.10:80")
-	srv := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	srv := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	srv.SetLimits(Limits{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,7 +160,7 @@ func selfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
 // their number, and how many of them were cut for it.
 func BenchmarkHeaderBlockFlood(b *testing.B) {
 	const conns = 2048
-	srv := New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	srv := New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	srv.SetLimits(Limits{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -52,7 +52,7 @@ func adsClientOf(t *testing.T, s *Server) discoveryv3.AggregatedDiscoveryService
 // why, by the status route; a known target is not.
 func TestUnknownTarget(t *testing.T) {
 	logs := &testenv.Buffer{}
-	s := New(engine, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+	s := New(engine.Inspect(), slog.New(slog.NewJSONHandler(logs, nil)), nil)
 	ask := func(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, node string, names ...string) {
 		t.Helper()
 		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: TypeListener, ResourceNames: names}); err != nil {
@@ -155,7 +155,7 @@ func keysOf(m map[string]string) []string {
 // first one.
 func TestNackSeriesFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	New(engine, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	New(engine.Inspect(), slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	want := `
 # HELP metasync_xds_nacks_total xDS responses that a client rejected, by resource type.
 # TYPE metasync_xds_nacks_total counter
