@@ -89,3 +89,22 @@ endpoints: [{addresses: [127.0.0.1]}]
 	fmt.Println("model1 answered:", resp.Status)
 	// Output: model1 answered: SERVING
 }
+
+// ExampleNewRemoteBuilder resolves through a daemon's HTTP API instead of
+// an engine in the process: the target is the same, and each target is
+// one change stream that the daemon keeps up to date. With TLS and
+// --auth=tokenreview, the CA file and the token file are read again for
+// each connection (a rotated CA or a projected token needs no restart).
+func ExampleNewRemoteBuilder() {
+	builder := grpcresolver.NewRemoteBuilder("https://metasync.metasync.svc:8080",
+		grpcresolver.WithCAFile("/etc/metasync/ca.crt"),
+		grpcresolver.WithTokenFile("/var/run/secrets/tokens/metasync"))
+	conn, err := grpc.NewClient("metasync:///chains/model-to-endpoints/model1",
+		grpc.WithResolvers(builder),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	// Calls on conn go to model1's endpoints as the daemon answers them.
+}

@@ -26,7 +26,7 @@ import (
 // the daemon cannot be reached, or refuses the target, a resolver keeps
 // its last addresses and reports the error; it reconnects with a backoff
 // (0.5 s to 8 s) and resumes the stream from its last version. A frame
-// longer than 4 MiB (streamclient.DefaultMaxFrame) breaks the stream as
+// longer than 4 MiB breaks the stream as
 // well: what a stream reads into memory is bounded, whatever answers at
 // daemonURL.
 func NewRemoteBuilder(daemonURL string, opts ...Option) resolver.Builder {

@@ -2,6 +2,8 @@ package indexer
 
 import (
 	"encoding/binary"
+	"fmt"
+	"hash/maphash"
 	"testing"
 )
 
@@ -49,5 +51,48 @@ func TestNoSeedIndependentCollisions(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+var hashSink uint64
+
+// BenchmarkKeyHash compares the key hash with hash/maphash on keys of the
+// shapes that indexes hold (docs/how-it-works.md, "Written by hand, and
+// why"); compare the two with benchstat after removing the last element
+// of the names.
+func BenchmarkKeyHash(b *testing.B) {
+	shapes := []struct {
+		name   string
+		format func(i int) string
+	}{
+		{"label-5B", func(i int) string { return fmt.Sprintf("w%04d", i) }},
+		{"ip-port-13B", func(i int) string { return fmt.Sprintf("10.%d.%d.%d:80", i>>8&7, i&255, i%7) }},
+		{"model-key-14B", func(i int) string { return fmt.Sprintf("model-%06d-%d", i, i%3) }},
+		{"object-ns-name-24B", func(i int) string { return fmt.Sprintf("payments/checkout-%06d", i) }},
+		{"long-60B", func(i int) string {
+			return fmt.Sprintf("cluster-east/namespace-production/service-%06d/port-http", i)
+		}},
+	}
+	hs := newHashSeed(7)
+	ms := maphash.MakeSeed()
+	for _, shape := range shapes {
+		keys := make([]string, 1024)
+		for i := range keys {
+			keys[i] = shape.format(i)
+		}
+		b.Run(shape.name+"/handwritten", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				hashSink += hashKey(hs, keys[i&1023])
+				i++
+			}
+		})
+		b.Run(shape.name+"/maphash", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				hashSink += maphash.String(ms, keys[i&1023])
+				i++
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package metasynctest_test
 
 import (
+	"errors"
 	"fmt"
 	"log"
 
@@ -81,5 +82,78 @@ endpoints:
 	// [iiot]
 	// [10.0.3.10]
 	// [{Name:iiot Version:2.8.2}]
+	// []
+}
+
+// ExampleUnsynced starts a resource as an engine's is before its first
+// list: an answer that depends on it is not Synced, so that code under
+// test can be checked to tell "none" from "not known yet". Its first
+// Replace is that list.
+func ExampleUnsynced() {
+	plan, err := schema.Compile(&schema.Config{
+		Resources: []schema.Resource{{
+			Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
+			Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan, metasynctest.Unsynced("appmodels"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	a := fake.Answer(msync.KeyOf("model-to-app", "model1"))
+	fmt.Println(a.Values, "synced:", a.Synced)
+
+	err = fake.Replace("appmodels", `
+apiVersion: iidp.com/v1
+kind: AppModel
+metadata: {name: iiot, namespace: demo}
+spec: {models: [model1]}
+`)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a = fake.Answer(msync.KeyOf("model-to-app", "model1"))
+	fmt.Println(a.Values, "synced:", a.Synced)
+	// Output:
+	// [] synced: false
+	// [iiot] synced: true
+}
+
+// ExampleRuleErrors shows an object that an index's rule skips: Apply
+// applies it as the engine would, without that index's entries, and
+// returns a *RuleErrors that names the object, the index and what the
+// rule met, where the daemon logs and counts it.
+func ExampleRuleErrors() {
+	plan, err := schema.Compile(&schema.Config{
+		Resources: []schema.Resource{{
+			Name: "appmodels", Group: "iidp.com", Version: "v1", Resource: "appmodels",
+			Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name", MaxEntriesPerObject: 2}},
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fake.Apply("appmodels", `
+apiVersion: iidp.com/v1
+kind: AppModel
+metadata: {name: iiot, namespace: demo}
+spec: {models: [model1, model2, model3]}
+`)
+	var re *metasynctest.RuleErrors
+	if errors.As(err, &re) {
+		for _, e := range re.Errors {
+			fmt.Println(e)
+		}
+	}
+	fmt.Println(fake.Lookup("model-to-app", "model1"))
+	// Output:
+	// appmodels: object demo/iiot: index model-to-app: over maxEntriesPerObject (2 entries, 256 bytes): spec.models yields 3 values on this object, over the limit of 2; the object adds nothing to this index
 	// []
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iidp/metasync/internal/configfile"
 	"github.com/iidp/metasync/internal/plan"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -66,7 +67,7 @@ func LoadPlan(path string, opts LoadOptions) (*Plan, error) {
 func load(path string, opts LoadOptions) (*Config, *Plan, error) {
 	k := koanf.New(".")
 	_ = k.Load(confmap.Provider(map[string]any{"server.listen": DefaultListen}, "."), nil)
-	data, err := ReadFile(path)
+	data, err := configfile.Read(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config %s: %w", path, err)
 	}
@@ -382,4 +383,13 @@ func derefType(t reflect.Type) reflect.Type {
 		t = t.Elem()
 	}
 	return t
+}
+
+// bytesProvider gives koanf a file already read.
+type bytesProvider []byte
+
+func (b bytesProvider) ReadBytes() ([]byte, error) { return b, nil }
+
+func (bytesProvider) Read() (map[string]any, error) {
+	return nil, errors.New("bytesProvider gives bytes only")
 }

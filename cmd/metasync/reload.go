@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/iidp/metasync/internal/configfile"
 	"github.com/iidp/metasync/schema"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -55,7 +56,7 @@ type reloader struct {
 
 // hashFile returns the hash of a file's content (zero when unreadable).
 func hashFile(path string) (sum [32]byte) {
-	if b, err := schema.ReadFile(path); err == nil {
+	if b, err := configfile.Read(path); err == nil {
 		sum = sha256.Sum256(b)
 	}
 	return sum
@@ -134,7 +135,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 // reload reads the config and applies it when its content changed (or
 // when forced, by SIGHUP).
 func (r *reloader) reload(force bool) {
-	b, err := schema.ReadFile(r.path)
+	b, err := configfile.Read(r.path)
 	if err != nil {
 		if force || err.Error() != r.readErr {
 			r.readErr = err.Error()

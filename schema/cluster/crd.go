@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/iidp/metasync/internal/configfile"
 	"github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/schema"
 
@@ -23,7 +24,7 @@ func ReadCRDs(paths []string) ([]*CRD, error) {
 	p := problems{where: "in the config"}
 	for i, path := range paths {
 		at := fmt.Sprintf("crds[%d]", i)
-		data, err := schema.ReadFile(path)
+		data, err := configfile.Read(path)
 		if err != nil {
 			p.add(at, "%v", err)
 			continue
