@@ -262,7 +262,7 @@ func TestPolicies(t *testing.T) {
 		"OldestOf":        {OldestOf(p, "a"), a1},
 		"OldestUnownedOf": {OldestUnownedOf(p, "a"), a2},
 		"Unready":         {Unready(p, ""), nil}, // incomplete is 0: nothing to look for
-		"IdleFor":         {IdleFor(10 * time.Second)(p, ""), b1},
+		"IdleFor":         {IdleFor(10*time.Second)(p, ""), b1},
 		"Greediest":       {Greediest(p, ""), b1},
 		"FirstOf":         {FirstOf(OldestOf, IdleLongest)(p, "c"), a1},
 		"none":            {OldestOf(p, "c"), nil},
