@@ -21,7 +21,7 @@ var layers = []struct {
 	name    string
 	folders []string
 }{
-	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/warmfile", "internal/wire", "internal/tlsfiles", "internal/configfile", "internal/kubejson", "internal/kubeapply", "schema/internal/problems"}},
+	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/warmfile", "internal/wire", "internal/tlsfiles", "internal/configfile", "internal/kubejson", "internal/kubeapply", "internal/admission", "schema/internal/problems"}},
 	{"config: loading, validation, compilation", []string{"schema", "schema/cluster"}},
 	{"engine", []string{"sync"}},
 	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "test/testenv", "test/routingtest", "test/authtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},

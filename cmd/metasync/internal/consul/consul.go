@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -39,6 +38,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iidp/metasync/internal/admission"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -139,7 +139,7 @@ type Server struct {
 	authorize Authorizer // nil: every caller reads every service
 	limits    Limits
 	gate      gate
-	conns     *conns // nil: no connection limit
+	conns     *admission.Pool // nil: no connection limit
 	watches   *watches
 	metrics   *metrics
 	mux       *http.ServeMux
@@ -274,11 +274,7 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config, errorLog *slog.Logger) *http.
 
 		DisableGeneralOptionsHandler: true,
 
-		ConnState: func(c net.Conn, st http.ConnState) {
-			if s.conns != nil {
-				s.conns.connState(c, st)
-			}
-		},
+		ConnState:   s.connState,
 		ConnContext: connContext,
 	}
 	srv.RegisterOnShutdown(s.Close)

@@ -2,9 +2,9 @@ package consul
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	gosync "sync"
+
+	"github.com/iidp/metasync/internal/admission"
 )
 
 // Limits bound the blocking queries that callers may hold open at once,
@@ -59,59 +59,36 @@ const (
 
 // gate counts the open blocking queries, in all and per caller.
 type gate struct {
-	s        *Server
-	mu       gosync.Mutex
-	open     int
-	byCaller map[string]int
+	s *Server
+	admission.Gate
 }
 
 // callerOf names the caller of r for the limits: its user behind an
 // Authorizer, else its remote address (without the port).
 func callerOf(r *http.Request, user string) string {
 	if user != "" {
-		return "user:" + user
+		user = "user:" + user
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return "addr:" + r.RemoteAddr
-	}
-	return "addr:" + host
+	return admission.Caller(user, r.RemoteAddr)
 }
 
 // admit takes a blocking query's place for caller, or says why not (a
 // refusal reason and message).
 func (g *gate) admit(caller string) (release func(), reason, msg string) {
 	l := g.s.limits
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if l.Blocking > 0 && g.open >= l.Blocking {
+	release, full := g.Admit(caller, l.Blocking, l.BlockingPerCaller)
+	switch {
+	case full&admission.Total != 0:
 		return nil, refusedBlocking, fmt.Sprintf("too many blocking queries open (%d, all callers): try again later", l.Blocking)
-	}
-	if l.BlockingPerCaller > 0 && g.byCaller[caller] >= l.BlockingPerCaller {
+	case full != 0:
 		return nil, refusedPerCaller, fmt.Sprintf("too many blocking queries open from this caller (%d): try again later", l.BlockingPerCaller)
 	}
-	if g.byCaller == nil {
-		g.byCaller = map[string]int{}
-	}
-	g.open++
-	g.byCaller[caller]++
-	var once gosync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.open--
-			if g.byCaller[caller]--; g.byCaller[caller] == 0 {
-				delete(g.byCaller, caller)
-			}
-		})
-	}, "", ""
+	return release, "", ""
 }
 
 // refused counts a refusal and logs it (at most a few times a minute).
 func (s *Server) refused(reason, msg string) {
-	s.metrics.refused.WithLabelValues(reason).Inc()
-	s.metrics.refusedLog.Do(func() {
+	s.metrics.refusals.Count(reason, func() {
 		s.log.Warn("Consul facade: refused at a limit", "reason", reason, "error", msg)
 	})
 }

@@ -4,17 +4,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
+
+	"github.com/iidp/metasync/internal/admission"
 )
 
 // metrics are the facade's; no label carries a service name.
 type metrics struct {
-	requests   *prometheus.CounterVec
-	open       prometheus.Gauge
-	answers    *prometheus.CounterVec
-	refused    *prometheus.CounterVec
-	evicted    prometheus.Counter
-	refusedLog rate.Sometimes
+	requests *prometheus.CounterVec
+	open     prometheus.Gauge
+	answers  *prometheus.CounterVec
+	refusals *admission.Refusals // logged a few times every 10 s
+	refused  *prometheus.CounterVec
+	evicted  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -31,15 +32,14 @@ func newMetrics() *metrics {
 			Name: "metasync_consul_blocking_answers_total",
 			Help: "Blocking queries of the Consul facade ended, by result: changed (the answer passed the index), timeout (the wait was over), drain (the daemon stops), gone (the client went), stale (the answer became stale or caught up).",
 		}, []string{"result"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refusals: admission.NewRefusals(prometheus.CounterOpts{
 			Name: "metasync_consul_refused_total",
 			Help: "Requests and connections of the Consul facade refused at a limit, by reason: blocking (503), blocking_per_caller (429), connections and connections_per_caller (503, answered by the listener), services_per_caller (an idle watch let go).",
-		}, []string{"reason"}),
+		}, []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller, refusedServices}, 3, 10*time.Second),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metasync_consul_connections_evicted_total",
 			Help: "Idle connections of the Consul facade (kept alive between requests, or with no request read yet) closed to make room for a new one at a connection limit.",
 		}),
-		refusedLog: rate.Sometimes{First: 3, Interval: 10 * time.Second},
 	}
 	for _, r := range []string{"changed", "timeout", "drain", "gone", "stale"} {
 		m.answers.WithLabelValues(r)
@@ -47,9 +47,7 @@ func newMetrics() *metrics {
 	for _, e := range []string{endpointAgentSelf, endpointCatalogServices, endpointCatalogService, endpointHealthService} {
 		m.requests.WithLabelValues(e, "200")
 	}
-	for _, r := range []string{refusedBlocking, refusedPerCaller, refusedConnections, refusedConnsOfCaller, refusedServices} {
-		m.refused.WithLabelValues(r)
-	}
+	m.refused = m.refusals.Metric
 	return m
 }
 

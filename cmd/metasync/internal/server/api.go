@@ -29,6 +29,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/internal/admission"
 	"github.com/iidp/metasync/internal/wire"
 	msync "github.com/iidp/metasync/sync"
 )
@@ -85,17 +86,15 @@ type Server struct {
 	limitsMu     gosync.Mutex
 	limits       Limits
 	conns        *connLimiter // nil without a connection limit
-	streamGate   streamGate
+	streamGate   admission.Gate
 	limitMetrics *limitMetrics
-	refusedLog   rate.Sometimes
 }
 
 // New builds the API over an engine.
 func New(e Engine, log *slog.Logger) *Server {
 	s := &Server{engine: e, log: log, mux: http.NewServeMux(), registry: prometheus.NewRegistry(),
 		heartbeat: DefaultHeartbeat, streamMetrics: newStreamMetrics(),
-		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		explains:   rate.NewLimiter(ExplainRate, ExplainBurst)}
+		explains: rate.NewLimiter(ExplainRate, ExplainBurst)}
 	s.limitMetrics = newLimitMetrics(s)
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -200,7 +199,7 @@ func (s *Server) noBody(h http.Handler) http.Handler {
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 			if l := s.connLimiter(); l != nil {
 				if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-					l.spent(c)
+					l.Spent(c)
 				}
 			}
 			w.Header().Set("Connection", "close")
@@ -600,7 +599,7 @@ func (s *Server) HTTPServer(addr string, errorLog *slog.Logger, guard *auth.Toke
 	// The limited listener (see Listener) closes idle connections to make
 	// room: the server says which are.
 	if l := s.connLimiter(); l != nil {
-		srv.ConnState = l.connState
+		srv.ConnState = l.ConnState
 		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
 	}
 	return srv

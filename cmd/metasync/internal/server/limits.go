@@ -1,18 +1,17 @@
 package server
 
 import (
-	"container/list"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	gosync "sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iidp/metasync/cmd/metasync/internal/auth"
+	"github.com/iidp/metasync/internal/admission"
 )
 
 // Limits bound what the callers of the API may hold open at once. A zero
@@ -58,18 +57,19 @@ const (
 
 // limitMetrics count what the limits turn away.
 type limitMetrics struct {
-	refused *prometheus.CounterVec
-	evicted prometheus.Counter
-	limit   *prometheus.GaugeVec
-	conns   prometheus.GaugeFunc
+	refusals *admission.Refusals // logged at most every 10 s
+	refused  *prometheus.CounterVec
+	evicted  prometheus.Counter
+	limit    *prometheus.GaugeVec
+	conns    prometheus.GaugeFunc
 }
 
 func newLimitMetrics(s *Server) *limitMetrics {
 	m := &limitMetrics{
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refusals: admission.NewRefusals(prometheus.CounterOpts{
 			Name: "metasync_http_refused_total",
 			Help: "Requests and connections refused at a limit, by reason: streams_per_caller (429), streams (503), connections (503, answered by the listener), explain (429).",
-		}, []string{"reason"}),
+		}, []string{refusedPerCaller, refusedStreams, refusedConnections, refusedExplain}, 1, 10*time.Second),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metasync_http_connections_evicted_total",
 			Help: "Idle connections (kept alive between requests, or with no request read yet) closed to make room for a new one at the connection limit.",
@@ -79,6 +79,7 @@ func newLimitMetrics(s *Server) *limitMetrics {
 			Help: "The limits in force, by limit (streams, streams_per_caller, connections); 0 for none.",
 		}, []string{"limit"}),
 	}
+	m.refused = m.refusals.Metric
 	m.conns = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "metasync_http_connections_open",
 		Help: "Connections open on the API's listener (when it is limited).",
@@ -88,9 +89,6 @@ func newLimitMetrics(s *Server) *limitMetrics {
 		}
 		return 0
 	})
-	for _, r := range []string{refusedPerCaller, refusedStreams, refusedConnections, refusedExplain} {
-		m.refused.WithLabelValues(r)
-	}
 	for _, l := range []string{refusedStreams, refusedPerCaller, refusedConnections} {
 		m.limit.WithLabelValues(l)
 	}
@@ -108,7 +106,7 @@ func (s *Server) SetLimits(l Limits) {
 	defer s.limitsMu.Unlock()
 	s.limits = l
 	if l.Connections > 0 {
-		s.conns = &connLimiter{s: s, max: l.Connections, refusing: make(chan struct{}, refusalsAnswered)}
+		s.conns = newConnLimiter(s, l.Connections)
 	} else {
 		s.conns = nil
 	}
@@ -126,35 +124,17 @@ func (s *Server) connLimiter() *connLimiter {
 // callerOf is who a request comes from, for the per-caller limit: the
 // identity that TokenAuth found, else the remote address (without port).
 func callerOf(r *http.Request) string {
-	if c, ok := auth.CallerFrom(r.Context()); ok && c.Name != "" {
-		return c.Name
+	name := ""
+	if c, ok := auth.CallerFrom(r.Context()); ok {
+		name = c.Name
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return "addr:" + r.RemoteAddr
-	}
-	return "addr:" + host
-}
-
-// streamGate counts the open streams, in all and per caller.
-type streamGate struct {
-	mu       gosync.Mutex
-	open     int
-	peak     int // the most open at once since the last StreamPeak
-	byCaller map[string]int
+	return admission.Caller(name, r.RemoteAddr)
 }
 
 // StreamPeak returns the most change streams that were open at once since
 // the last call, and how many are open now: a host that returns memory
 // to the kernel after a burst of streams looks for a sharp drop.
-func (s *Server) StreamPeak() (peak, now int) {
-	g := &s.streamGate
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	peak, now = g.peak, g.open
-	g.peak = g.open
-	return peak, now
-}
+func (s *Server) StreamPeak() (peak, now int) { return s.streamGate.Peak() }
 
 // admitStream takes a stream's place under the limits, or answers the
 // refusal (429 or 503, with Retry-After) and reports false. release gives
@@ -167,50 +147,25 @@ func (s *Server) admitStream(w http.ResponseWriter, r *http.Request) (release fu
 	if l.StreamsPerCaller > 0 {
 		caller = callerOf(r)
 	}
-	g := &s.streamGate
-	g.mu.Lock()
+	release, full := s.streamGate.Admit(caller, l.Streams, l.StreamsPerCaller)
 	switch {
-	case l.StreamsPerCaller > 0 && g.byCaller[caller] >= l.StreamsPerCaller:
-		g.mu.Unlock()
+	case full&admission.PerCaller != 0:
 		s.refuse(w, r, http.StatusTooManyRequests, refusedPerCaller, streamRetryAfter,
 			fmt.Sprintf("too many change streams open by this caller (at most %d); retry later", l.StreamsPerCaller))
 		return nil, false
-	case l.Streams > 0 && g.open >= l.Streams:
-		g.mu.Unlock()
+	case full != 0:
 		s.refuse(w, r, http.StatusServiceUnavailable, refusedStreams, streamRetryAfter,
 			fmt.Sprintf("too many change streams open (at most %d); retry later", l.Streams))
 		return nil, false
 	}
-	g.open++
-	g.peak = max(g.peak, g.open)
-	if caller != "" {
-		if g.byCaller == nil {
-			g.byCaller = map[string]int{}
-		}
-		g.byCaller[caller]++
-	}
-	g.mu.Unlock()
-	var once gosync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			g.open--
-			if caller != "" {
-				if g.byCaller[caller]--; g.byCaller[caller] <= 0 {
-					delete(g.byCaller, caller)
-				}
-			}
-			g.mu.Unlock()
-		})
-	}, true
+	return release, true
 }
 
 // refuse answers a refusal at a limit: the API's JSON error, with
 // Retry-After, counted by reason, and logged (at most every 10 s) with
 // the caller, so that an operator finds who wants more than the limits.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, code int, reason string, retryAfter int, msg string) {
-	s.limitMetrics.refused.WithLabelValues(reason).Inc()
-	s.refusedLog.Do(func() {
+	s.limitMetrics.refusals.Count(reason, func() {
 		s.log.Warn("stream refused at a limit (logged at most every 10 s)", "reason", reason, "status", code,
 			"caller", strings.ReplaceAll(callerOf(r), "\x00", " "), "error", msg)
 	})
@@ -226,190 +181,32 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 	if l == nil {
 		return ln
 	}
-	l.Listener = ln
-	return l
+	return l.Listener(ln)
 }
 
-// refusalsAnswered bounds the refused connections answered at once (each
-// holds its descriptor for up to refusalTimeout); beyond, a refused
-// connection is closed without an answer.
-const (
-	refusalsAnswered = 32
-	refusalTimeout   = time.Second
-)
-
-// connLimiter is a listener that keeps at most max connections open.
-type connLimiter struct {
-	net.Listener
-	s        *Server
-	max      int
-	refusing chan struct{} // a slot per refusal being answered
-
-	mu   gosync.Mutex
-	open int
-	idle list.List // *limitedConn that may be closed to make room, idle longest first
-}
-
-// limitedConn is a connection that the limiter counts.
-type limitedConn struct {
-	net.Conn
-	l    *connLimiter
-	once gosync.Once
-	// Under l.mu:
-	elem     *list.Element // in l.idle while idle
-	released bool          // its place went to another, or it closed
-}
-
-func (l *connLimiter) openCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.open
-}
-
-// Accept returns the next connection within the limit. At the limit, a
-// new connection takes the place of the one idle longest, closed; with
-// none idle, it is refused (see refuse), and Accept waits for the next.
-func (l *connLimiter) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		lc := &limitedConn{Conn: c, l: l}
-		l.mu.Lock()
-		if l.open < l.max {
-			l.open++
-			lc.elem = l.idle.PushBack(lc) // no request read yet
-			l.mu.Unlock()
-			return lc, nil
-		}
-		if e := l.idle.Front(); e != nil {
-			victim := e.Value.(*limitedConn)
-			l.idle.Remove(e)
-			victim.elem, victim.released = nil, true
-			lc.elem = l.idle.PushBack(lc)
-			l.mu.Unlock()
-			// Its server goroutine sees the connection closed, and ends.
-			_ = victim.Conn.Close()
-			l.s.limitMetrics.evicted.Inc()
-			return lc, nil
-		}
-		l.mu.Unlock()
-		l.refuse(c)
-	}
-}
-
-// refuse answers a connection beyond the limit, when every connection is
-// busy: a minimal HTTP 503 with the API's JSON error and Retry-After,
-// after reading what the client sent (a socket closed with unread data is
-// reset, and the client may lose the answer), then closes it. A TLS
+// connLimiter keeps at most max connections open. At the limit, a new
+// connection takes the place of the one idle longest (kept alive between
+// requests, or with no request read yet; one whose answer closes it
+// first: see Spent), closed; with none idle, it is answered a minimal
+// HTTP 503 with the API's JSON error and Retry-After, then closed. A TLS
 // handshake gets no answer: plain HTTP would mean nothing to it.
-func (l *connLimiter) refuse(c net.Conn) {
-	l.s.limitMetrics.refused.WithLabelValues(refusedConnections).Inc()
-	l.s.refusedLog.Do(func() {
-		l.s.log.Warn("connection refused at the limit: every connection busy (logged at most every 10 s)", "limit", l.max)
-	})
-	select {
-	case l.refusing <- struct{}{}:
-	default:
-		_ = c.Close()
-		return
-	}
-	go func() {
-		defer func() { <-l.refusing }()
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(refusalTimeout))
-		buf := make([]byte, 2048)
-		n, _ := c.Read(buf)
-		if n > 0 && buf[0] == 0x16 {
-			return
-		}
-		body := fmt.Sprintf(`{"error":"too many connections (at most %d); retry later"}`+"\n", l.max)
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nRetry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-			connectionRetryAfter, len(body), body)
-		if tc, ok := c.(interface{ CloseWrite() error }); ok {
-			_ = tc.CloseWrite()
-		}
-		for {
-			if _, err := c.Read(buf); err != nil {
-				return
-			}
-		}
-	}()
+type connLimiter struct {
+	*admission.Pool
 }
 
-// Close closes the connection and gives its place back.
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() {
-		l := c.l
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if c.elem != nil {
-			l.idle.Remove(c.elem)
-			c.elem = nil
-		}
-		if !c.released {
-			c.released = true
-			l.open--
-		}
-	})
-	return err
+func newConnLimiter(s *Server, max int) *connLimiter {
+	p := &admission.Pool{
+		Refused: func(admission.Bound, string) []byte {
+			s.limitMetrics.refusals.Count(refusedConnections, func() {
+				s.log.Warn("connection refused at the limit: every connection busy (logged at most every 10 s)", "limit", max)
+			})
+			body := fmt.Sprintf(`{"error":"too many connections (at most %d); retry later"}`+"\n", max)
+			return admission.HTTPRefusal("application/json", body, connectionRetryAfter, "Cache-Control: no-store")
+		},
+		Evicted: func(admission.Bound, string) { s.limitMetrics.evicted.Inc() },
+	}
+	p.SetBounds(max, 0)
+	return &connLimiter{Pool: p}
 }
 
-// limited returns the limiter's connection that c is (under TLS, the one
-// below it), or nil for a connection the limiter did not accept.
-func limited(c net.Conn) *limitedConn {
-	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = t.NetConn() // under TLS
-	}
-	lc, _ := c.(*limitedConn)
-	return lc
-}
-
-// spent makes a connection whose request is answered and that closes after
-// the answer (net/http waits up to half a second before closing) the first
-// to be evicted: it serves no one any more.
-func (l *connLimiter) spent(c net.Conn) {
-	lc := limited(c)
-	if lc == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lc.released {
-		return
-	}
-	if lc.elem != nil {
-		l.idle.Remove(lc.elem)
-	}
-	lc.elem = l.idle.PushFront(lc)
-}
-
-// connState is the HTTPServer's ConnState hook: a connection kept alive
-// between requests, or with no request read yet, may be closed to make
-// room; one serving a request (a stream) may not.
-func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
-	lc := limited(c)
-	if lc == nil {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lc.released {
-		return
-	}
-	switch st {
-	case http.StateNew, http.StateIdle:
-		if lc.elem == nil {
-			lc.elem = l.idle.PushBack(lc)
-		} else {
-			l.idle.MoveToBack(lc.elem)
-		}
-	case http.StateActive, http.StateHijacked:
-		if lc.elem != nil {
-			l.idle.Remove(lc.elem)
-			lc.elem = nil
-		}
-	}
-}
+func (l *connLimiter) openCount() int { return l.Open() }

@@ -36,8 +36,8 @@ func serverState(s *Server) string {
 	}
 	g := &s.gate
 	g.mu.Lock()
-	if len(g.streams) > 0 || len(g.names) > 0 || len(g.conns) > 0 || len(g.unowned) > 0 || g.open != 0 || g.idle.Len() != 0 {
-		out = append(out, fmt.Sprintf("gate streams %v names %v conns %v unowned %v open %d idle %d", g.streams, g.names, g.conns, g.unowned, g.open, g.idle.Len()))
+	if held := g.pool.Held(); len(g.streams) > 0 || len(g.names) > 0 || held != "" {
+		out = append(out, fmt.Sprintf("gate streams %v names %v %s", g.streams, g.names, held))
 	}
 	g.mu.Unlock()
 	s.cache.mu.Lock()

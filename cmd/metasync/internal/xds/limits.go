@@ -1,12 +1,13 @@
 package xds
 
 import (
-	"container/list"
 	"fmt"
 	"net"
 	"strings"
 	gosync "sync"
 	"time"
+
+	"github.com/iidp/metasync/internal/admission"
 )
 
 // Limits bound what the xDS callers may hold, so that no caller takes
@@ -62,7 +63,10 @@ func DefaultLimits() Limits {
 }
 
 // SetLimits sets the limits; call it before the server serves.
-func (s *Server) SetLimits(l Limits) { s.limits = l }
+func (s *Server) SetLimits(l Limits) {
+	s.limits = l
+	s.gate.pool.SetBounds(l.Connections, l.ConnectionsPerCaller)
+}
 
 // The reasons of metasync_xds_refused_total.
 const (
@@ -86,72 +90,51 @@ const (
 
 // refuse counts a refusal and logs it (a few lines a minute at most).
 func (s *Server) refuse(reason, caller, msg string) {
-	s.refused.WithLabelValues(reason).Inc()
-	s.limitLog.Do(func() {
+	s.refusals.Count(reason, func() {
 		s.log.Warn("xDS refused at a limit (logged at most 3 times every 10 s)", "reason", reason,
 			"caller", strings.ReplaceAll(caller, "\x00", " "), "error", msg)
 	})
 }
 
-// gate counts what each caller holds: connections, streams, names.
+// gate counts what each caller holds: connections (in its pool, through
+// Listener), streams, names.
 type gate struct {
-	s *Server
+	s    *Server
+	once gosync.Once // the pool's policies set
+	pool admission.Pool
 
-	mu   gosync.Mutex
-	open int // connections open (through Listener)
-	// incomplete is the connections open whose handshake (TLS, and the
-	// HTTP/2 preface) is not done yet: the first to make room.
-	incomplete int
-	idle       list.List      // *xconn without a stream, idle longest first
-	conns      map[string]int // connections owned, by caller
-	unowned    map[string]int // connections without an owner yet, by address
-	streams    map[string]int
-	names      map[string]int
+	mu      gosync.Mutex
+	streams admission.Tally
+	names   admission.Tally
 }
 
 // xconn is a connection of Listener.
 type xconn struct {
-	net.Conn
-	g    *gate
-	once gosync.Once
-	// Under gate.mu:
-	elem      *list.Element // in gate.idle while it has no stream
-	idleSince time.Time     // when it last had no stream
-	addr      string        // the remote address, without port
-	owner     string        // its first stream's caller; "": counted in unowned
-	streams   int
-	closed    bool // closed, or evicted: its place is given back
-	ready     bool // its handshake is done
+	net.Conn                 // the connection accepted
+	ac       *admission.Conn // its place in the pool
+	streams  int             // under gate.mu
 }
+
+// Close closes the connection and gives its place back.
+func (xc *xconn) Close() error { return xc.ac.Close() }
 
 // handshaken marks the connection's handshake done (TLS, and the
 // HTTP/2 preface): from now on it is evicted only as an established
 // connection is.
-func (xc *xconn) handshaken() {
-	g := xc.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !xc.ready && !xc.closed {
-		g.incomplete--
-	}
-	xc.ready = true
-}
+func (xc *xconn) handshaken() { xc.ac.Ready() }
 
 // callerOf is who a client at the address remote is: user (with an
 // Authorizer), else the address without port.
 func callerOf(remote, user string) string {
 	if user != "" {
-		return "user:" + user
+		user = "user:" + user
 	}
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return "addr:" + remote
-	}
-	return "addr:" + host
+	return admission.Caller(user, remote)
 }
 
 // admit takes a stream's place for caller on the connection xc (nil
 // when not Listener's), or says why not (a refusal reason and message).
+// The connection's first stream makes it its caller's.
 func (g *gate) admit(xc *xconn, caller string) (release func(), reason, msg string) {
 	l := g.s.limits
 	g.mu.Lock()
@@ -159,46 +142,25 @@ func (g *gate) admit(xc *xconn, caller string) (release func(), reason, msg stri
 	if l.StreamsPerCaller > 0 && g.streams[caller] >= l.StreamsPerCaller {
 		return nil, refusedStreams, fmt.Sprintf("too many xDS streams open by this caller (at most %d); retry later", l.StreamsPerCaller)
 	}
-	if xc != nil && xc.owner == "" && !xc.closed {
-		// The connection's first stream makes it its caller's.
-		held := g.conns[caller]
-		switch {
-		case l.ConnectionsPerCaller > 0 && held >= l.ConnectionsPerCaller:
+	if xc != nil {
+		switch g.pool.Hold(xc.ac, caller, l.ConnectionsPerCaller, headroom(l.Connections)) {
+		case admission.PerCaller:
 			return nil, refusedConnsOfCaller, fmt.Sprintf("too many xDS connections of this caller (at most %d); retry later", l.ConnectionsPerCaller)
-		case l.Connections > 0 && held > 0 && g.open-g.incomplete > l.Connections-headroom(l.Connections):
-			// Connections whose handshake is not done do not count:
-			// they make room for any new one.
+		case admission.Total:
 			return nil, refusedHeadroom, "the xDS server is near its connection limit: the rest is kept for callers without a connection; retry later"
 		}
-		xc.owner = caller
-		g.disown(xc.addr)
-		if g.conns == nil {
-			g.conns = map[string]int{}
-		}
-		g.conns[caller]++
-	}
-	if g.streams == nil {
-		g.streams = map[string]int{}
-	}
-	g.streams[caller]++
-	if xc != nil {
 		xc.streams++
-		if xc.elem != nil {
-			g.idle.Remove(xc.elem)
-			xc.elem = nil
-		}
 	}
+	g.streams.Add(caller, 1)
 	var once gosync.Once
 	return func() {
 		once.Do(func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			if g.streams[caller]--; g.streams[caller] <= 0 {
-				delete(g.streams, caller)
-			}
+			g.streams.Add(caller, -1)
 			if xc != nil {
-				if xc.streams--; xc.streams == 0 && !xc.closed {
-					xc.elem, xc.idleSince = g.idle.PushBack(xc), time.Now()
+				if xc.streams--; xc.streams == 0 {
+					g.pool.SetIdle(xc.ac, true)
 				}
 			}
 		})
@@ -215,91 +177,59 @@ func (g *gate) addNames(caller string, delta int) bool {
 	l := g.s.limits
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := g.names[caller] + delta
-	if delta > 0 && l.NamesPerCaller > 0 && n > l.NamesPerCaller {
+	if delta > 0 && l.NamesPerCaller > 0 && g.names[caller]+delta > l.NamesPerCaller {
 		return false
 	}
-	if g.names == nil {
-		g.names = map[string]int{}
-	}
-	if n <= 0 {
-		delete(g.names, caller)
-	} else {
-		g.names[caller] = n
-	}
+	g.names.Add(caller, delta)
 	return true
 }
 
 // Listener returns ln limited to Limits.Connections connections (see
-// Limits). Serve the server's Transport on it.
+// Limits). Serve the server's Transport on it. At the limit, a new
+// connection takes the place of a connection without a stream (see
+// victim); with none, it is closed and Accept waits for the next.
 func (s *Server) Listener(ln net.Listener) net.Listener {
-	return &xlistener{Listener: ln, g: &s.gate}
+	g := &s.gate
+	g.once.Do(func() {
+		// The address's own oldest connection without a stream makes
+		// room at its limit: a flood of connections that open no stream
+		// never locks out a client of the same address.
+		g.pool.AtPerCaller = admission.OldestUnownedOf
+		g.pool.AtTotal = victim
+		g.pool.Refused = g.refused
+		g.pool.Evicted = g.evicted
+	})
+	g.pool.SetBounds(s.limits.Connections, s.limits.ConnectionsPerCaller)
+	return xlistener{g.pool.Listener(ln)}
 }
 
-type xlistener struct {
-	net.Listener
-	g *gate
+type xlistener struct{ net.Listener }
+
+// Accept returns the next connection within the limit, an *xconn.
+func (l xlistener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	ac := c.(*admission.Conn)
+	return &xconn{Conn: ac.Conn, ac: ac}, nil
 }
 
-// Accept returns the next connection within the limit: at the limit, it
-// takes the place of the connection without a stream idle longest; with
-// none, it is closed and Accept waits for the next.
-func (l *xlistener) Accept() (net.Conn, error) {
-	g := l.g
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		addr := c.RemoteAddr().String()
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			addr = host
-		}
-		xc := &xconn{Conn: c, g: g, addr: addr}
-		l := g.s.limits
-		g.mu.Lock()
-		var victim *xconn
-		if l.ConnectionsPerCaller > 0 && g.unowned[addr] >= l.ConnectionsPerCaller {
-			// The address's own oldest connection without a stream
-			// makes room: a flood of connections that open no stream
-			// never locks out a client of the same address.
-			e := g.oldestUnowned(addr)
-			if e == nil {
-				g.mu.Unlock()
-				_ = c.Close()
-				g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d)", l.ConnectionsPerCaller))
-				continue
-			}
-			victim = e.Value.(*xconn)
-			g.idle.Remove(e)
-			victim.elem = nil
-			victim.release()
-			g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d): the oldest closed", l.ConnectionsPerCaller))
-		} else if l.Connections > 0 && g.open >= l.Connections {
-			e := g.victim(addr)
-			if e == nil {
-				g.mu.Unlock()
-				_ = c.Close()
-				g.s.refuse(refusedConnections, "addr:"+addr, fmt.Sprintf("every xDS connection (at most %d) carries a stream or is new", l.Connections))
-				continue
-			}
-			victim = e.Value.(*xconn)
-			g.idle.Remove(e)
-			victim.elem = nil
-			victim.release()
-		}
-		g.open++
-		g.incomplete++
-		if g.unowned == nil {
-			g.unowned = map[string]int{}
-		}
-		g.unowned[addr]++
-		xc.elem, xc.idleSince = g.idle.PushBack(xc), time.Now()
-		g.mu.Unlock()
-		if victim != nil {
-			_ = victim.Conn.Close() // its server goroutine sees it closed, and ends
-		}
-		return xc, nil
+// refused counts a connection refused at the bound full.
+func (g *gate) refused(full admission.Bound, addr string) []byte {
+	l := g.s.limits
+	if full == admission.PerCaller {
+		g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d)", l.ConnectionsPerCaller))
+	} else {
+		g.s.refuse(refusedConnections, "addr:"+addr, fmt.Sprintf("every xDS connection (at most %d) carries a stream or is new", l.Connections))
+	}
+	return nil // closed without an answer
+}
+
+// evicted counts the address's oldest connection closed at its limit.
+func (g *gate) evicted(full admission.Bound, addr string) {
+	if full == admission.PerCaller {
+		g.s.refuse(refusedConnsOfCaller, "addr:"+addr, fmt.Sprintf("too many xDS connections without a stream from this address (at most %d): the oldest closed", g.s.limits.ConnectionsPerCaller))
 	}
 }
 
@@ -310,91 +240,16 @@ func (l *xlistener) Accept() (net.Conn, error) {
 // so that connections that never send one cannot hold every place.
 var evictAfter = 3 * time.Second
 
-// oldestUnowned is the connection without an owner from addr idle
-// longest (under gate.mu), or nil.
-func (g *gate) oldestUnowned(addr string) *list.Element {
-	for e := g.idle.Front(); e != nil; e = e.Next() {
-		if xc := e.Value.(*xconn); xc.addr == addr && xc.owner == "" {
-			return e
-		}
-	}
-	return nil
-}
-
 // victim is the connection without a stream to close for a new one from
-// addr (under gate.mu): addr's own idle longest, else the oldest whose
-// handshake is not done, else another's idle longer than evictAfter,
-// else none. One address's flood of connections evicts only its own;
-// a flood of handshakes never finished (a slowloris) makes room for
-// any new connection; a newcomer that finished its handshake is safe
-// while it opens its stream.
-func (g *gate) victim(addr string) *list.Element {
-	for e := g.idle.Front(); e != nil; e = e.Next() {
-		if xc := e.Value.(*xconn); xc.addr == addr {
-			return e
-		}
-	}
-	if g.incomplete > 0 {
-		for e := g.idle.Front(); e != nil; e = e.Next() {
-			if xc := e.Value.(*xconn); !xc.ready {
-				return e
-			}
-		}
-	}
-	old := time.Now().Add(-evictAfter)
-	for e := g.idle.Front(); e != nil; e = e.Next() {
-		if xc := e.Value.(*xconn); xc.idleSince.Before(old) {
-			return e
-		}
-	}
-	return nil
-}
-
-// disown uncounts a connection from addr that had no owner (under
-// gate.mu).
-func (g *gate) disown(addr string) {
-	if g.unowned[addr]--; g.unowned[addr] <= 0 {
-		delete(g.unowned, addr)
-	}
-}
-
-// release gives the connection's place back (under gate.mu).
-func (xc *xconn) release() {
-	if xc.closed {
-		return
-	}
-	g := xc.g
-	xc.closed = true
-	g.open--
-	if !xc.ready {
-		g.incomplete--
-	}
-	if xc.owner == "" {
-		g.disown(xc.addr)
-	} else if g.conns[xc.owner]--; g.conns[xc.owner] <= 0 {
-		delete(g.conns, xc.owner)
-	}
-}
-
-// Close closes the connection and gives its place back.
-func (xc *xconn) Close() error {
-	err := xc.Conn.Close()
-	xc.once.Do(func() {
-		g := xc.g
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if xc.elem != nil {
-			g.idle.Remove(xc.elem)
-			xc.elem = nil
-		}
-		xc.release()
-	})
-	return err
+// addr: addr's own idle longest, else the oldest whose handshake is not
+// done, else another's idle longer than evictAfter, else none. One
+// address's flood of connections evicts only its own; a flood of
+// handshakes never finished (a slowloris) makes room for any new
+// connection; a newcomer that finished its handshake is safe while it
+// opens its stream.
+func victim(p *admission.Pool, addr string) *admission.Conn {
+	return admission.FirstOf(admission.OldestOf, admission.Unready, admission.IdleFor(evictAfter))(p, addr)
 }
 
 // openConnections is the number of connections open through Listener.
-func (g *gate) openConnections() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.open
-}
+func (g *gate) openConnections() int { return g.pool.Open() }

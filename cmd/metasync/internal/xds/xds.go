@@ -57,6 +57,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/iidp/metasync/internal/admission"
 	msync "github.com/iidp/metasync/sync"
 )
 
@@ -129,7 +130,7 @@ type Server struct {
 	refusedLog rate.Sometimes
 	deniedLog  rate.Sometimes
 	unsureLog  rate.Sometimes
-	limitLog   rate.Sometimes
+	refusals   *admission.Refusals // at a limit: logged a few times every 10 s
 	// unknownLog: each client logs an unknown index or chain once; a
 	// fleet that asks for one still writes a few lines every 10 s.
 	unknownLog rate.Sometimes
@@ -160,18 +161,16 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 		refusedLog: rate.Sometimes{First: 3, Interval: time.Minute},
 		deniedLog:  rate.Sometimes{First: 3, Interval: time.Minute},
 		unsureLog:  rate.Sometimes{First: 3, Interval: time.Minute},
-		limitLog:   rate.Sometimes{First: 3, Interval: 10 * time.Second},
 		unknownLog: rate.Sometimes{First: 10, Interval: 10 * time.Second},
 		limits:     DefaultLimits(),
 		clients:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "metasync_xds_clients", Help: "xDS clients connected (ADS streams open)."}),
 		pushes:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_pushes_total", Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_nacks_total", Help: "xDS responses that a client rejected, by resource type."}, []string{"type"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "metasync_xds_refused_total",
-			Help: "xDS connections and streams refused or ended at a limit, by reason: connections, connections_per_caller, streams_per_caller, names_per_caller, headroom, first_request."}, []string{"reason"}),
+		refusals: admission.NewRefusals(prometheus.CounterOpts{Name: "metasync_xds_refused_total",
+			Help: "xDS connections and streams refused or ended at a limit, by reason: connections, connections_per_caller, streams_per_caller, names_per_caller, headroom, first_request."},
+			refusalReasons, 3, 10*time.Second),
 	}
-	for _, r := range refusalReasons {
-		s.refused.WithLabelValues(r)
-	}
+	s.refused = s.refusals.Metric
 	// Every series from the start: an alert on a rate sees the first NACK.
 	for _, t := range typeNames {
 		s.nacks.WithLabelValues(t)
