@@ -141,6 +141,7 @@ type Server struct {
 
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
+	pushed  map[string]func() // counts a response of a type URL written
 	nacks   *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
@@ -176,6 +177,10 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 	for _, t := range typeNames {
 		s.nacks.WithLabelValues(t)
 		s.pushes.WithLabelValues(t)
+	}
+	s.pushed = make(map[string]func(), len(typeNames))
+	for typeURL, t := range typeNames {
+		s.pushed[typeURL] = s.pushes.WithLabelValues(t).Inc
 	}
 	s.cache = newCache(engine, s.encodeAnswer)
 	s.gate.s = s
