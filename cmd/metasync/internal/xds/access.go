@@ -55,7 +55,7 @@ func (c *client) retryLater() {
 		c.retry.Reset(time.Second)
 		return
 	}
-	c.retry = time.AfterFunc(time.Second, func() { c.st.signal(evAgain) })
+	c.retry = time.AfterFunc(time.Second, func() { c.st.Wake(wakeAgain) })
 }
 
 // may tells whether the client may read t: always without an

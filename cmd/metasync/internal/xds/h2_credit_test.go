@@ -475,7 +475,7 @@ func creditModel(seed int64) string {
 			if blocked {
 				continue
 			}
-			_, msg := st.nextLocked()
+			_, _, msg := st.nextLocked()
 			if msg == nil {
 				continue
 			}

@@ -83,8 +83,8 @@ func (c *h2conn) end(err error) {
 	c.t.closeConn(c.raw)
 	c.t.unregister(c)
 	if isConnErr && ce.code != errNo {
-		c.t.s.connLog.Do(func() {
-			c.t.s.log.Warn("xDS connection trouble (a few such lines a minute at most)", "remote", c.remote, "error", err.Error())
+		c.t.connLog.Do(func() {
+			c.t.log.Warn("xDS connection trouble (a few such lines a minute at most)", "remote", c.remote, "error", err.Error())
 		})
 	}
 }
@@ -271,8 +271,8 @@ func (c *h2conn) keepalive(now time.Time) {
 		dead := now.Sub(c.pingAt) > c.t.keepTimeout
 		c.mu.Unlock()
 		if dead {
-			c.t.s.connLog.Do(func() {
-				c.t.s.log.Warn("xDS connection closed: its PING was not acknowledged (a few such lines a minute at most)",
+			c.t.connLog.Do(func() {
+				c.t.log.Warn("xDS connection closed: its PING was not acknowledged (a few such lines a minute at most)",
 					"remote", c.remote, "within", c.t.keepTimeout.String())
 			})
 			// Its own goroutine: the GOAWAY may wait a second on a

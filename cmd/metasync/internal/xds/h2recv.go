@@ -103,8 +103,8 @@ func (c *h2conn) resetUnlock(st *h2stream, code uint32) {
 
 // malformed tells of a malformed request (a few lines a minute).
 func (c *h2conn) malformed(why string) {
-	c.t.s.connLog.Do(func() {
-		c.t.s.log.Warn("xDS request malformed: its stream is reset (a few such lines a minute at most)", "remote", c.remote, "error", why)
+	c.t.connLog.Do(func() {
+		c.t.log.Warn("xDS request malformed: its stream is reset (a few such lines a minute at most)", "remote", c.remote, "error", why)
 	})
 }
 

@@ -11,30 +11,24 @@ import (
 	"time"
 )
 
-// The events of a stream, which its goroutine handles one at a time.
+// The transport's events of a stream, which its goroutine handles one at
+// a time, before the protocol's wakes (Stream.Wake).
 const (
 	evOpen     = 1 << iota // its headers came
-	evChanged              // assignments it follows changed (client.pending)
-	evAgain                // access not told before: ask again
-	evRecheck              // the Authorizer is to be asked again
-	evReload               // a reload: targets may have come or gone
-	evFirst                // no request within Limits.FirstRequest
+	evPlain                // a request not gRPC's is answered now (h2FrameTimeout)
 	evEOF                  // the client ended its side
 	evFail                 // a request that cannot be read (recvErr)
 	evGone                 // reset, or its connection ended
 	evShutdown             // the server shuts down: the stream ends UNAVAILABLE
 )
 
-// errGone ends a stream that the client reset, or whose connection
-// ended: nothing more is written to it.
-var errGone = errors.New("the stream is gone")
-
-// h2stream is one ADS stream. No goroutine is its own at rest: run
-// handles its events, one at a time, in a goroutine started when one
-// comes and ended when none is left; and while a response it sent waits
-// to be written, it handles none but its end (its requests wait, and
-// hold their flow-control credit: a client that does not read cannot
-// make it queue more). Its protocol state (client) is run's alone.
+// h2stream is one ADS stream, the protocol's Stream. No goroutine is
+// its own at rest: run handles its events, one at a time, in a
+// goroutine started when one comes and ended when none is left; and
+// while a response it sent waits to be written, it handles none but its
+// end (its requests wait, and hold their flow-control credit: a client
+// that does not read cannot make it queue more). Its Handler is called
+// from run alone.
 type h2stream struct {
 	c  *h2conn
 	id uint32
@@ -63,9 +57,12 @@ type h2stream struct {
 	consumed int64 // bytes of inbox handled, ever
 	recvErr  error
 	msgTimer *time.Timer // a message begun, to be whole within messageTimeout
-	cancel   context.CancelFunc
-	ev       int
-	running  bool
+	// ctx is the stream's Context, made when asked for; cancel ends it.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	ev      int
+	wake    Wakeup // the protocol's, asked for with Wake
+	running bool
 	// remoteDone: the client ended its side; reset: reset, or its
 	// connection ended: nothing more is read or written; finished:
 	// ended, its state let go, what is queued is written.
@@ -86,18 +83,18 @@ type h2stream struct {
 	// the DATA read, when it has one.
 	contentLength, bodyLen int64
 
-	// run's own.
-	cl         *client
-	release    func()
-	first      *time.Timer
-	gotRequest bool
-	cleaned    bool
+	// run's own: the protocol's side of the stream; the answer due to
+	// a request not gRPC's.
+	h       Handler
+	plainAt *time.Timer
+	cleaned bool
 }
 
-// outMsg is a gRPC message to write, of the short type kind.
+// outMsg is a message to write, and the hook its sender gave (see
+// Stream.Send).
 type outMsg struct {
-	b    []byte
-	kind string
+	b       []byte
+	written func()
 }
 
 // gone reports whether nothing more is to be read or written (under
@@ -140,7 +137,7 @@ func (st *h2stream) runnableLocked() bool {
 	if st.finished || !st.idleLocked() {
 		return false
 	}
-	return st.ev != 0 || st.ready > 0
+	return st.ev != 0 || st.wake != 0 || st.ready > 0
 }
 
 // resetLocked resets the stream (with a RST_STREAM of code, 0 for none):
@@ -166,6 +163,30 @@ func (st *h2stream) signal(ev int) {
 	st.start(start)
 }
 
+// Wake asks for a turn of the stream's Handler (Stream).
+func (st *h2stream) Wake(w Wakeup) {
+	st.c.mu.Lock()
+	st.wake |= w
+	start := st.signalLocked(0)
+	st.c.mu.Unlock()
+	st.start(start)
+}
+
+// Context is done once the stream is gone (Stream); it is made when
+// first asked for.
+func (st *h2stream) Context() context.Context {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.ctx == nil {
+		st.ctx, st.cancel = context.WithCancel(context.Background())
+		if st.reset {
+			st.cancel() // reset already: what waits on it ends at once
+		}
+	}
+	return st.ctx
+}
+
 func (st *h2stream) start(start bool) {
 	if start {
 		go st.run()
@@ -178,7 +199,7 @@ func (st *h2stream) run() {
 	c := st.c
 	for {
 		c.mu.Lock()
-		job, msg := st.nextLocked()
+		job, w, msg := st.nextLocked()
 		startW := false
 		if msg != nil {
 			// The request is taken: the client may send as much again.
@@ -188,14 +209,14 @@ func (st *h2stream) run() {
 				startW = c.kickLocked()
 			}
 		}
-		if job == 0 && msg == nil {
+		if job == 0 && w == 0 && msg == nil {
 			st.running = false
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
 		c.startWriter(startW)
-		st.handle(job, msg)
+		st.handle(job, w, msg)
 	}
 }
 
@@ -227,18 +248,19 @@ func (st *h2stream) payPartialLocked() int32 {
 
 // nextLocked takes the next event to handle: the end first; else, when
 // nothing waits to be written, the opening, the requests in order (msg),
-// and then the rest.
-func (st *h2stream) nextLocked() (job int, msg []byte) {
+// the transport's other events, and then the protocol's wakes (w), the
+// lowest first.
+func (st *h2stream) nextLocked() (job int, w Wakeup, msg []byte) {
 	if st.ev&evGone != 0 {
 		st.ev &^= evGone
-		return evGone, nil
+		return evGone, 0, nil
 	}
 	if st.finished || !st.idleLocked() {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if st.ev&evOpen != 0 {
 		st.ev &^= evOpen
-		return evOpen, nil
+		return evOpen, 0, nil
 	}
 	if st.ready > 0 {
 		// Handled out of the lock: nothing writes this part of inbox
@@ -250,21 +272,25 @@ func (st *h2stream) nextLocked() (job int, msg []byte) {
 			st.inbox = nil
 		}
 		st.msgTimeoutLocked() // the message being read gets its credit: its time runs
-		return 0, msg
+		return 0, 0, msg
 	}
-	for _, ev := range [...]int{evShutdown, evFail, evEOF, evFirst, evChanged, evAgain, evRecheck, evReload} {
+	for _, ev := range [...]int{evShutdown, evFail, evEOF, evPlain} {
 		if st.ev&ev != 0 {
 			st.ev &^= ev
-			return ev, nil
+			return ev, 0, nil
 		}
 	}
-	return 0, nil
+	w = st.wake & -st.wake
+	st.wake &^= w
+	return 0, w, nil
 }
 
-// handle handles one event.
-func (st *h2stream) handle(job int, msg []byte) {
+// handle handles one event: the transport's, a request (msg) or a wake
+// (w) for the protocol.
+func (st *h2stream) handle(job int, w Wakeup, msg []byte) {
 	c := st.c
-	if job == evGone {
+	switch job {
+	case evGone:
 		st.cleanup()
 		c.mu.Lock()
 		st.finished = true
@@ -274,33 +300,22 @@ func (st *h2stream) handle(job int, msg []byte) {
 		}
 		c.mu.Unlock()
 		return
-	}
-	if job == evOpen {
+	case evOpen:
 		st.open()
 		return
 	}
-	cl := st.cl
-	if cl == nil {
-		if st.plain && (job == evEOF || job == evFirst || job == evShutdown) {
+	if st.h == nil {
+		if st.plain && (job == evEOF || job == evPlain || job == evShutdown) {
 			st.finishPlain(http.StatusUnsupportedMediaType, notGRPC)
 		}
 		return
 	}
-	s := cl.s
 	var err error
 	switch {
 	case msg != nil:
-		if st.first != nil {
-			st.first.Stop()
-			st.first = nil
-		}
-		st.gotRequest = true
-		var req request
-		if req, err = decodeRequest(msg); err != nil {
-			err = &statusError{codeInvalid, err.Error()}
-		} else {
-			err = cl.request(req)
-		}
+		err = st.h.Request(msg)
+	case w != 0:
+		err = st.h.Wake(w)
 	case job == evShutdown:
 		err = &statusError{codeUnavailable, "the xDS server is shutting down: connect again"}
 	case job == evFail:
@@ -314,29 +329,6 @@ func (st *h2stream) handle(job int, msg []byte) {
 			err = &statusError{codeInvalid, "a gRPC message cut short"}
 		}
 		c.mu.Unlock()
-	case job == evFirst:
-		if !st.gotRequest {
-			msg := "no DiscoveryRequest within " + s.limits.FirstRequest.String() + " of the stream's start"
-			s.refuse(refusedFirstRequest, cl.caller, msg)
-			err = &statusError{codeDeadlineExceeded, msg}
-		}
-	case job == evChanged:
-		err = cl.pushPending()
-	case job == evAgain:
-		err = cl.pushChanged()
-	case job == evRecheck:
-		// The token may have gone, access may have been taken away (or
-		// granted): answers are built again, and what changed is sent.
-		if _, code, msg := s.authorize(cl.req, ""); code == http.StatusUnauthorized {
-			err = &statusError{codeUnauthenticated, msg}
-		} else {
-			err = cl.pushChanged()
-		}
-	case job == evReload:
-		// Targets a reload added or brought back: Listeners and
-		// Clusters are answered anew (the cache restarted their
-		// entries).
-		err = cl.pushChanged()
 	}
 	if err != nil {
 		st.end(err)
@@ -423,14 +415,11 @@ func (st *h2stream) cleanup() {
 		return
 	}
 	st.cleaned = true
-	if st.first != nil {
-		st.first.Stop()
+	if st.plainAt != nil {
+		st.plainAt.Stop()
 	}
-	if st.cl != nil {
-		st.cl.close()
-	}
-	if st.release != nil {
-		st.release()
+	if st.h != nil {
+		st.h.Close()
 	}
 	// The send timer stays: what the stream sent before it ended is
 	// still to be written within sendTimeout.
@@ -446,12 +435,11 @@ func (st *h2stream) cleanup() {
 	c.mu.Unlock()
 }
 
-// open answers the stream's headers: a refusal ends it at once (a
-// response of trailers alone), else its response begins and its client
-// state is made.
+// open answers the stream's headers: a request not gRPC's is answered
+// once whole; else the protocol admits the stream (its response begins)
+// or refuses it (a response of trailers alone ends it at once).
 func (st *h2stream) open() {
 	c := st.c
-	s := c.t.s
 	c.mu.Lock()
 	h := st.req
 	st.req = nil
@@ -468,7 +456,7 @@ func (st *h2stream) open() {
 		if whole {
 			st.finishPlain(http.StatusUnsupportedMediaType, notGRPC)
 		} else {
-			st.first = time.AfterFunc(h2FrameTimeout, func() { st.signal(evFirst) })
+			st.plainAt = time.AfterFunc(h2FrameTimeout, func() { st.signal(evPlain) })
 		}
 		return
 	}
@@ -480,63 +468,32 @@ func (st *h2stream) open() {
 		st.finish(trailers(true, codeUnimplemented, "compression "+enc+" is not supported"))
 		return
 	}
-	var user string
-	var r *http.Request
-	if s.authorize != nil {
-		// Who the client is, before anything is sent: a stream without
-		// a valid token ends at once (a review that failed ends it
-		// UNAVAILABLE, and the client tries again).
-		ctx, cancel := context.WithCancel(context.Background())
-		c.mu.Lock()
-		st.cancel = cancel
-		if st.reset {
-			cancel() // reset already: the review ends at once
+	handler, err := c.t.ads.open(st, Peer{Addr: c.remote, Authorization: h.auth, Conn: c.raw})
+	if err != nil {
+		var se *statusError
+		if !errors.As(err, &se) {
+			se = &statusError{codeInternal, err.Error()}
 		}
-		c.mu.Unlock()
-		r, _ = http.NewRequestWithContext(ctx, http.MethodPost, "http://xds"+adsPath, nil)
-		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0
-		r.RemoteAddr = c.remote
-		if h.auth != "" {
-			r.Header.Set("Authorization", h.auth)
-		}
-		u, code, msg := s.authorize(r, "")
-		if code != 0 {
-			s.refusedLog.Do(func() {
-				s.log.Warn("xDS client refused", "remote", c.remote, "status", code, "error", msg)
-			})
-			st.finish(trailers(true, codeOfHTTP(code), msg))
-			return
-		}
-		user = u
-	}
-	caller := callerOf(c.remote, user)
-	release, reason, msg := s.gate.admit(c.xc, caller)
-	if reason != "" {
-		s.refuse(reason, caller, msg)
-		st.finish(trailers(true, codeResourceExhausted, msg))
+		st.finish(trailers(true, se.code, se.message))
 		return
 	}
-	st.release = release
+	st.h = handler
 	c.mu.Lock()
 	if st.reset {
 		c.mu.Unlock()
-		return // evGone follows
+		return // evGone follows, and closes the handler
 	}
 	st.head = responseHead
 	start := c.kickLocked()
 	c.mu.Unlock()
 	c.startWriter(start)
-	st.cl = s.newClient(st, r, user, caller)
-	if d := s.limits.FirstRequest; d > 0 {
-		st.first = time.AfterFunc(d, func() { st.signal(evFirst) })
-	}
 }
 
-// send queues a message (frame, its gRPC prefix left for here) of the
-// short type kind; errGone when the stream is gone. A message not
-// written within sendTimeout (the client does not read) resets the
-// stream.
-func (st *h2stream) send(kind string, frame []byte) error {
+// Send queues a message (frame, its gRPC prefix left for here), and
+// written to call once it is written (Stream); errGone when the stream
+// is gone. A message not written within sendTimeout (the client does
+// not read) resets the stream.
+func (st *h2stream) Send(frame []byte, written func()) error {
 	frame[0] = 0
 	binary.BigEndian.PutUint32(frame[1:frameHeader], uint32(len(frame)-frameHeader))
 	c := st.c
@@ -552,7 +509,7 @@ func (st *h2stream) send(kind string, frame []byte) error {
 			st.timer.Reset(sendTimeout)
 		}
 	}
-	st.out = append(st.out, outMsg{frame, kind})
+	st.out = append(st.out, outMsg{frame, written})
 	start := c.kickLocked()
 	c.mu.Unlock()
 	if start {

@@ -113,9 +113,10 @@ func (c *h2conn) write(own *h2stream) {
 		}
 		c.mu.Lock()
 		var starts []*h2stream
+		var hooks []func()
 		for _, w := range done {
-			if w.sent != "" {
-				c.t.s.pushes.WithLabelValues(w.sent).Inc()
+			if w.written != nil {
+				hooks = append(hooks, w.written)
 			}
 			st := w.st
 			if len(st.out) == 0 && st.timer != nil {
@@ -130,6 +131,9 @@ func (c *h2conn) write(own *h2stream) {
 			}
 		}
 		c.mu.Unlock()
+		for _, f := range hooks {
+			f() // a response written: its sender is told (Stream.Send)
+		}
 		for _, st := range starts {
 			st.start(true)
 		}
@@ -139,11 +143,11 @@ func (c *h2conn) write(own *h2stream) {
 // writePool holds the buffers that a write gathers its frames in.
 var writePool = gosync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
-// written is what a write finished for a stream: a message (of the short
-// type sent), its headers or trailers.
+// written is what a write finished for a stream: a message (with the
+// hook its sender gave, or nil), its headers or trailers.
 type written struct {
-	st   *h2stream
-	sent string
+	st      *h2stream
+	written func()
 }
 
 // collectLocked takes the frames that can be written now, in order.
@@ -174,7 +178,7 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 				flags = flagEndStream
 			}
 			bufs = append(bufs, appendFrameHeader(nil, int(n), frameData, flags, st.id), m.b[st.off:st.off+int(n)])
-			if n >= 1024 || m.kind != "" && st.off+int(n) == len(m.b) {
+			if n >= 1024 || !st.endData && st.off+int(n) == len(m.b) {
 				c.earned = min(c.earned+1, h2PingBurst)
 			}
 			st.off += int(n)
@@ -184,7 +188,7 @@ func (c *h2conn) collectLocked() (net.Buffers, []written) {
 				st.out[0] = outMsg{}
 				st.out = st.out[1:]
 				st.off = 0
-				done = append(done, written{st, m.kind})
+				done = append(done, written{st, m.written})
 				touched = false
 				if flags != 0 {
 					bufs = st.endedLocked(bufs)

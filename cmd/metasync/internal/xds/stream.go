@@ -9,14 +9,20 @@ import (
 	"time"
 )
 
-// client is the ADS state of one stream. It belongs to the stream's
-// goroutine (h2stream.run, one at a time): no lock guards it, and the one
-// lock that the status route and the metrics take (statusMu) guards a
-// copy of it and is never held across a write.
+// client is the ADS state of one stream, and its Handler: the stream's
+// transport calls it one call at a time, so no lock guards it, and the
+// one lock that the status route and the metrics take (statusMu) guards
+// a copy of it and is never held across a write.
 type client struct {
 	s     *Server
 	since time.Time
-	st    *h2stream
+	st    Stream
+	// release gives back the stream's place in the caller's limits;
+	// first ends a stream without a request within
+	// Limits.FirstRequest, unless gotRequest.
+	release    func()
+	first      *time.Timer
+	gotRequest bool
 	// req stands for the stream's request, for the Authorizer (nil
 	// without one); user is who the client is; caller whom its limits
 	// count.
@@ -77,7 +83,7 @@ var fixed = &assignment{}
 // newClient makes the ADS state of the stream st, and counts it as
 // connected: r stands for its request (with an Authorizer), user is who
 // it is, caller whom its limits count.
-func (s *Server) newClient(st *h2stream, r *http.Request, user, caller string) *client {
+func (s *Server) newClient(st Stream, r *http.Request, user, caller string) *client {
 	c := &client{
 		s:       s,
 		since:   time.Now(),
@@ -100,14 +106,62 @@ func (s *Server) newClient(st *h2stream, r *http.Request, user, caller string) *
 	return c
 }
 
-// close lets go of what the client holds: its entries, its names, its
-// place among the connected.
-func (c *client) close() {
+// Close lets go of what the client holds (Handler): its timer, its
+// entries, its names, its place among the connected and in the
+// caller's limits.
+func (c *client) Close() {
+	if c.first != nil {
+		c.first.Stop()
+	}
 	c.stopAll()
 	c.s.mu.Lock()
 	delete(c.s.connected, c)
 	c.s.mu.Unlock()
 	c.s.clients.Dec()
+	if c.release != nil {
+		c.release()
+	}
+}
+
+// Request handles one DiscoveryRequest, encoded (Handler).
+func (c *client) Request(msg []byte) error {
+	if c.first != nil {
+		c.first.Stop()
+		c.first = nil
+	}
+	c.gotRequest = true
+	req, err := decodeRequest(msg)
+	if err != nil {
+		return &statusError{codeInvalid, err.Error()}
+	}
+	return c.request(req)
+}
+
+// Wake handles a turn the client asked for (Handler).
+func (c *client) Wake(w Wakeup) error {
+	switch w {
+	case wakeFirst:
+		if !c.gotRequest {
+			msg := "no DiscoveryRequest within " + c.s.limits.FirstRequest.String() + " of the stream's start"
+			c.s.refuse(refusedFirstRequest, c.caller, msg)
+			return &statusError{codeDeadlineExceeded, msg}
+		}
+	case wakeChanged:
+		return c.pushPending()
+	case wakeRecheck:
+		// The token may have gone, access may have been taken away (or
+		// granted): answers are built again, and what changed is sent.
+		if _, code, msg := c.s.authorize(c.req, ""); code == http.StatusUnauthorized {
+			return &statusError{codeUnauthenticated, msg}
+		}
+		return c.pushChanged()
+	case wakeAgain, wakeReload:
+		// Access asked again; or targets a reload added or brought
+		// back: Listeners and Clusters are answered anew (the cache
+		// restarted their entries).
+		return c.pushChanged()
+	}
+	return nil
 }
 
 func (c *client) state(typeURL string) *typeState {
@@ -313,7 +367,7 @@ func (c *client) send(typeURL string, st *typeState, names []string) error {
 	// What the status shows is copied before the message is queued;
 	// the push is counted once it is written.
 	c.publishStatus()
-	return c.st.send(typeNames[typeURL], encodeFrame(typeURL, st.nonce, st.nonce, resources))
+	return c.st.Send(encodeFrame(typeURL, st.nonce, st.nonce, resources), c.s.pushed[typeURL])
 }
 
 // resource is the state of the resource name of typeURL to send, or nil
@@ -358,7 +412,7 @@ func (c *client) wake(name string) {
 	}
 	c.pending[name] = struct{}{}
 	c.pendMu.Unlock()
-	c.st.signal(evChanged)
+	c.st.Wake(wakeChanged)
 }
 
 // followOnly stops following the assignments not in names (those in
@@ -405,4 +459,46 @@ func (c *client) stopAll() {
 	}
 	c.s.gate.addNames(c.caller, -c.names)
 	c.names = 0
+}
+
+// watch tells the streams of every client of s of a reload (after the
+// cache restarted the entries it ended), and, with an Authorizer, when
+// to ask it again (every recheckEvery for each client), until stop is
+// closed.
+func (s *Server) watch(stop <-chan struct{}) {
+	reloaded := s.engine.StaleChanged()
+	var tick <-chan time.Time
+	if s.authorize != nil {
+		t := time.NewTicker(min(max(recheckEvery/10, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var due []*client
+		ev := wakeReload
+		select {
+		case <-stop:
+			return
+		case <-reloaded:
+			// The next signal first: a reload that comes while the
+			// entries restart (one that flips the home back) is heard.
+			next := s.engine.StaleChanged()
+			s.cache.restartEnded(reloaded)
+			reloaded = next
+			due = s.connectedClients()
+		case now := <-tick:
+			ev = wakeRecheck
+			s.mu.Lock()
+			for c := range s.connected {
+				if !now.Before(c.nextCheck) {
+					c.nextCheck = now.Add(recheckEvery)
+					due = append(due, c)
+				}
+			}
+			s.mu.Unlock()
+		}
+		for _, c := range due {
+			c.st.Wake(ev)
+		}
+	}
 }

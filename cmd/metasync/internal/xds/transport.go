@@ -5,11 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	gosync "sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Transport serves s's ADS on the connections of a listener, each with
@@ -21,8 +24,12 @@ import (
 // A gRPC client holds one ADS stream on a connection: a connection
 // carries at most 4, and one without a stream is closed after 30 s.
 type Transport struct {
-	s   *Server
+	ads protocol // what it carries: its one door to the protocol
 	tls *tls.Config
+	// log and connLog: the lines of connections in trouble (a few a
+	// minute at most).
+	log     *slog.Logger
+	connLog *rate.Sometimes
 
 	mu      gosync.Mutex
 	lns     map[net.Listener]bool
@@ -46,15 +53,18 @@ type Transport struct {
 // client's preface (10 s) and a connection without a stream (30 s).
 const handshakeTimeout = 10 * time.Second
 
-// Transport returns the transport of s, with TLS when tlsConfig is set.
-func (s *Server) Transport(tlsConfig *tls.Config) *Transport {
+// newTransport returns a transport of ads, with TLS when tlsConfig is
+// set, that logs to log within the budget connLog.
+func newTransport(ads protocol, log *slog.Logger, connLog *rate.Sometimes, tlsConfig *tls.Config) *Transport {
 	t := &Transport{
-		s:     s,
-		lns:   map[net.Listener]bool{},
-		conns: map[net.Conn]bool{},
-		h2:    map[*h2conn]bool{},
-		stop:  make(chan struct{}),
-		gone:  make(chan struct{}),
+		ads:     ads,
+		log:     log,
+		connLog: connLog,
+		lns:     map[net.Listener]bool{},
+		conns:   map[net.Conn]bool{},
+		h2:      map[*h2conn]bool{},
+		stop:    make(chan struct{}),
+		gone:    make(chan struct{}),
 
 		maxBlocks:   h2MaxBlockBytes,
 		keepTime:    h2KeepaliveTime,
@@ -79,7 +89,7 @@ func (t *Transport) Serve(ln net.Listener) error {
 	t.lns[ln] = true
 	if !t.watched {
 		t.watched = true
-		go t.s.watch(t.stop)
+		go t.ads.watch(t.stop)
 		go t.keepalive()
 	}
 	t.mu.Unlock()
@@ -273,46 +283,4 @@ func (t *Transport) Close() error {
 		c.Close()
 	}
 	return err
-}
-
-// watch tells the streams of every client of s of a reload (after the
-// cache restarted the entries it ended), and, with an Authorizer, when
-// to ask it again (every recheckEvery for each client), until stop is
-// closed.
-func (s *Server) watch(stop <-chan struct{}) {
-	reloaded := s.engine.StaleChanged()
-	var tick <-chan time.Time
-	if s.authorize != nil {
-		t := time.NewTicker(min(max(recheckEvery/10, 10*time.Millisecond), time.Second))
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		var due []*client
-		ev := evReload
-		select {
-		case <-stop:
-			return
-		case <-reloaded:
-			// The next signal first: a reload that comes while the
-			// entries restart (one that flips the home back) is heard.
-			next := s.engine.StaleChanged()
-			s.cache.restartEnded(reloaded)
-			reloaded = next
-			due = s.connectedClients()
-		case now := <-tick:
-			ev = evRecheck
-			s.mu.Lock()
-			for c := range s.connected {
-				if !now.Before(c.nextCheck) {
-					c.nextCheck = now.Add(recheckEvery)
-					due = append(due, c)
-				}
-			}
-			s.mu.Unlock()
-		}
-		for _, c := range due {
-			c.st.signal(ev)
-		}
-	}
 }

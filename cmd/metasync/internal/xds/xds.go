@@ -36,6 +36,11 @@
 //     goroutine started when there is something to do, which writes
 //     its messages. A client at rest costs about 12 KiB resident
 //     (x/net's HTTP/2 server held four goroutines and about 50 KiB);
+//   - the seam (seam.go) is all the transport and the protocol know of
+//     each other: the transport opens a stream through the protocol's
+//     one door (open, where the Authorizer and the limits admit it) and
+//     calls its Handler; the protocol sends and asks for turns through
+//     a Stream;
 //   - access.go holds the Authorizer's verdicts, status.go what the
 //     status route and the metrics read (copies, never a lock held
 //     across a network write), limits.go what one caller may hold.
@@ -142,6 +147,7 @@ type Server struct {
 
 	clients prometheus.Gauge
 	pushes  *prometheus.CounterVec
+	pushed  map[string]func() // counts a response of a type URL written
 	nacks   *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
@@ -175,6 +181,10 @@ func New(engine Engine, log *slog.Logger, reg prometheus.Registerer) *Server {
 	for _, t := range typeNames {
 		s.nacks.WithLabelValues(t)
 		s.pushes.WithLabelValues(t)
+	}
+	s.pushed = make(map[string]func(), len(typeNames))
+	for typeURL, t := range typeNames {
+		s.pushed[typeURL] = s.pushes.WithLabelValues(t).Inc
 	}
 	s.cache = newCache(engine, s.encodeAnswer)
 	s.gate.s = s
