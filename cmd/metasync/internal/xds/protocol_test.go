@@ -144,7 +144,7 @@ func TestProtocolRefusals(t *testing.T) {
 		ends(t, m, codeInvalid, "over")
 	})
 	t.Run("no first request", func(t *testing.T) {
-		s := New(engine, quiet, nil)
+		s := New(engine.Inspect(), quiet, nil)
 		l := DefaultLimits()
 		l.FirstRequest = 50 * time.Millisecond
 		s.SetLimits(l)
@@ -152,7 +152,7 @@ func TestProtocolRefusals(t *testing.T) {
 		ends(t, m, codeDeadlineExceeded, "no DiscoveryRequest")
 	})
 	t.Run("token", func(t *testing.T) {
-		s := New(engine, quiet, nil)
+		s := New(engine.Inspect(), quiet, nil)
 		var remote string
 		s.SetAuthorizer(func(r *http.Request, thing string) (string, int, string) {
 			remote = r.RemoteAddr
