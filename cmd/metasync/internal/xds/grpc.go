@@ -79,8 +79,13 @@ func (e *statusError) Error() string { return e.message }
 
 // sendTimeout bounds the write of one message: a client that reads
 // nothing loses its stream (and a connection whose writes wait that
-// long, its connection).
-var sendTimeout = 30 * time.Second
+// long, its connection). Atomic: tests shorten it while streams of
+// earlier tests may still be writing.
+var sendTimeout = func() *atomic.Int64 {
+	var d atomic.Int64
+	d.Store(int64(30 * time.Second))
+	return &d
+}()
 
 // frameHeader is the length of a gRPC message's prefix.
 const frameHeader = 5

@@ -368,9 +368,9 @@ func TestResetStreamEndsItsReview(t *testing.T) {
 // nothing keeps that message and its stream for good: cleanup stopped
 // the send timer.
 func TestEndedStreamOutputHasSendTimeout(t *testing.T) {
-	old := sendTimeout
-	sendTimeout = time.Second
-	t.Cleanup(func() { sendTimeout = old })
+	old := sendTimeout.Load()
+	sendTimeout.Store(int64(time.Second))
+	t.Cleanup(func() { sendTimeout.Store(old) })
 	a, b := "chains/model-to-endpoints/zA", "chains/model-to-addresses/zB"
 	ta, _ := parseTarget(a)
 	tb, _ := parseTarget(b)
@@ -420,11 +420,11 @@ func TestEndedStreamOutputHasSendTimeout(t *testing.T) {
 	})
 	// Its push waits on the window: after sendTimeout the stream is to be
 	// reset (its state let go), as any stream whose messages wait.
-	_ = r.c.SetReadDeadline(time.Now().Add(4 * sendTimeout))
+	_ = r.c.SetReadDeadline(time.Now().Add(4 * time.Duration(sendTimeout.Load())))
 	for {
 		f, err := r.fr.ReadFrame()
 		if err != nil {
-			t.Errorf("no RST_STREAM within %v of a message unread: %v", 4*sendTimeout, err)
+			t.Errorf("no RST_STREAM within %v of a message unread: %v", 4*time.Duration(sendTimeout.Load()), err)
 			break
 		}
 		if f, ok := f.(*http2.RSTStreamFrame); ok {

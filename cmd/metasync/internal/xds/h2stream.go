@@ -397,7 +397,7 @@ func (st *h2stream) finishPlain(code int, body string) {
 		st.out = []outMsg{{b: []byte(body)}}
 		st.endData = true
 		if st.timer == nil {
-			st.timer = time.AfterFunc(sendTimeout, st.expired)
+			st.timer = time.AfterFunc(time.Duration(sendTimeout.Load()), st.expired)
 		}
 	}
 	if st.idleLocked() {
@@ -504,9 +504,9 @@ func (st *h2stream) Send(frame []byte, written func()) error {
 	}
 	if len(st.out) == 0 {
 		if st.timer == nil {
-			st.timer = time.AfterFunc(sendTimeout, st.expired)
+			st.timer = time.AfterFunc(time.Duration(sendTimeout.Load()), st.expired)
 		} else {
-			st.timer.Reset(sendTimeout)
+			st.timer.Reset(time.Duration(sendTimeout.Load()))
 		}
 	}
 	st.out = append(st.out, outMsg{frame, written})

@@ -86,7 +86,7 @@ func (c *h2conn) write(own *h2stream) {
 		case c.broken:
 			err = net.ErrClosed
 		default:
-			within := sendTimeout
+			within := time.Duration(sendTimeout.Load())
 			if c.goingAway.Load() {
 				within = time.Second // a GOAWAY waits on this write
 			}

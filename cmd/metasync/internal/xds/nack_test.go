@@ -183,9 +183,9 @@ func TestReloadAddsAndRestoresTargets(t *testing.T) {
 // TestIdleStreamLives: a stream with nothing to push outlives the write
 // deadline of its last push (the deadline, a timer, would reset it).
 func TestIdleStreamLives(t *testing.T) {
-	was := sendTimeout
-	sendTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { sendTimeout = was })
+	was := sendTimeout.Load()
+	sendTimeout.Store(int64(200 * time.Millisecond))
+	t.Cleanup(func() { sendTimeout.Store(was) })
 	a, _ := backend(t)
 	route(t, "idle-app", "idle-model", a)
 	rs := subscribed(t, "chains/model-to-endpoints/idle-model")
