@@ -23,7 +23,7 @@ var layers = []struct {
 }{
 	{"parts below the config: no config, no engine", []string{"indexer", "internal/plan", "internal/warmfile", "internal/wire", "internal/tlsfiles", "internal/configfile", "internal/kubejson", "internal/kubeapply", "internal/admission", "schema/internal/problems"}},
 	{"config: loading, validation, compilation", []string{"schema", "schema/cluster"}},
-	{"engine", []string{"sync"}},
+	{"engine", []string{"sync", "sync/internal/follow"}},
 	{"faces of the engine", []string{"metasynctest", "grpcresolver", "internal/streamclient", "test/testenv", "test/routingtest", "test/authtest", "cmd/metasync/internal/server", "cmd/metasync/internal/auth", "cmd/metasync/internal/xds", "cmd/metasync/internal/consul"}},
 	{"programs, examples and tests on a control plane", []string{"cmd/metasync", "examples/appmodel", "examples/appmodel/grpcclient", "examples/library", "hack/authload", "hack/bareinformer", "hack/bench", "hack/devcluster", "hack/streamload", "hack/xdsload", "hack/xdspeer", "test/chaos", "test/integration", "deploy", "."}},
 }

@@ -21,10 +21,10 @@ func TestAnswerAcrossAReload(t *testing.T) {
 	e := testEngine(t, cfgA)
 	v, _ := e.view()
 	apps, svcs := v.byName["apps"].lead(), v.byName["services"].lead()
-	if err := apps.replace([]any{apps.project(string(appPrimaryJSON("a", "m1", "m1")))}, "1"); err != nil {
+	if err := apps.Replace([]any{apps.Project(string(appPrimaryJSON("a", "m1", "m1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := svcs.replace([]any{svcs.project(string(serviceJSON("s", "a", "10.0.0.1")))}, "1"); err != nil {
+	if err := svcs.Replace([]any{svcs.Project(string(serviceJSON("s", "a", "10.0.0.1")))}, "1"); err != nil {
 		t.Fatal(err)
 	}
 	if a := e.Inspect().Answer(ChainOf("c", "m1")); !a.Synced || len(a.Values) != 1 {

@@ -21,8 +21,8 @@ func TestAnswer(t *testing.T) {
 		Chains: []schema.Chain{{Name: "model-chain", Indexes: []string{"model-to-app", "app-to-version"}}},
 	})
 	w := watchersOf(e)[0]
-	tx := w.src.Begin()
-	tx.Put(w.project(`{"metadata":{"name":"a","namespace":"ns"},"spec":{"models":["m1","m2"],"version":"2.8"}}`).ix)
+	tx := w.Src.Begin()
+	tx.Put(w.Project(`{"metadata":{"name":"a","namespace":"ns"},"spec":{"models":["m1","m2"],"version":"2.8"}}`).Ix)
 	tx.Commit()
 	for _, c := range []struct {
 		t    Target

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
 	mschema "github.com/iidp/metasync/schema"
@@ -23,13 +25,13 @@ type switchover struct {
 	// unchanged: cluster name -> same settings as before, when a reload
 	// changes the clusters (nil otherwise).
 	unchanged map[string]bool
-	built     []*watcher
+	built     []*follow.Watcher
 	// fresh: the parts of each resource that starts or restarts, every
 	// part of it; regrouped: a kept resource whose clusters changed, with
 	// its parts (some kept, some fresh).
-	fresh, regrouped map[string][]*watcher
-	halting          []*watcher // parts of kept resources that stop
-	dropped          []*watcher // parts whose cluster the resource no longer reads
+	fresh, regrouped map[string][]*follow.Watcher
+	halting          []*follow.Watcher // parts of kept resources that stop
+	dropped          []*follow.Watcher // parts whose cluster the resource no longer reads
 }
 
 // apply switches the engine to plan; under e.mu, or before the engine is
@@ -44,7 +46,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	changes := mschema.Changes{Start: d.Start, Stop: d.Stop, Restart: d.Restart, Keep: d.Keep,
 		ChainsAdded: d.ChainsAdded, ChainsRemoved: d.ChainsRemoved, ChainsChanged: d.ChainsChanged, Unique: d.Unique}
 	sw := &switchover{e: e, old: old, plan: plan, d: d, reload: reload,
-		fresh: map[string][]*watcher{}, regrouped: map[string][]*watcher{}}
+		fresh: map[string][]*follow.Watcher{}, regrouped: map[string][]*follow.Watcher{}}
 
 	// Clusters that a reload adds, removes or changes: only their
 	// watches start or stop (see connections.reconnect).
@@ -67,7 +69,7 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 		// new connection.
 		for _, c := range plan.Clusters {
 			if !sw.unchanged[c.Name] {
-				e.identOf(c.Name).forget()
+				e.identOf(c.Name).Forget()
 			}
 		}
 	}
@@ -96,8 +98,8 @@ func (e *Engine) apply(plan *compiled.Plan, reload bool) (mschema.Changes, error
 	if len(sw.dropped) > 0 {
 		now, _ := e.view()
 		for _, w := range sw.dropped {
-			if res := now.byName[w.plan.Name]; res != nil {
-				res.src.ReplaceWithin(w.keyPrefix, nil)
+			if res := now.byName[w.Plan.Name]; res != nil {
+				res.src.ReplaceWithin(w.KeyPrefix, nil)
 			}
 		}
 	}
@@ -119,16 +121,16 @@ func (sw *switchover) buildWatchers() {
 	for _, c := range plan.Clusters {
 		required[c.Name], dropAfter[c.Name] = c.Required, c.DropAfter
 	}
-	build := func(r *compiled.Resource, cluster string) *watcher {
-		w := newWatcher(r, cluster, e.log)
-		w.required, w.dropAfter = cluster == "" || required[cluster], dropAfter[cluster]
-		w.streaming.Store(e.streams(r))
-		w.reloaded = sw.reload
-		w.cluster = func(ctx context.Context) (clusterVerdict, error) { return e.checkCluster(ctx, cluster) }
-		w.identity = e.identOf(cluster)
-		w.changed = func(ctx context.Context, why string) { e.clusterChanged(ctx, cluster, why) }
-		w.recovered = func() { e.recovered(w) }
-		w.freshened, w.staleAfter = e.staleMayHaveChanged, e.staleAfter
+	build := func(r *compiled.Resource, cluster string) *follow.Watcher {
+		w := follow.NewWatcher(r, cluster, e.log)
+		w.Required, w.DropAfter = cluster == "" || required[cluster], dropAfter[cluster]
+		w.Streaming.Store(e.streams(r))
+		w.Reloaded = sw.reload
+		w.Cluster = func(ctx context.Context) (follow.Verdict, error) { return e.checkCluster(ctx, cluster) }
+		w.Identity = e.identOf(cluster)
+		w.Changed = func(ctx context.Context, why string) { e.clusterChanged(ctx, cluster, why) }
+		w.Recovered = func() { e.recovered(w) }
+		w.Freshened, w.StaleAfter = e.staleMayHaveChanged, e.staleAfter
 		sw.built = append(sw.built, w)
 		return w
 	}
@@ -147,10 +149,10 @@ func (sw *switchover) buildWatchers() {
 			continue
 		}
 		was := sw.old.byName[r.Name]
-		var parts []*watcher
+		var parts []*follow.Watcher
 		changed := false
 		for _, cluster := range clusters {
-			i := slices.IndexFunc(was.parts, func(w *watcher) bool { return w.clusterName == cluster })
+			i := slices.IndexFunc(was.parts, func(w *follow.Watcher) bool { return w.ClusterName == cluster })
 			if i >= 0 && sw.unchanged[cluster] {
 				parts = append(parts, was.parts[i])
 				continue
@@ -173,15 +175,15 @@ func (sw *switchover) buildWatchers() {
 // of the same cluster; a cluster the resource no longer reads leaves its
 // objects behind, in dropped, removed once the new view is published.
 func (sw *switchover) haltOld() {
-	takeOver := func(w *watcher, next []*watcher) {
-		w.halt()
+	takeOver := func(w *follow.Watcher, next []*follow.Watcher) {
+		w.Halt()
 		for _, n := range next {
-			if n.clusterName == w.clusterName && slices.Contains(sw.built, n) {
-				n.inherit(w)
-				if n.carried != nil && sw.unchanged != nil && !sw.unchanged[n.clusterName] {
+			if n.ClusterName == w.ClusterName && slices.Contains(sw.built, n) {
+				n.Inherit(w)
+				if n.Carried != nil && sw.unchanged != nil && !sw.unchanged[n.ClusterName] {
 					// The cluster's connection changed: its data may be
 					// another cluster's until the list.
-					n.carried.relist = true
+					n.Carried.Relist = true
 				}
 				return
 			}
@@ -191,14 +193,14 @@ func (sw *switchover) haltOld() {
 	for _, name := range append(slices.Clone(sw.d.Stop), sw.d.Restart...) {
 		for _, w := range sw.old.byName[name].parts {
 			if sw.fresh[name] == nil {
-				w.halt() // the resource stops: its source goes
+				w.Halt() // the resource stops: its source goes
 				continue
 			}
 			takeOver(w, sw.fresh[name])
 		}
 	}
 	for _, w := range sw.halting {
-		takeOver(w, sw.regrouped[w.plan.Name])
+		takeOver(w, sw.regrouped[w.Plan.Name])
 	}
 }
 
@@ -228,7 +230,7 @@ func (sw *switchover) nextView(sources map[string]*indexer.Source, snap *indexer
 		if ws != nil {
 			res = &resource{plan: r, src: sources[r.Name], parts: ws}
 			for _, w := range ws {
-				w.src = res.src
+				w.Src = res.src
 			}
 		}
 		next.watchers = append(next.watchers, res.parts...)
@@ -294,4 +296,17 @@ func (e *Engine) logReload(changes mschema.Changes) {
 		}
 	}
 	e.log.Info("config reloaded", attrs...)
+}
+
+// launch runs w until the engine stops or a reload stops w; under e.mu.
+func (e *Engine) launch(w *follow.Watcher) {
+	if e.runCtx == nil || e.stopped {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.runCtx)
+	w.Cancel, w.Done = cancel, make(chan struct{})
+	e.running.Go(func() {
+		defer close(w.Done)
+		w.Run(ctx)
+	})
 }

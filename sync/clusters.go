@@ -6,11 +6,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/iidp/metasync/sync/internal/follow"
 
 	"k8s.io/client-go/rest"
 
-	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
 )
 
@@ -26,31 +26,23 @@ import (
 // key: cluster name first). One cluster's failure never holds back
 // another's writes: each watcher writes on its own.
 
-// resource is one resource entry of a view: its source and its watchers,
-// one per cluster (one, of no cluster, for a plan without clusters).
-type resource struct {
-	plan  *compiled.Resource
-	src   *indexer.Source
-	parts []*watcher
-}
-
 // indexSynced reports whether the index answers from a complete list of
 // every required cluster (of some cluster when none is required).
 func (r *resource) indexSynced(index string) bool {
-	return r.all(func(w *watcher) bool { return w.indexSynced(index) })
+	return r.all(func(w *follow.Watcher) bool { return w.IndexSynced(index) })
 }
 
 // isSynced is indexSynced for the resource's data as a whole.
-func (r *resource) isSynced() bool { return r.all((*watcher).isSynced) }
+func (r *resource) isSynced() bool { return r.all((*follow.Watcher).IsSynced) }
 
 // all reports whether f holds for every required part, or for some part
 // when none is required.
-func (r *resource) all(f func(*watcher) bool) bool {
+func (r *resource) all(f func(*follow.Watcher) bool) bool {
 	some, required := false, false
 	for _, w := range r.parts {
 		ok := f(w)
 		some = some || ok
-		if w.required {
+		if w.Required {
 			required = true
 			if !ok {
 				return false
@@ -62,9 +54,9 @@ func (r *resource) all(f func(*watcher) bool) bool {
 
 // unsynced returns a part that keeps the index from being synced: a
 // required one not synced, else (none required) the first.
-func (r *resource) unsynced(index string) *watcher {
+func (r *resource) unsynced(index string) *follow.Watcher {
 	for _, w := range r.parts {
-		if w.required && !w.indexSynced(index) {
+		if w.Required && !w.IndexSynced(index) {
 			return w
 		}
 	}
@@ -74,7 +66,7 @@ func (r *resource) unsynced(index string) *watcher {
 // stale reports whether some cluster's part may be behind its apiserver.
 func (r *resource) stale() bool {
 	for _, w := range r.parts {
-		if w.stale() {
+		if w.Stale() {
 			return true
 		}
 	}
@@ -85,13 +77,13 @@ func (r *resource) stale() bool {
 // cluster, with the latest failure of each index.
 func (r *resource) failing() (map[string]int, map[string]RuleFailure) {
 	if len(r.parts) == 1 {
-		n, last := r.parts[0].failing.counts()
-		return n, r.parts[0].publicFailures(last)
+		n, last := r.parts[0].Failing.Counts()
+		return n, r.parts[0].PublicFailures(last)
 	}
 	n, last := map[string]int{}, map[string]RuleFailure{}
 	for _, w := range r.parts {
-		wn, wl := w.failing.counts()
-		wl = w.publicFailures(wl)
+		wn, wl := w.Failing.Counts()
+		wl = w.PublicFailures(wl)
 		for k, c := range wn {
 			n[k] += c
 		}
@@ -105,45 +97,7 @@ func (r *resource) failing() (map[string]int, map[string]RuleFailure) {
 }
 
 // lead is the resource's first watcher: the only one without clusters.
-func (r *resource) lead() *watcher { return r.parts[0] }
-
-// ClusterState is the state of one cluster's part of an answer.
-type ClusterState struct {
-	Synced bool
-	Stale  bool
-}
-
-// ClusterStatus is the state of one cluster of a plan that reads several
-// (GET /v1/clusters).
-type ClusterStatus struct {
-	Name     string
-	Home     bool
-	Required bool
-	// Connected: the last request of every resource of the cluster to
-	// its apiserver worked (a list, or a watch established), and Error is
-	// the first failing one's error ("" when connected); true of a cluster
-	// that no resource entry reads. A resource's own error
-	// (ResourceStatus.Error) stays until a watch is established.
-	Connected bool
-	// Synced: every resource of the cluster has completed a list.
-	Synced bool
-	// Stale: some resource of the cluster is cut off from it (its watch
-	// failing longer than Options.StaleAfter), answering what it last knew.
-	Stale bool
-	// LastContact is when the cluster last answered (the latest
-	// established watch or completed list of its resources); zero before.
-	LastContact time.Time
-	Objects     int
-	Error       string
-	// KubeconfigRotations counts the cluster's kubeconfig files taken
-	// after the first (see Options.KubeconfigInterval);
-	// KubeconfigErrors those refused (unreadable, invalid, or refused by
-	// their apiserver), which keep the last good connection, and
-	// KubeconfigError the latest refusal since the last file taken.
-	KubeconfigRotations int64
-	KubeconfigErrors    int64
-	KubeconfigError     string
-}
+func (r *resource) lead() *follow.Watcher { return r.parts[0] }
 
 // Clusters returns the state of each cluster, in config order; nil for a
 // plan without clusters.
@@ -161,17 +115,17 @@ func (e *Engine) Clusters() []ClusterStatus {
 	}
 	watched := make([]bool, len(out))
 	for _, w := range v.watchers {
-		i, ok := at[w.clusterName]
+		i, ok := at[w.ClusterName]
 		if !ok {
 			continue
 		}
 		watched[i] = true
 		cs := &out[i]
-		st := w.status(snap, e.staleAfter)
+		st := w.Status(snap, e.staleAfter)
 		cs.Objects += st.Objects
 		cs.Synced = cs.Synced && st.Synced
-		cs.Stale = cs.Stale || w.stale()
-		if st.Error != "" && !w.answered.Load() {
+		cs.Stale = cs.Stale || w.Stale()
+		if st.Error != "" && !w.Answered.Load() {
 			// The last attempt failed: a list that worked since (while no
 			// watch is established yet) connects the cluster again.
 			cs.Connected = false
@@ -179,7 +133,7 @@ func (e *Engine) Clusters() []ClusterStatus {
 				cs.Error = st.Name + ": " + st.Error
 			}
 		}
-		if t := w.lastContact(); t.After(cs.LastContact) {
+		if t := w.LastContact(); t.After(cs.LastContact) {
 			cs.LastContact = t
 		}
 	}
@@ -222,7 +176,7 @@ func (v *view) storedKeys(r *resource, key string) []string {
 	}
 	out := make([]string, 0, len(r.parts))
 	for _, w := range r.parts {
-		out = append(out, w.keyPrefix+key)
+		out = append(out, w.KeyPrefix+key)
 	}
 	return out
 }
@@ -346,10 +300,10 @@ func (v *view) clusterStates(indexes ...string) map[string]ClusterState {
 			continue
 		}
 		for _, w := range r.parts {
-			cs := out[w.clusterName]
-			cs.Synced = cs.Synced && w.indexSynced(index)
-			cs.Stale = cs.Stale || w.stale()
-			out[w.clusterName] = cs
+			cs := out[w.ClusterName]
+			cs.Synced = cs.Synced && w.IndexSynced(index)
+			cs.Stale = cs.Stale || w.Stale()
+			out[w.ClusterName] = cs
 		}
 	}
 	return out

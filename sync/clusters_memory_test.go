@@ -53,10 +53,10 @@ func benchClustersMemory(b *testing.B, name string, n, clusters int, fields bool
 					items := make([]any, per)
 					for i := range per {
 						name := fmt.Sprintf("app-%d-%06d", p, i)
-						items[i] = w.project(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"meta-test","resourceVersion":"%d","creationTimestamp":"2026-12-01T10:00:00Z"},"spec":{"type":"model","version":"1.7","models":["m-%s-a","m-%s-b"]}}`,
+						items[i] = w.Project(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"meta-test","resourceVersion":"%d","creationTimestamp":"2026-12-01T10:00:00Z"},"spec":{"type":"model","version":"1.7","models":["m-%s-a","m-%s-b"]}}`,
 							name, i+1, name, name))
 					}
-					if err := w.replace(items, "1"); err != nil {
+					if err := w.Replace(items, "1"); err != nil {
 						b.Fatal(err)
 					}
 				}

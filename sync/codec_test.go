@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/iidp/metasync/schema"
@@ -34,19 +36,19 @@ func BenchmarkStreamList(b *testing.B) {
 		Indexes: []schema.Index{{Name: "model-to-app", Key: "spec.models", Value: "metadata.name"}},
 	}}}))[0]
 	body := appModelList(10_000)
-	nothing := &object{}
+	nothing := &follow.Projected{}
 	for _, bc := range []struct {
 		name    string
-		project func(string) *object
+		project func(string) *follow.Projected
 	}{
-		{"scan", func(string) *object { return nothing }},
-		{"project", w.project},
+		{"scan", func(string) *follow.Projected { return nothing }},
+		{"project", w.Project},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				list, err := streamList(bytes.NewReader(body), bc.project)
+				list, err := follow.StreamList(bytes.NewReader(body), bc.project)
 				if err != nil || len(list.Items) != 10_000 || list.ResourceVersion != "1234567" {
 					b.Fatalf("%d items, rv %q, %v", len(list.Items), list.ResourceVersion, err)
 				}
@@ -57,8 +59,8 @@ func BenchmarkStreamList(b *testing.B) {
 
 // TestStreamListPage: a generated page decodes whole, with its metadata.
 func TestStreamListPage(t *testing.T) {
-	nothing := &object{}
-	list, err := streamList(strings.NewReader(string(appModelList(3))), func(string) *object { return nothing })
+	nothing := &follow.Projected{}
+	list, err := follow.StreamList(strings.NewReader(string(appModelList(3))), func(string) *follow.Projected { return nothing })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestSplitEvent(t *testing.T) {
 		{in: `{"type":"ADDED`},
 		{in: ``},
 	} {
-		typ, obj, ok := splitEvent(tc.in)
+		typ, obj, ok := follow.SplitEvent(tc.in)
 		if ok != tc.ok || typ != tc.typ || obj != tc.obj {
 			t.Errorf("splitEvent(%q) = %q, %q, %v; want %q, %q, %v", tc.in, typ, obj, ok, tc.typ, tc.obj, tc.ok)
 		}
@@ -96,10 +98,10 @@ func TestSplitEvent(t *testing.T) {
 	// A field after the object that ends in a brace splits wrongly; the
 	// object is then not valid JSON, and the codec refuses it.
 	var ev metav1.WatchEvent
-	if _, _, err := (watchEventCodec{}).Decode([]byte(`{"type":"ADDED","object":{"a":1},"x":{}}`), nil, &ev); err != nil {
+	if _, _, err := (follow.WatchEventCodec{}).Decode([]byte(`{"type":"ADDED","object":{"a":1},"x":{}}`), nil, &ev); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := (&codec{project: func(string) *object { t.Fatal("projected"); return nil }}).Decode(ev.Object.Raw, nil, nil); err == nil {
+	if _, _, err := (&follow.Codec{Project: func(string) *follow.Projected { t.Fatal("projected"); return nil }}).Decode(ev.Object.Raw, nil, nil); err == nil {
 		t.Fatalf("the object %q was accepted", ev.Object.Raw)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 
@@ -31,14 +33,14 @@ func BenchmarkWatchEvent(b *testing.B) {
 	objs := make([]indexer.Object, n)
 	for i := range n {
 		ev := appModelEvent(i, 1_000_000+i)
-		objs[i] = w.project(ev[len(`{"type":"MODIFIED","object":`) : len(ev)-2]).ix
+		objs[i] = w.Project(ev[len(`{"type":"MODIFIED","object":`) : len(ev)-2]).Ix
 	}
-	w.src.Replace(objs)
+	w.Src.Replace(objs)
 	var stream bytes.Buffer
 	for i := range 4096 {
 		stream.WriteString(appModelEvent(i*7%n, 100+i))
 	}
-	c := &codec{project: w.project}
+	c := &follow.Codec{Project: w.Project}
 	info := c.SupportedMediaTypes()[0].StreamSerializer
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -56,7 +58,7 @@ func BenchmarkWatchEvent(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := w.update(obj); err != nil {
+			if err := w.Update(obj); err != nil {
 				b.Fatal(err)
 			}
 		}

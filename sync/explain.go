@@ -4,97 +4,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	gosync "sync"
 	"time"
 
 	"github.com/iidp/metasync/indexer"
 )
-
-// Explanation is an answer with where it comes from: for each index that
-// a lookup or a chain lookup follows, the keys it looked up, the values
-// it found, and the objects that gave them (Engine.Explain).
-type Explanation struct {
-	Answer
-	Steps []ExplainStep
-}
-
-// ExplainStep is one index of an explained answer, in the order the chain
-// follows them (a lookup has one).
-type ExplainStep struct {
-	Index  string
-	Keys   []string // the keys looked up: the key, or the last step's values
-	Values []string // distinct, sorted: the next step's keys
-	// Objects gave the step its values, ordered by key looked up, then
-	// oldest first. On a unique index, every claimant of a key in
-	// conflict is listed, and the one answered is Chosen.
-	Objects []ExplainedObject
-	// Conflicts lists the keys of the step in conflict (a unique index).
-	Conflicts []string
-	// Synced and Stale are the index's (see IndexInfo).
-	Synced, Stale bool
-	// Empty says why a step found no values: ExplainUnknownKey,
-	// ExplainNotSynced or ExplainStale; "" when it found some.
-	Empty string
-}
-
-// Why an explained step found nothing.
-const (
-	// ExplainUnknownKey: the index is synced and no object gives the keys
-	// a value.
-	ExplainUnknownKey = "no object gives this key a value"
-	// ExplainNotSynced: the index's resource has not completed a list:
-	// the key may have values not read yet.
-	ExplainNotSynced = "the index's resource is not synced: values may not be read yet"
-	// ExplainStale: the index answers from a snapshot its watch has not
-	// caught up with.
-	ExplainStale = "the index answers from a snapshot not caught up with the apiserver"
-	// ExplainNotInCluster: of an explanation narrowed to a cluster
-	// (Target.Cluster), no object of that cluster gives the keys a
-	// value (another cluster's objects may).
-	ExplainNotInCluster = "no object of this cluster gives this key a value"
-	// ExplainUnknownIndex: no index (or chain) of that name.
-	ExplainUnknownIndex = "no index of that name"
-	// ExplainYounger: a claimant of a key in conflict whose values are
-	// not answered: an older one's are.
-	ExplainYounger = "a younger claimant of a unique index: the oldest's values are answered"
-	// ExplainElsewhere: values hinted for another zone or node than the
-	// caller's (topology-aware routing, Target.At); Why adds the
-	// caller's, as "(zone=a)".
-	ExplainElsewhere = "hinted for another zone or node than the caller's"
-	// ExplainShadowed: values of the index's fallback (for EndpointSlices:
-	// serving terminating endpoints), not answered while the key has
-	// values of its own (ready endpoints).
-	ExplainShadowed = "the index's fallback (serving terminating endpoints): not answered while the key has values of its own (ready endpoints)"
-)
-
-// ExplainedObject is one object behind a step's values.
-type ExplainedObject struct {
-	Resource string // the resource entry
-	// Key is the object's key: namespace/name, or name, never prefixed
-	// by its cluster.
-	Key string
-	// Cluster is the cluster the object is of, for a plan that reads
-	// several ("" otherwise): objects of one Key in several clusters are
-	// each listed, each with its Cluster.
-	Cluster         string
-	ResourceVersion string // of the object, as its values were read
-	// Created is the object's creationTimestamp (zero when unknown): on
-	// a unique index, the oldest claimant of a key is answered.
-	Created  time.Time
-	IndexKey string   // the key of the step it gives values to
-	Values   []string // what it gives that key
-	// Chosen: on a key in conflict, this object's values are answered.
-	Chosen bool
-	// Fallback: these are the index's fallback values (for
-	// EndpointSlices: serving terminating endpoints), answered when the
-	// key has no values of its own, else unanswered (ExplainShadowed).
-	Fallback bool
-	// Unanswered are the values it gives that its key does not answer,
-	// and Why: ExplainYounger, ExplainElsewhere (with the caller's zone or
-	// node) or ExplainShadowed.
-	Unanswered []string
-	Why        string
-}
 
 // explainStep is the step of index explaining keys, with the index's
 // flags: cluster's, when narrow.
@@ -274,12 +187,6 @@ func (v *view) explainObjects(x *indexer.Explainer, ix indexer.Index, st *Explai
 	}
 }
 
-// Conflict is the keys in conflict of one unique index.
-type Conflict struct {
-	Index string
-	Keys  []string // sorted
-}
-
 // Conflicts returns, for each unique index with keys in conflict (claimed
 // with different values by several objects), those keys; sorted by index.
 func (e *Inspector) Conflicts() []Conflict {
@@ -300,17 +207,6 @@ func (e *Inspector) Conflicts() []Conflict {
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
 }
-
-// conflictLog writes the log line of keys put in conflict, at most one
-// per index every conflictLogEvery: a flood of conflicting objects must
-// not flood the log. A line says how many it stands for.
-type conflictLog struct {
-	mu   gosync.Mutex
-	last map[string]time.Time
-	held map[string]int // notes not logged since the last line, by index
-}
-
-const conflictLogEvery = 10 * time.Second
 
 // noteConflict logs a conflict the store reports (under its writer lock:
 // quick, and reads the view without it).

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/schema"
@@ -52,7 +54,7 @@ func trickyConfig() *schema.Config {
 
 func trickyPlan(tb testing.TB) *compiled.Resource {
 	tb.Helper()
-	return watchersOf(testEngine(tb, trickyConfig()))[0].plan
+	return watchersOf(testEngine(tb, trickyConfig()))[0].Plan
 }
 
 // reference evaluates a plain dotted path (with \. escapes and # for every
@@ -202,10 +204,10 @@ func fastIndex(t *testing.T, r io.Reader) map[string]map[string][]string {
 	e := testEngine(t, trickyConfig())
 	w, store := watchersOf(e)[0], e.store
 	var names []string
-	for _, ix := range w.plan.Indexes {
+	for _, ix := range w.Plan.Indexes {
 		names = append(names, ix.Name)
 	}
-	list, err := streamList(r, w.project)
+	list, err := follow.StreamList(r, w.Project)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ func fastIndex(t *testing.T, r io.Reader) map[string]map[string][]string {
 	for i, it := range list.Items {
 		objs[i] = it
 	}
-	if err := w.replace(objs, list.ResourceVersion); err != nil {
+	if err := w.Replace(objs, list.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]map[string][]string{}
@@ -271,19 +273,19 @@ func (r *randomChunks) Read(p []byte) (int, error) {
 func TestStreamListRejectsBrokenBodies(t *testing.T) {
 	plan := trickyPlan(t)
 	store, _ := indexer.New(indexer.SourceSpec{Name: plan.Name, Indexes: []string{"models", "by-service", "by-number", "hosts", "ns-model"}})
-	w := newWatcher(plan, "", testLog())
-	w.src = store.Source(plan.Name)
+	w := follow.NewWatcher(plan, "", testLog())
+	w.Src = store.Source(plan.Name)
 	for _, body := range []string{
 		trickyList[:len(trickyList)/2],
 		`{"items":[]}`,
 		`{"metadata":{},"items":[]}`,
 		``,
 	} {
-		if _, err := streamList(bytes.NewReader([]byte(body)), w.project); err == nil {
+		if _, err := follow.StreamList(bytes.NewReader([]byte(body)), w.Project); err == nil {
 			t.Errorf("accepted %.60q", body)
 		}
 	}
-	list, err := streamList(strings.NewReader(`{"metadata":{"resourceVersion":"1"},"items":null}`), w.project)
+	list, err := follow.StreamList(strings.NewReader(`{"metadata":{"resourceVersion":"1"},"items":null}`), w.Project)
 	if err != nil || len(list.Items) != 0 {
 		t.Errorf("items null: %v %v", list, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"k8s.io/apimachinery/pkg/util/framer"
 )
 
@@ -49,8 +51,8 @@ func FuzzFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte, size uint8) {
 		n := int(size)%64 + 1
 		want, _ := readFrames(framer.NewJSONFramedReader(io.NopCloser(bytes.NewReader(stream))), 1<<20)
-		got, err := readFrames(jsonFramer{}.NewFrameReader(io.NopCloser(iotest.OneByteReader(bytes.NewReader(stream)))), n)
-		whole, _ := readFrames(jsonFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader(stream))), 1<<20)
+		got, err := readFrames(follow.JSONFramer{}.NewFrameReader(io.NopCloser(iotest.OneByteReader(bytes.NewReader(stream)))), n)
+		whole, _ := readFrames(follow.JSONFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader(stream))), 1<<20)
 		// apimachinery's framer also passes arrays and scalars, which no
 		// watch stream holds and ours refuses: compare up to the first.
 		for i, w := range want {
@@ -80,9 +82,9 @@ func TestFramesEndCleanly(t *testing.T) {
 		{"  \n", 0, io.EOF},
 		{`{"a":1}` + "\n", 1, io.EOF},
 		{`{"a":1}{"b":`, 1, io.ErrUnexpectedEOF},
-		{`{"a":1} 42`, 1, errNotObject},
+		{`{"a":1} 42`, 1, follow.ErrNotObject},
 	} {
-		frames, err := readFrames(jsonFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader([]byte(tc.stream)))), 4)
+		frames, err := readFrames(follow.JSONFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader([]byte(tc.stream)))), 4)
 		if len(frames) != tc.frames || !errors.Is(err, tc.err) {
 			t.Errorf("%q: %d frames, %v; want %d, %v", tc.stream, len(frames), err, tc.frames, tc.err)
 		}
@@ -100,7 +102,7 @@ func BenchmarkFrames(b *testing.B) {
 	b.SetBytes(int64(stream.Len()))
 	b.ReportAllocs()
 	for b.Loop() {
-		fr := jsonFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader(stream.Bytes())))
+		fr := follow.JSONFramer{}.NewFrameReader(io.NopCloser(bytes.NewReader(stream.Bytes())))
 		n := 0
 		for {
 			_, err := fr.Read(buf)
@@ -121,19 +123,19 @@ func BenchmarkFrames(b *testing.B) {
 // scanEvent is where a bracketScanner stopped, and its state there.
 type scanEvent struct {
 	at    int
-	state bracketScanner
+	state follow.BracketScanner
 }
 
 // scanEvents scans b with a bracketScanner for the bytes at depth limit
 // or less, as if b[:cut] had arrived first and the rest later, and ends
 // with the state after the last byte.
 func scanEvents(b []byte, cut, limit int) []scanEvent {
-	var sc bracketScanner
+	var sc follow.BracketScanner
 	var events []scanEvent
 	i := 0
 	for _, end := range []int{cut, len(b)} {
 		for {
-			if i = sc.scan(b[:end], i, limit); i == end {
+			if i = sc.Scan(b[:end], i, limit); i == end {
 				break
 			}
 			events = append(events, scanEvent{i, sc})
@@ -154,30 +156,30 @@ func FuzzBracketScanner(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, cut uint8, limit int8) {
 		lim := int(limit) % 4
 		var want []scanEvent
-		var st bracketScanner
+		var st follow.BracketScanner
 		for i, c := range b {
 			stop := false
-			if st.inString {
+			if st.InString {
 				switch {
-				case st.escaped:
-					st.escaped = false
+				case st.Escaped:
+					st.Escaped = false
 				case c == '\\':
-					st.escaped = true
+					st.Escaped = true
 				case c == '"':
-					st.inString, stop = false, st.depth <= lim
+					st.InString, stop = false, st.Depth <= lim
 				}
 			} else {
 				switch c {
 				case '"':
-					st.inString, stop = true, st.depth <= lim
+					st.InString, stop = true, st.Depth <= lim
 				case '{', '[':
-					st.depth++
-					stop = st.depth <= lim+1
+					st.Depth++
+					stop = st.Depth <= lim+1
 				case '}', ']':
-					st.depth--
-					stop = st.depth <= lim
+					st.Depth--
+					stop = st.Depth <= lim
 				case ',':
-					stop = st.depth <= lim
+					stop = st.Depth <= lim
 				}
 			}
 			if stop {

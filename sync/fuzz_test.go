@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/tidwall/gjson"
 )
 
@@ -19,8 +21,8 @@ func FuzzStreamList(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e := testEngine(t, trickyConfig())
 		w := watchersOf(e)[0]
-		whole, errWhole := streamList(strings.NewReader(string(body)), w.project)
-		bytewise, errBytes := streamList(iotest.OneByteReader(strings.NewReader(string(body))), w.project)
+		whole, errWhole := follow.StreamList(strings.NewReader(string(body)), w.Project)
+		bytewise, errBytes := follow.StreamList(iotest.OneByteReader(strings.NewReader(string(body))), w.Project)
 		if (errWhole == nil) != (errBytes == nil) {
 			t.Fatalf("whole: %v, byte by byte: %v", errWhole, errBytes)
 		}
@@ -31,9 +33,9 @@ func FuzzStreamList(f *testing.F) {
 			t.Fatalf("whole and byte by byte differ: %d vs %d items", len(whole.Items), len(bytewise.Items))
 		}
 		for i := range whole.Items {
-			a, b := whole.Items[i].(*object), bytewise.Items[i].(*object)
-			if !reflect.DeepEqual(a.ix, b.ix) { // the prepared encoding included
-				t.Fatalf("item %d differs: %+v vs %+v", i, a.ix, b.ix)
+			a, b := whole.Items[i].(*follow.Projected), bytewise.Items[i].(*follow.Projected)
+			if !reflect.DeepEqual(a.Ix, b.Ix) { // the prepared encoding included
+				t.Fatalf("item %d differs: %+v vs %+v", i, a.Ix, b.Ix)
 			}
 		}
 	})
@@ -47,7 +49,7 @@ func FuzzSplitEvent(f *testing.F) {
 	f.Add(`{"type":"ADDED","object":{"a":"}}"}}` + "\n")
 	f.Add(`{"type":"ADDED","object":{"a":1},"x":{}}`)
 	f.Fuzz(func(t *testing.T, raw string) {
-		typ, obj, ok := splitEvent(raw)
+		typ, obj, ok := follow.SplitEvent(raw)
 		if !ok || !gjson.Valid(obj) {
 			return
 		}

@@ -8,64 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
-	"sync/atomic"
 
 	"github.com/iidp/metasync/indexer"
 )
-
-// journalSize bounds the changes an index remembers for resuming its
-// index subscriptions: a subscriber that fell further behind, or asks for
-// a version older than the first index subscription of its index, gets a
-// reset.
-const journalSize = 16384
-
-// hub routes the store's commits to the subscriptions they affect. The
-// store calls commit in commit order, after publishing and outside its
-// publication lock (see indexer.Store.OnCommit); hub.mu is taken before a
-// Subscription's mu, never after. What commit does under hub.mu is
-// bounded whatever a commit's size: a large one gives its index
-// subscriptions up to comparing the whole index (markKeys) and empties
-// the journal rather than filling it.
-type hub struct {
-	mu      gosync.Mutex
-	latest  *indexer.Snapshot // of the last commit that changed values, or of the last reload
-	indexes map[indexer.Index]*indexSubs
-	subs    map[*Subscription]struct{} // every open subscription
-
-	opened    atomic.Int64 // open subscriptions
-	coalesced atomic.Int64 // changes folded into one not yet taken
-	resets    atomic.Int64 // resumes that could not resume
-}
-
-// indexSubs are the subscriptions of one index.
-type indexSubs struct {
-	keys    map[string]map[*Subscription]struct{} // key and chain subscriptions, by key
-	nkeys   int                                   // registrations in keys: (key, subscription) pairs
-	all     map[*Subscription]struct{}            // index subscriptions
-	journal *journal                              // from the first index subscription on
-	// at, while the index has index subscriptions: a snapshot that holds
-	// the index's current values (that of its last change, or of the
-	// first subscription, or of a Compact since). One for all of them: a
-	// subscription that is caught up holds none of its own, and when a
-	// reload rebinds it, its base is this.
-	at *indexer.Snapshot
-}
-
-// journal remembers, for the last journalSize changed keys of an index,
-// their values before the change, to resume index subscriptions.
-type journal struct {
-	entries []journalEntry // a ring
-	next    int            // where the next entry goes
-	full    bool
-	floor   uint64 // changes after this seq are all remembered
-}
-
-type journalEntry struct {
-	seq  uint64
-	key  string
-	prev []string
-}
 
 func newHub(store *indexer.Store) *hub {
 	h := &hub{latest: store.Snapshot(), indexes: map[indexer.Index]*indexSubs{}, subs: map[*Subscription]struct{}{}}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/hashicorp/go-multierror"
 	"github.com/tidwall/gjson"
 	"k8s.io/apimachinery/pkg/fields"
@@ -47,11 +49,11 @@ func NewOffline(plan *mschema.Plan, log *slog.Logger, unsynced ...string) (*Engi
 		}
 	}
 	for _, w := range v.watchers {
-		w.reportSkipped.Store(true)
-		if slices.Contains(unsynced, w.plan.Name) {
+		w.ReportSkipped.Store(true)
+		if slices.Contains(unsynced, w.Plan.Name) {
 			continue
 		}
-		if err := w.replace(nil, ""); err != nil {
+		if err := w.Replace(nil, ""); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -75,14 +77,14 @@ type Feed struct {
 // In feeds the named cluster's part of each resource.
 func (f *Feed) In(cluster string) *Feed { return &Feed{f.e, cluster} }
 
-func (f *Feed) watcher(resource string) (*watcher, error) {
+func (f *Feed) watcher(resource string) (*follow.Watcher, error) {
 	v, _ := f.e.view()
 	res, ok := v.byName[resource]
 	if !ok {
 		names := make([]string, 0, len(v.watchers))
 		for _, w := range v.watchers {
-			if !slices.Contains(names, w.plan.Name) {
-				names = append(names, w.plan.Name)
+			if !slices.Contains(names, w.Plan.Name) {
+				names = append(names, w.Plan.Name)
 			}
 		}
 		return nil, fmt.Errorf("unknown resource %q (known: %s)", resource, strings.Join(names, ", "))
@@ -102,7 +104,7 @@ func (f *Feed) watcher(resource string) (*watcher, error) {
 		}
 	}
 	for _, w := range res.parts {
-		if w.clusterName == want {
+		if w.ClusterName == want {
 			return w, nil
 		}
 	}
@@ -111,7 +113,7 @@ func (f *Feed) watcher(resource string) (*watcher, error) {
 	}
 	names := make([]string, len(res.parts))
 	for i, w := range res.parts {
-		names[i] = w.clusterName
+		names[i] = w.ClusterName
 	}
 	if !slices.ContainsFunc(v.plan.Clusters, func(c compiled.Cluster) bool { return c.Name == f.cluster }) {
 		return nil, fmt.Errorf("unknown cluster %q (resource %s is read in: %s)", f.cluster, resource, strings.Join(names, ", "))
@@ -121,7 +123,7 @@ func (f *Feed) watcher(resource string) (*watcher, error) {
 
 // project checks one object as the apiserver would and projects it; nil
 // when the resource's namespace or selectors exclude it.
-func (f *Feed) project(w *watcher, raw []byte) (o *object, key string, err error) {
+func (f *Feed) project(w *follow.Watcher, raw []byte) (o *follow.Projected, key string, err error) {
 	if !gjson.ValidBytes(raw) || !gjson.ParseBytes(raw).IsObject() {
 		return nil, "", errors.New("not a JSON object")
 	}
@@ -133,13 +135,13 @@ func (f *Feed) project(w *watcher, raw []byte) (o *object, key string, err error
 	if meta[1].Str != "" {
 		key = meta[1].Str + "/" + key
 	}
-	if w.plan.Namespace != "" && meta[1].Str == "" {
-		return nil, key, fmt.Errorf("metadata.namespace: required: resource %s watches namespace %s only", w.plan.Name, w.plan.Namespace)
+	if w.Plan.Namespace != "" && meta[1].Str == "" {
+		return nil, key, fmt.Errorf("metadata.namespace: required: resource %s watches namespace %s only", w.Plan.Name, w.Plan.Namespace)
 	}
-	if !f.matches(w.plan, raw, meta[1].Str, meta[2]) {
+	if !f.matches(w.Plan, raw, meta[1].Str, meta[2]) {
 		return nil, key, nil
 	}
-	return w.project(f.stamp(raw)), key, nil
+	return w.Project(f.stamp(raw)), key, nil
 }
 
 // offlineVersions numbers the objects an offline engine is fed that carry
@@ -205,8 +207,8 @@ func (f *Feed) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 			return ch, fmt.Errorf("unknown resource %q", name)
 		}
 		for _, w := range res.parts {
-			w.reportSkipped.Store(true)
-			if err := w.replace(nil, ""); err != nil {
+			w.ReportSkipped.Store(true)
+			if err := w.Replace(nil, ""); err != nil {
 				return ch, err
 			}
 		}
@@ -217,7 +219,7 @@ func (f *Feed) Reload(plan *mschema.Plan) (mschema.Changes, error) {
 // projected is an object checked and projected for a resource: o is nil
 // when the resource's namespace or selectors exclude it.
 type projected struct {
-	o   *object
+	o   *follow.Projected
 	key string
 }
 
@@ -225,20 +227,20 @@ type projected struct {
 // one, naming it, before anything is written. skipped reports, one line
 // each, the rules that skipped an object: it is written all the same, as a
 // watch writes it, without those indexes' entries.
-func (f *Feed) projectAll(w *watcher, objects [][]byte) (out []projected, skipped error, err error) {
+func (f *Feed) projectAll(w *follow.Watcher, objects [][]byte) (out []projected, skipped error, err error) {
 	out = make([]projected, 0, len(objects))
 	var rules *multierror.Error
 	for i, raw := range objects {
 		o, key, err := f.project(w, raw)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: object %d: %w", w.plan.Name, i, err)
+			return nil, nil, fmt.Errorf("%s: object %d: %w", w.Plan.Name, i, err)
 		}
 		if o != nil {
-			for _, e := range o.skipped {
-				rules = multierror.Append(rules, fmt.Errorf("%s: object %s: %w", w.plan.Name, key, e))
+			for _, e := range o.Skipped {
+				rules = multierror.Append(rules, fmt.Errorf("%s: object %s: %w", w.Plan.Name, key, e))
 			}
 		}
-		out = append(out, projected{o, w.keyPrefix + key})
+		out = append(out, projected{o, w.KeyPrefix + key})
 	}
 	if rules != nil {
 		rules.ErrorFormat = ruleErrorLines
@@ -279,23 +281,23 @@ func (f *Feed) Apply(resource string, objects ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	tx := w.src.Begin()
+	tx := w.Src.Begin()
 	for _, p := range ps {
 		if p.o == nil {
 			tx.Delete(p.key)
-			w.deleted.Add(1)
+			w.Deleted.Add(1)
 		} else {
-			tx.Put(p.o.ix)
-			w.added.Add(1)
+			tx.Put(p.o.Ix)
+			w.Added.Add(1)
 		}
 	}
-	w.count.Add(int64(tx.Added()))
+	w.Count.Add(int64(tx.Added()))
 	tx.Commit()
 	for _, p := range ps {
 		if p.o == nil {
-			w.failing.note(p.key, nil)
+			w.Failing.Note(p.key, nil)
 		} else {
-			w.failing.note(p.o.ix.Key, p.o.failed)
+			w.Failing.Note(p.o.Ix.Key, p.o.Failed)
 		}
 	}
 	return skipped
@@ -308,15 +310,15 @@ func (f *Feed) Delete(resource string, objectKeys ...string) error {
 	if err != nil {
 		return err
 	}
-	tx := w.src.Begin()
+	tx := w.Src.Begin()
 	for _, key := range objectKeys {
-		tx.Delete(w.keyPrefix + key)
-		w.deleted.Add(1)
+		tx.Delete(w.KeyPrefix + key)
+		w.Deleted.Add(1)
 	}
-	w.count.Add(int64(tx.Added()))
+	w.Count.Add(int64(tx.Added()))
 	tx.Commit()
 	for _, key := range objectKeys {
-		w.failing.note(w.keyPrefix+key, nil)
+		w.Failing.Note(w.KeyPrefix+key, nil)
 	}
 	return nil
 }
@@ -339,7 +341,7 @@ func (f *Feed) Replace(resource string, objects ...[]byte) error {
 			list = append(list, p.o)
 		}
 	}
-	if err := w.replace(list, ""); err != nil {
+	if err := w.Replace(list, ""); err != nil {
 		return err
 	}
 	return skipped

@@ -22,14 +22,6 @@ import (
 // without clusters keeps no more than before: its reads and writes are
 // the same as ever.
 
-// partRead is what reads one index's cluster parts in a view.
-type partRead struct {
-	ix indexer.Index
-	// fallback is the index's fallback; hasFallback when it has one.
-	fallback    indexer.Index
-	hasFallback bool
-}
-
 // partReads returns how to read the cluster parts of each index of
 // plan in snap's store, by index name; nil without clusters.
 func partReads(plan *compiled.Plan, snap *indexer.Snapshot) map[string]partRead {

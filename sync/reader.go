@@ -60,73 +60,10 @@ type Reader interface {
 
 var _ Reader = (*Engine)(nil)
 
-// IndexInfo describes one index.
-type IndexInfo struct {
-	Name     string
-	Resource string // the resource entry that feeds it
-	Keys     int
-	// Synced: the resource has completed a list, so that an empty answer
-	// means "no values", not "not known yet".
-	Synced bool
-	// Stale: its resource answers from a snapshot that its watch has not
-	// caught up with yet (a warm start, see Stale), or what it last knew
-	// while its watch has failed longer than Options.StaleAfter.
-	Stale bool
-	// Failing is the number of objects whose rule fails now for this
-	// index (they add nothing to it), LastRuleError the latest of those
-	// failures; nil when none fails.
-	Failing       int
-	LastRuleError *RuleFailure
-	// Unique: the index answers one object's values per key (the
-	// config's `unique`); Conflicts counts its keys claimed with
-	// different values by several objects (see Engine.Conflicts).
-	Unique    bool
-	Conflicts int
-}
-
-// ChainInfo describes one chain.
-type ChainInfo struct {
-	Name    string
-	Indexes []string
-	Synced  bool // every index of the chain is synced
-}
-
-// ObjectFields is one object's projected fields (its resource's `fields`).
-type ObjectFields struct {
-	// Key is the object's key: namespace/name, or name when
-	// cluster-scoped, never prefixed by its cluster.
-	Key  string
-	JSON string // a JSON object, field name to value; a missing value is left out
-	// Cluster is the cluster the object is of, for a plan that reads
-	// several ("" otherwise): one Key may name an object in each of
-	// several clusters, each its own ObjectFields.
-	Cluster string
-}
-
 // Lookup returns the values of key in the named index: distinct, sorted,
 // nil when none. The slice is shared and must not be modified. An unknown
 // index yields nil; HasIndex tells the two apart. It allocates nothing.
 func (e *Engine) Lookup(index, key string) []string { return e.store.Lookup(index, key) }
-
-// Locality is where a caller runs, for topology-aware answers: its zone
-// (topology.kubernetes.io/zone of its node) and its node's name. The zero
-// Locality is nowhere in particular.
-type Locality struct {
-	Zone, Node string
-}
-
-// prefer returns the hint tags of l, the node's first (see
-// indexer.Snapshot.LookupPreferring).
-func (l Locality) prefer() []string {
-	var out []string
-	if l.Node != "" {
-		out = append(out, "node="+l.Node)
-	}
-	if l.Zone != "" {
-		out = append(out, "zone="+l.Zone)
-	}
-	return out
-}
 
 // LookupAt returns the values of key in the named index for a caller at
 // l, by kube-proxy's rules of topology-aware routing: when the index has
@@ -144,30 +81,6 @@ func (e *Engine) LookupAt(index, key string, l Locality) []string {
 		return nil
 	}
 	return snap.LookupPreferring(ix, key, l.prefer()...)
-}
-
-// Answer is the answer of a lookup or a chain with what it is worth, as
-// the HTTP API gives it.
-type Answer struct {
-	Values []string
-	// Synced: every resource behind the answer has completed a list, so
-	// that no values means "none", not "not known yet".
-	Synced bool
-	// Stale: some resource answers from a snapshot that has not caught
-	// up with the apiserver yet, or is cut off from it (its watch failing
-	// longer than Options.StaleAfter).
-	Stale bool
-	// Seq numbers the state of the indexes that the answer was read
-	// from: each commit is one higher, it never goes backwards while the
-	// engine runs, and answers read by one call of Answers share it. A
-	// face that numbers its answers (the Consul facade's X-Consul-Index)
-	// reads it: an answer that differs from one read at Seq n was read at
-	// a Seq above n.
-	Seq uint64
-	// Clusters is the state of each cluster's part of the answer, for a
-	// plan that reads several clusters (nil otherwise): Synced is then
-	// true when every required cluster's part is, Stale when any is.
-	Clusters map[string]ClusterState
 }
 
 // Answer reads a target once, as a lookup (KeyOf), a chain lookup
@@ -448,18 +361,6 @@ func resourceFields(v *view, snap *indexer.Snapshot, resource string, objectKeys
 	slices.SortFunc(out, compareObjects)
 	out = slices.CompactFunc(out, func(a, b ObjectFields) bool { return a.Key == b.Key && a.Cluster == b.Cluster })
 	return out, nil
-}
-
-// FieldsAnswer is objects' projected fields with the flags that say how
-// far to trust them, read as Answer reads values with theirs.
-type FieldsAnswer struct {
-	Objects []ObjectFields
-	// Synced: the index (or the resource) has completed a list, so that
-	// no object means none, not "not known yet".
-	Synced bool
-	// Stale: the engine answers from data that may be behind the
-	// apiserver (see Stale).
-	Stale bool
 }
 
 // AnswerIndexFields is IndexFields with its flags, read first and under

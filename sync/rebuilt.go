@@ -2,12 +2,10 @@ package sync
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/iidp/metasync/sync/internal/follow"
 )
 
 // A watch that broke resumes from the last resourceVersion it saw. That
@@ -57,141 +55,24 @@ func identityEvery(staleAfter time.Duration) time.Duration {
 	return min(max(staleAfter/2, time.Second), 15*time.Second)
 }
 
-// errClusterChanged: the watch was not opened because the cluster behind
-// the address changed (see above).
-var errClusterChanged = errors.New("the cluster behind the address changed: listing from scratch")
-
-// rereadEvery is how long one reading of a cluster's identity serves
-// every resource of the cluster that checks it.
-const rereadEvery = 2 * time.Second
-
-// reread reads the identity of the cluster from etcd again, unless it was
-// read less than maxAge ago, and returns the one read before (was) and now; the
-// same when it did not change or cannot be told (RBAC forbids the read).
-// The first reading only records the identity. kube-system gone where it
-// was known reads as "".
-func (id *identity) reread(ctx context.Context, maxAge time.Duration) (was, now string, err error) {
-	id.mu.Lock()
-	fetch := id.fetch
-	// One that RBAC forbids is tried again a minute later (a credential
-	// rotated meanwhile may read it).
-	refused := id.unreadable != nil && !apierrors.IsNotFound(id.unreadable) && time.Since(id.rereadAt) < time.Minute
-	cached := id.known && time.Since(id.rereadAt) < maxAge
-	if fetch == nil || refused || cached {
-		defer id.mu.Unlock()
-		return id.id, id.id, nil
-	}
-	id.started++
-	seq := id.started
-	id.mu.Unlock()
-	// Not under id.mu: the apiserver may take long to answer, and
-	// answers, snapshots and reloads read the identity meanwhile.
-	got, err := fetch(ctx, false)
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if seq < id.landed {
-		return id.id, id.id, nil // a reading begun later was taken: it wins
-	}
-	id.landed = seq
-	switch {
-	case err == nil:
-	case apierrors.IsNotFound(err) && id.known:
-		got = "" // the namespace is gone: not the cluster it was
-	case permanent(err):
-		id.unreadable, id.rereadAt = err, time.Now()
-		return id.id, id.id, nil
-	default:
-		return "", "", err
-	}
-	was = id.id
-	if !id.known {
-		was = got
-	}
-	id.known, id.id, id.unreadable, id.rereadAt = got != "", got, nil, time.Now()
-	return was, got, nil
-}
-
-// changing reports a cluster that changed behind its address and whose
-// resources have not listed from scratch yet (its apiserver's cache
-// still served the old one at the last look): its answers are stale.
-func (id *identity) changing() bool { return id != nil && id.pending.Load() }
-
-// verifyAfterTrouble checks the cluster before a watch opens at rv, when
-// the watcher had trouble since the last check (see above). It returns
-// errClusterChanged when the cluster changed, the error of a check that
-// could not be made (recorded by the caller), else nil.
-func (w *watcher) verifyAfterTrouble(ctx context.Context, rv string) error {
-	if !w.troubled.Load() || w.identity == nil || rv == "" || rv == "0" || w.identity.changing() {
-		return nil
-	}
-	// Bounded: an apiserver that does not answer must fail the watch soon
-	// enough to be marked stale in time.
-	ctx, cancel := context.WithTimeout(ctx, min(max(w.staleAfter/2, time.Second), 5*time.Second))
-	defer cancel()
-	was, now, err := w.identity.reread(ctx, rereadEvery)
-	if err != nil {
-		return fmt.Errorf("read the cluster's identity: %w", err)
-	}
-	why := ""
-	if was != now {
-		why = identityWhy(was, now)
-	} else {
-		current, err := w.currentVersion(ctx)
-		switch {
-		case errors.Is(err, errNoProbe):
-			// The apiserver cannot tell: the identity is all there is.
-		case err != nil:
-			return err
-		case newer(rv, current):
-			why = fmt.Sprintf("its resourceVersion went back: the watch was at %s, the apiserver is at %s (etcd restored from a backup?)", rv, current)
-		}
-	}
-	w.troubled.Store(false)
-	if why == "" {
-		return nil
-	}
-	w.changed(ctx, why)
-	return errClusterChanged
-}
-
-// identityWhy says what changed of a cluster's identity.
-func identityWhy(was, now string) string {
-	return fmt.Sprintf("its identity changed: the UID of namespace %s was %q, is %q (a cluster rebuilt behind the same address?)", clusterIDNamespace, was, now)
-}
-
-// wentBack tells of another history when rv, of an event or a bookmark,
-// is older than what the source is as of: a watch's come in order.
-func (w *watcher) wentBack(rv string) {
-	last := w.resourceVersion()
-	if !newer(last, rv) || w.rebuilt.Load() || w.changed == nil {
-		return
-	}
-	why := fmt.Sprintf("its resourceVersion went back within a watch: %s after %s (etcd replaced or restored under a running apiserver?)", rv, last)
-	ctx := context.Background()
-	if p := w.runCtx.Load(); p != nil {
-		ctx = *p // its requests end with the watcher's run
-	}
-	go w.changed(ctx, why)
-}
-
 // clusterChanged marks every resource of the cluster stale, and lists
 // them from scratch once the apiserver's cache knows the new cluster.
 func (e *Engine) clusterChanged(ctx context.Context, cluster, why string) {
 	v, _ := e.view()
 	n := 0
 	for _, w := range v.watchers {
-		if w.clusterName == cluster {
-			w.clusterChanges.Add(1)
-			w.rebuilt.Store(true)
-			w.rv.Store(nil) // not the cluster's data: a snapshot leaves it out
-			w.noteFresh()
+		if w.ClusterName == cluster {
+			w.ClusterChanges.Add(1)
+			w.Rebuilt.Store(true)
+			w.RV.Store(nil) // not the cluster's data: a snapshot leaves it out
+			w.NoteFresh()
 			n++
 		}
 	}
 	id := e.identOf(cluster)
-	id.settling.Lock() // after a look under way, which would clear it
-	id.pending.Store(true)
-	id.settling.Unlock()
+	id.Settling.Lock() // after a look under way, which would clear it
+	id.Pending.Store(true)
+	id.Settling.Unlock()
 	e.clusterLog(cluster).Warn("the cluster behind the address is not the one the answers came from: "+why+"; its answers are marked stale until each of its resources has listed from scratch",
 		"resources", n)
 	e.settleChange(ctx, cluster)
@@ -204,69 +85,43 @@ func (e *Engine) clusterChanged(ctx context.Context, cluster, why string) {
 // it lists at once.
 func (e *Engine) settleChange(ctx context.Context, cluster string) {
 	id := e.identOf(cluster)
-	if !id.pending.Load() {
+	if !id.Pending.Load() {
 		return
 	}
-	id.settling.Lock() // one look at a time
-	defer id.settling.Unlock()
-	if !id.pending.Load() {
+	id.Settling.Lock() // one look at a time
+	defer id.Settling.Unlock()
+	if !id.Pending.Load() {
 		return
 	}
 	log := e.clusterLog(cluster)
-	inEtcd, cached, err := id.bothReadings(ctx)
+	inEtcd, cached, err := id.BothReadings(ctx)
 	switch {
-	case err != nil && !permanent(err):
+	case err != nil && !follow.Permanent(err):
 		return // the apiserver cannot be asked: again later
 	case err != nil:
 		log.Info("the cluster's identity cannot be read, so nor whether the apiserver's cache knows the new cluster: each of its resources lists from scratch now", "error", err.Error())
 	case cached != inEtcd || inEtcd == "":
-		if !id.toldStale.Swap(true) {
+		if !id.ToldStale.Swap(true) {
 			log.Warn("the apiserver still serves the old cluster from its cache (restart an apiserver left running while its etcd was replaced): the cluster's answers stay stale until it serves the new one",
 				"cachedUID", cached, "etcdUID", inEtcd)
 		}
 		return
 	default:
-		id.mu.Lock()
-		id.known, id.id, id.rereadAt = true, inEtcd, time.Now()
-		id.started++
-		id.landed = id.started // readings under way are older
-		id.mu.Unlock()
+		id.Mu.Lock()
+		id.Known, id.ID, id.RereadAt = true, inEtcd, time.Now()
+		id.Started++
+		id.Landed = id.Started // readings under way are older
+		id.Mu.Unlock()
 		log.Info("the apiserver's cache serves what etcd holds: each of the cluster's resources lists from scratch", "uid", inEtcd)
 	}
-	id.toldStale.Store(false)
+	id.ToldStale.Store(false)
 	v, _ := e.view()
 	for _, w := range v.watchers {
-		if w.clusterName == cluster {
-			w.listFromScratch()
+		if w.ClusterName == cluster {
+			w.ListFromScratch()
 		}
 	}
-	id.pending.Store(false)
-}
-
-// bothReadings reads the cluster's identity from etcd and from the
-// apiserver's cache; a namespace not found reads as "". An error says
-// neither can be compared (permanent: never, see permanent).
-func (id *identity) bothReadings(ctx context.Context) (inEtcd, cached string, err error) {
-	id.mu.Lock()
-	fetch := id.fetch
-	id.mu.Unlock()
-	if fetch == nil {
-		return "", "", fmt.Errorf("namespace %s: %w", clusterIDNamespace, errNoUID)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for i, cache := range []bool{false, true} {
-		got, err := fetch(ctx, cache)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return "", "", err
-		}
-		if i == 0 {
-			inEtcd = got
-		} else {
-			cached = got
-		}
-	}
-	return inEtcd, cached, nil
+	id.Pending.Store(false)
 }
 
 // clusterLog is the engine's logger, naming the cluster of a plan that
@@ -295,35 +150,21 @@ func (e *Engine) watchIdentities(ctx context.Context) {
 		v, _ := e.view()
 		seen := map[string]bool{}
 		for _, w := range v.watchers {
-			if seen[w.clusterName] || w.identity == nil || !w.isSynced() {
+			if seen[w.ClusterName] || w.Identity == nil || !w.IsSynced() {
 				continue
 			}
-			seen[w.clusterName] = true
-			if w.identity.changing() {
-				e.settleChange(ctx, w.clusterName)
+			seen[w.ClusterName] = true
+			if w.Identity.Changing() {
+				e.settleChange(ctx, w.ClusterName)
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			was, now, err := w.identity.reread(rctx, 0)
+			was, now, err := w.Identity.Reread(rctx, 0)
 			cancel()
 			if err == nil && was != now {
-				e.clusterChanged(ctx, w.clusterName, identityWhy(was, now))
+				e.clusterChanged(ctx, w.ClusterName, follow.IdentityWhy(was, now))
 			}
 		}
-	}
-}
-
-// listFromScratch makes the watcher list again at once, asking for the
-// current state; its answers stay stale (rebuilt) until that list is
-// done.
-func (w *watcher) listFromScratch() {
-	w.rebuilt.Store(true)
-	w.listFresh.Store(true)
-	w.troubled.Store(false)
-	w.rv.Store(nil)
-	w.noteFresh()
-	if f := w.relistNow.Load(); f != nil {
-		(*f)()
 	}
 }
 
@@ -334,35 +175,27 @@ func (w *watcher) listFromScratch() {
 // the reflector's retries of a watch stretch to 30 s: out of their
 // backoff, and those whose part dropAfter removed to list at once. A
 // resource whose list is under way is left to it.
-func (e *Engine) recovered(from *watcher) {
+func (e *Engine) recovered(from *follow.Watcher) {
 	v, _ := e.view()
 	for _, w := range v.watchers {
-		if w == from || w.clusterName != from.clusterName || w.listing.Load() {
+		if w == from || w.ClusterName != from.ClusterName || w.Listing.Load() {
 			continue
 		}
-		w.mu.Lock()
-		since := w.failingSince
-		w.mu.Unlock()
-		if since.IsZero() || w.lastContact().After(since) {
+		w.Mu.Lock()
+		since := w.FailingSince
+		w.Mu.Unlock()
+		if since.IsZero() || w.LastContact().After(since) {
 			continue
 		}
 		select {
-		case w.wake <- struct{}{}: // out of its backoff
+		case w.Wake <- struct{}{}: // out of its backoff
 		default:
 		}
 		// One whose part dropAfter removed lists anyway: at once, rather
 		// than at the end of the reflector's retries. Another keeps its
 		// part (stale) meanwhile, and resumes its watch as it would.
-		if f := w.relistNow.Load(); f != nil && w.partDropped.Load() {
+		if f := w.RelistNow.Load(); f != nil && w.Phase().Dropped() {
 			(*f)()
 		}
-	}
-}
-
-// answeredAgain wakes the cluster's other resources (see recovered) the
-// first time the watcher is answered in an outage.
-func (w *watcher) answeredAgain() {
-	if w.recovered != nil && w.lastError() != nil && !w.kicked.Swap(true) {
-		go w.recovered()
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"k8s.io/client-go/rest"
 
 	"github.com/iidp/metasync/schema"
@@ -28,15 +30,15 @@ func TestRecoveredLetsAResumerResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := forW(b)
-	b.setClient(c)
-	b.resumeRV = "5"
+	b.SetClient(c)
+	b.ResumeRV = "5"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan bool, 1)
-	go func() { done <- b.resumeOrList(ctx) }()
-	eventually(t, "b failing", func() bool { return b.lastError() != nil })
-	a.fail(context.DeadlineExceeded)
-	a.watchEstablished() // a is answered again: go e.recovered(a)
+	go func() { done <- b.ResumeOrList(ctx) }()
+	eventually(t, "b failing", func() bool { return b.LastError() != nil })
+	a.Fail(context.DeadlineExceeded)
+	a.WatchEstablished() // a is answered again: go e.recovered(a)
 	select {
 	case list := <-done:
 		t.Errorf("resumeOrList returned %v: the resuming resource left resume (lists) because a sibling recovered", list)
@@ -52,10 +54,10 @@ func TestRecoveredLetsAResumerResume(t *testing.T) {
 // answered out of order around a change: the later one wins, and the
 // change is told once.
 func TestRereadsAnsweredOutOfOrder(t *testing.T) {
-	id := &identity{}
+	id := &follow.Identity{}
 	var calls atomic.Int32
 	release := make(chan struct{})
-	id.fetch = func(ctx context.Context, cached bool) (string, error) {
+	id.Fetch = func(ctx context.Context, cached bool) (string, error) {
 		switch calls.Add(1) {
 		case 1:
 			return "old", nil
@@ -66,18 +68,18 @@ func TestRereadsAnsweredOutOfOrder(t *testing.T) {
 			return "new", nil
 		}
 	}
-	id.reread(context.Background(), 0) // known: old
+	id.Reread(context.Background(), 0) // known: old
 	type res struct{ was, now string }
 	slow := make(chan res, 1)
-	go func() { w, n, _ := id.reread(context.Background(), 0); slow <- res{w, n} }()
+	go func() { w, n, _ := id.Reread(context.Background(), 0); slow <- res{w, n} }()
 	time.Sleep(100 * time.Millisecond)
-	w, n, _ := id.reread(context.Background(), 0)
+	w, n, _ := id.Reread(context.Background(), 0)
 	t.Logf("fast: %s -> %s", w, n)
 	close(release)
 	r := <-slow
-	t.Logf("slow: %s -> %s; id now %q", r.was, r.now, id.id)
+	t.Logf("slow: %s -> %s; id now %q", r.was, r.now, id.ID)
 	if r.was != r.now {
-		t.Errorf("a second, spurious change reported: %s -> %s; identity left at %q", r.was, r.now, id.id)
+		t.Errorf("a second, spurious change reported: %s -> %s; identity left at %q", r.was, r.now, id.ID)
 	}
 }
 
@@ -89,7 +91,7 @@ func TestSecondChangeDuringASettle(t *testing.T) {
 	block := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	var phase2 atomic.Bool
-	id.fetch = func(_ context.Context, cached bool) (string, error) {
+	id.Fetch = func(_ context.Context, cached bool) (string, error) {
 		if phase2.Load() {
 			if cached {
 				return "uid1", nil // the cache still serves the old history
@@ -104,7 +106,7 @@ func TestSecondChangeDuringASettle(t *testing.T) {
 	}
 	w := partOf(t, e, "west")
 	listIn(t, w, "100", "w1")
-	id.pending.Store(true)
+	id.Pending.Store(true)
 	go e.settleChange(context.Background(), "west") // the first change: cache == etcd (uid1)
 	<-entered
 	// Meanwhile a second change is found (resourceVersion went back); its
@@ -115,8 +117,8 @@ func TestSecondChangeDuringASettle(t *testing.T) {
 	phase2.Store(true)
 	close(block)
 	<-second
-	t.Logf("pending=%v", id.changing())
-	if !id.changing() {
+	t.Logf("pending=%v", id.Changing())
+	if !id.Changing() {
 		t.Errorf("second change settled without its cache check: pending cleared by the first settle")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -31,22 +33,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestChangeSettlesWhenIdentityForbidden(t *testing.T) {
 	e := testEngine(t, clustersConfig("east", "west"))
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "kube-system", fmt.Errorf("RBAC"))
-	e.identOf("west").fetch = func(context.Context, bool) (string, error) { return "", forbidden }
+	e.identOf("west").Fetch = func(context.Context, bool) (string, error) { return "", forbidden }
 	w := partOf(t, e, "west")
 	listIn(t, w, "100", "w1")
 	// An event whose resourceVersion goes back: etcd restored.
-	if err := w.update(w.project(`{"metadata":{"name":"w1","namespace":"ns","resourceVersion":"50"},"spec":{"type":"model","models":["m-shared"]}}`)); err != nil {
+	if err := w.Update(w.Project(`{"metadata":{"name":"w1","namespace":"ns","resourceVersion":"50"},"spec":{"type":"model","models":["m-shared"]}}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "west marked stale", w.stale)
+	eventually(t, "west marked stale", w.Stale)
 	// The cluster's real state listed, again and again; watchIdentities' settle.
 	for i := range 3 {
 		listIn(t, w, fmt.Sprint(60+i), "w1")
 		e.settleChange(context.Background(), "west")
 	}
-	t.Logf("after 3 lists: stale=%v pending=%v ready=%v", w.stale(), e.identOf("west").changing(), e.Ready())
-	if w.stale() {
-		t.Errorf("west stays stale forever: pending=%v", e.identOf("west").changing())
+	t.Logf("after 3 lists: stale=%v pending=%v ready=%v", w.Stale(), e.identOf("west").Changing(), e.Ready())
+	if w.Stale() {
+		t.Errorf("west stays stale forever: pending=%v", e.identOf("west").Changing())
 	}
 }
 
@@ -56,7 +58,7 @@ func TestChangeSettlesWhenIdentityForbidden(t *testing.T) {
 func TestSnapshotOfRebuiltPart(t *testing.T) {
 	e := testEngine(t, clustersConfig("east", "west"))
 	uid := "old-uid"
-	e.identOf("west").fetch = func(_ context.Context, cached bool) (string, error) {
+	e.identOf("west").Fetch = func(_ context.Context, cached bool) (string, error) {
 		if cached {
 			return "old-uid", nil // the apiserver's cache still serves the old cluster
 		}
@@ -65,14 +67,14 @@ func TestSnapshotOfRebuiltPart(t *testing.T) {
 	w := partOf(t, e, "west")
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	listIn(t, w, "900", "ghost")
-	if _, _, err := e.identOf("west").reread(context.Background(), 0); err != nil {
+	if _, _, err := e.identOf("west").Reread(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	uid = "new-uid"
-	e.identOf("west").rereadAt = time.Time{}
-	was, now, _ := e.identOf("west").reread(context.Background(), 0)
-	e.clusterChanged(context.Background(), "west", identityWhy(was, now))
-	if !w.stale() || !e.identOf("west").changing() {
+	e.identOf("west").RereadAt = time.Time{}
+	was, now, _ := e.identOf("west").Reread(context.Background(), 0)
+	e.clusterChanged(context.Background(), "west", follow.IdentityWhy(was, now))
+	if !w.Stale() || !e.identOf("west").Changing() {
 		t.Fatal("not pending")
 	}
 	// The watcher's run fails with errClusterChanged and lists again: from the old cache.
@@ -102,7 +104,7 @@ func TestSnapshotOfRebuiltPart(t *testing.T) {
 func TestReloadWhilePending(t *testing.T) {
 	cfg := clustersConfig("east", "west")
 	e := testEngine(t, cfg)
-	e.identOf("west").fetch = func(_ context.Context, cached bool) (string, error) {
+	e.identOf("west").Fetch = func(_ context.Context, cached bool) (string, error) {
 		if cached {
 			return "old-uid", nil
 		}
@@ -112,7 +114,7 @@ func TestReloadWhilePending(t *testing.T) {
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	listIn(t, w, "900", "ghost")
 	e.clusterChanged(context.Background(), "west", "test")
-	if !w.stale() {
+	if !w.Stale() {
 		t.Fatal("not stale")
 	}
 	cfg.Resources[0].Resync = time.Hour // restarts the resource
@@ -124,11 +126,11 @@ func TestReloadWhilePending(t *testing.T) {
 		t.Fatalf("Reload = %+v, %v", ch, err)
 	}
 	nw := partOf(t, e, "west")
-	t.Logf("after reload, before list: stale=%v", nw.stale())
+	t.Logf("after reload, before list: stale=%v", nw.Stale())
 	listIn(t, nw, "901", "ghost") // from the apiserver's cache: the old cluster
 	a := e.Inspect().Answer(KeyOf("model-to-app", "m-shared"))
-	t.Logf("after reload+list: pending=%v stale=%v answer=%+v", e.identOf("west").changing(), nw.stale(), a)
-	if !nw.stale() {
+	t.Logf("after reload+list: pending=%v stale=%v answer=%+v", e.identOf("west").Changing(), nw.Stale(), a)
+	if !nw.Stale() {
 		t.Errorf("west fresh after a reload while the change is pending (ghost answered fresh)")
 	}
 }

@@ -36,7 +36,7 @@ func fallbackOnly(t *testing.T) (*Engine, *Feed, []byte) {
 	t.Helper()
 	e := testEngine(t, companionsConfig(true, false))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
@@ -90,7 +90,7 @@ func waitFor(t *testing.T, sub *Subscription, what string, want []string) {
 func TestReloadDroppingHintsReachesSubscribers(t *testing.T) {
 	e := testEngine(t, companionsConfig(false, true))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := endpointsJSON("s1", map[string]any{"v": []string{"10.0.0.1", "10.0.0.2"}, "h": []string{"10.0.0.1\tzone=a", "10.0.0.2\tzone=b"}})
@@ -134,7 +134,7 @@ func TestSubscriberNeverAheadOfHooks(t *testing.T) {
 		{Name: "small", Version: "v1", Resource: "smalls", Indexes: []schema.Index{{Name: "sx", Key: "metadata.name", Value: "spec.v"}}},
 	}})
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := func(v string) []byte { return endpointsJSON("k", map[string]any{"v": v}) }

@@ -173,7 +173,7 @@ func companionsConfigNamed(res string, fallback bool) *schema.Config {
 func TestRebindThenFallbackDrop(t *testing.T) {
 	e := testEngine(t, companionsConfigNamed("eps", true))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := endpointsJSON("s1", map[string]any{"f": []string{"10.9.9.9"}})
@@ -217,7 +217,7 @@ func TestRebindThenFallbackDrop(t *testing.T) {
 func TestRebindTwiceNoDuplicate(t *testing.T) {
 	e := testEngine(t, companionsConfigNamed("eps", false))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := endpointsJSON("s1", map[string]any{"v": []string{"10.9.9.9"}})
@@ -259,7 +259,7 @@ func uniqueConfig(unique bool) *schema.Config {
 func TestUniqueToggleWithWriteInWindow(t *testing.T) {
 	e := testEngine(t, uniqueConfig(true))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	old := func(name string, created string, models ...string) []byte {
@@ -324,7 +324,7 @@ func TestUniqueToggleWithWriteInWindow(t *testing.T) {
 func TestStressReloadsWrites(t *testing.T) {
 	e := testEngine(t, uniqueConfig(true))
 	for _, w := range watchersOf(e) {
-		must(t, w.replace(nil, ""))
+		must(t, w.Replace(nil, ""))
 	}
 	f := &Feed{e: e}
 	obj := func(name string, year int, models ...string) []byte {

@@ -227,8 +227,8 @@ func TestReloadModelConcurrentReaders(t *testing.T) {
 	feed := func(e *Engine, all bool) {
 		v, _ := e.view()
 		for _, w := range v.watchers {
-			if all || !w.listed1() {
-				list(t, e, w.plan.Name, world.objectsOf(w.plan.Name)...)
+			if all || !w.Listed1() {
+				list(t, e, w.Plan.Name, world.objectsOf(w.Plan.Name)...)
 			}
 		}
 	}
@@ -324,8 +324,8 @@ func checkView(e *Engine, fail func(string, ...any)) {
 		}
 	}
 	for _, w := range v.watchers {
-		if w.src == nil {
-			fail("watcher %s of a published view has no source", w.plan.Name)
+		if w.Src == nil {
+			fail("watcher %s of a published view has no source", w.Plan.Name)
 		}
 	}
 }
@@ -464,5 +464,5 @@ func writeOne(t *testing.T, e *Engine, world *reloadWorld, rng *rand.Rand, cfg *
 	world.objects[r][name] = obj
 	v, _ := e.view()
 	w := v.byName[r].lead()
-	must(t, w.update(w.project(string(obj))))
+	must(t, w.Update(w.Project(string(obj))))
 }

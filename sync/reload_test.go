@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/schema"
 )
 
@@ -68,7 +70,7 @@ func reloadTo(tb testing.TB, e *Engine, cfg *schema.Config) schema.Changes {
 
 // list gives the current watcher of a resource its complete list of objs,
 // as its reflector's list would, and returns that watcher.
-func list(tb testing.TB, e *Engine, resource string, objs ...[]byte) *watcher {
+func list(tb testing.TB, e *Engine, resource string, objs ...[]byte) *follow.Watcher {
 	tb.Helper()
 	v, _ := e.view()
 	r := v.byName[resource]
@@ -78,9 +80,9 @@ func list(tb testing.TB, e *Engine, resource string, objs ...[]byte) *watcher {
 	w := r.lead()
 	items := make([]any, len(objs))
 	for i, o := range objs {
-		items[i] = w.project(string(o))
+		items[i] = w.Project(string(o))
 	}
-	must(tb, w.replace(items, ""))
+	must(tb, w.Replace(items, ""))
 	return w
 }
 

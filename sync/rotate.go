@@ -3,78 +3,35 @@ package sync
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	gosync "sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
+	"github.com/iidp/metasync/sync/internal/follow"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	compiled "github.com/iidp/metasync/internal/plan"
 )
 
-// DefaultKubeconfigInterval is the default of Options.KubeconfigInterval.
-const DefaultKubeconfigInterval = 5 * time.Second
-
-// connections are an engine's connections to its clusters, by cluster
-// name ("" for the one cluster of a plan without clusters).
-type connections struct {
-	every time.Duration
-	// own is the engine's own connection (the cluster without a
-	// kubeconfig), given the configs of Options.ClusterConfigs: what a
-	// reload that adds a cluster builds its connection from.
-	own   *rest.Config
-	given map[string]*rest.Config
-
-	mu     gosync.Mutex
-	byName map[string]*connection
-}
-
-// connection is one cluster's: how its watchers get their clients, and,
-// for a cluster of a kubeconfig file, the file's content last read.
-type connection struct {
-	name       string
-	forWatcher func(w *watcher) (rest.Interface, error)
-	// core is a client of the cluster's core API group: what reads its
-	// identity (see identOf).
-	core rest.Interface
-
-	file, context string
-	read          []byte // the content last read (taken or refused)
-	inUse         []byte // the content of the connection in use
-	// rotations counts the kubeconfigs taken after the first; errors
-	// those refused (unreadable, invalid, or their apiserver refused
-	// them), lastErr the latest refusal.
-	rotations, errors int64
-	lastErr           string
-	// retryAt is when a kubeconfig refused because its apiserver did not
-	// answer is tried again, unchanged; backoff the wait before it.
-	retryAt time.Time
-	backoff time.Duration
-}
-
 // clientFor gives w the client of its cluster's current connection.
-func (cs *connections) clientFor(w *watcher) error {
+func (cs *connections) clientFor(w *follow.Watcher) error {
 	cs.mu.Lock()
-	c := cs.byName[w.clusterName]
+	c := cs.byName[w.ClusterName]
 	cs.mu.Unlock()
 	if c == nil {
-		return fmt.Errorf("resource %s: no connection to cluster %q", w.plan.Name, w.clusterName)
+		return fmt.Errorf("resource %s: no connection to cluster %q", w.Plan.Name, w.ClusterName)
 	}
 	client, err := c.forWatcher(w)
 	if err != nil {
 		return err
 	}
-	w.setClient(client)
+	w.SetClient(client)
 	return nil
 }
 
@@ -87,7 +44,7 @@ func (cs *connections) fetchID(ctx context.Context, cluster string, cached bool)
 	if c == nil || c.core == nil {
 		return "", fmt.Errorf("no connection to cluster %q", cluster)
 	}
-	return fetchClusterID(c.core)(ctx, cached)
+	return follow.FetchClusterID(c.core)(ctx, cached)
 }
 
 // followKubeconfigs reads the clusters' kubeconfig files again every
@@ -187,9 +144,9 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	// reload is not held up by an apiserver that is slow to answer), and
 	// a reload meanwhile makes the file be taken again at the next look.
 	v, _ := e.view()
-	var parts []*watcher
+	var parts []*follow.Watcher
 	for _, w := range v.watchers {
-		if w.clusterName == c.name {
+		if w.ClusterName == c.name {
 			parts = append(parts, w)
 		}
 	}
@@ -202,8 +159,8 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 			refuse(err, false)
 			return
 		}
-		if err := w.probe(pctx, client); err != nil {
-			refuse(fmt.Errorf("the new connection cannot list and watch %s: %w", w.plan.Name, err), true)
+		if err := w.Probe(pctx, client); err != nil {
+			refuse(fmt.Errorf("the new connection cannot list and watch %s: %w", w.Plan.Name, err), true)
 			return
 		}
 		clients[i] = client
@@ -216,7 +173,7 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	if !current {
 		return // a reload replaced the cluster's connection meanwhile
 	}
-	if now, _ := e.view(); !slices.Equal(parts, slices.DeleteFunc(slices.Clone(now.watchers), func(w *watcher) bool { return w.clusterName != c.name })) {
+	if now, _ := e.view(); !slices.Equal(parts, slices.DeleteFunc(slices.Clone(now.watchers), func(w *follow.Watcher) bool { return w.ClusterName != c.name })) {
 		e.conns.mu.Lock()
 		c.read = nil // a reload changed the cluster's resources: look again
 		e.conns.mu.Unlock()
@@ -232,9 +189,9 @@ func (e *Engine) takeKubeconfig(ctx context.Context, c *connection) {
 	// The new connection may reach another cluster: its identity is read
 	// again, and, until each resource has listed through it, a snapshot
 	// marks the cluster's part to be listed, not resumed.
-	e.identOf(c.name).forget()
+	e.identOf(c.name).Forget()
 	for i, w := range parts {
-		w.rotate(clients[i])
+		w.Rotate(clients[i])
 	}
 	log.Info("kubeconfig taken: the cluster's resources list again through the new connection", "server", cfg.Host, "resources", len(parts))
 }
@@ -321,19 +278,19 @@ func (cs *connections) reconnect(old, next *compiled.Plan) (unchanged map[string
 
 // probeAll probes (see watcher.probe) each resource of p that cluster
 // reads, through the clients that forWatcher makes, within 15 s.
-func probeAll(p *compiled.Plan, cluster string, forWatcher func(w *watcher) (rest.Interface, error)) error {
+func probeAll(p *compiled.Plan, cluster string, forWatcher func(w *follow.Watcher) (rest.Interface, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, r := range p.Resources {
 		if !slices.Contains(p.ClustersOf(r), cluster) {
 			continue
 		}
-		w := &watcher{plan: r}
+		w := &follow.Watcher{Plan: r}
 		client, err := forWatcher(w)
 		if err != nil {
 			return err
 		}
-		if err := w.probe(ctx, client); err != nil {
+		if err := w.Probe(ctx, client); err != nil {
 			return fmt.Errorf("the new connection cannot list and watch %s: %w", r.Name, err)
 		}
 	}
@@ -393,39 +350,42 @@ func (cs *connections) kubeconfigState(cluster string) (rotations, errors int64,
 	return 0, 0, ""
 }
 
-// probe lists one object of w's resource through client, as w's lists
-// do (its namespace, with its selectors), then opens a watch of it (of
-// one made-up name, ended at once), and reports why either could not be
-// done: a reader that may list but not watch would leave the cluster's
-// part stale for good.
-func (w *watcher) probe(ctx context.Context, client rest.Interface) error {
-	opts := metav1.ListOptions{Limit: 1, LabelSelector: w.plan.LabelSelector, FieldSelector: w.plan.FieldSelector}
-	req := client.Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
-	if w.plan.Namespace != "" {
-		req = req.Namespace(w.plan.Namespace)
+// clientsOf builds, for one cluster's config, the function that gives a
+// watcher its REST client and a client of the core API group; the
+// clients of one cluster share one HTTP client.
+func clientsOf(cfg *rest.Config) (func(w *follow.Watcher) (rest.Interface, error), rest.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.AcceptContentTypes = "application/json"
+	cfg.ContentType = "application/json"
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "metasync"
 	}
-	_, err := req.DoRaw(ctx)
-	if err == nil {
-		timeout := int64(1)
-		wopts := metav1.ListOptions{Watch: true, FieldSelector: "metadata.name=" + probeName, TimeoutSeconds: &timeout}
-		wreq := client.Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(&wopts, metav1.ParameterCodec)
-		if w.plan.Namespace != "" {
-			wreq = wreq.Namespace(w.plan.Namespace)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build HTTP client: %w", err)
+	}
+	clientFor := func(w *follow.Watcher) (rest.Interface, error) {
+		r := w.Plan
+		rc := rest.CopyConfig(cfg)
+		gv := schema.GroupVersion{Group: r.GVR.Group, Version: r.GVR.Version}
+		rc.GroupVersion = &gv
+		rc.APIPath = "/apis"
+		if gv.Group == "" {
+			rc.APIPath = "/api"
 		}
-		var wi watch.Interface
-		if wi, err = wreq.Watch(ctx); err == nil {
-			wi.Stop()
-		} else {
-			err = fmt.Errorf("watch: %w", err)
+		rc.NegotiatedSerializer = &follow.Codec{Project: w.Project}
+		client, err := rest.RESTClientForConfigAndClient(rc, httpClient)
+		if err != nil {
+			return nil, fmt.Errorf("resource %s: %w", r.Name, err)
 		}
+		return client, nil
 	}
-	if apierrors.IsNotFound(err) {
-		return nil // answered: the resource is not served there, as may be
+	core := rest.CopyConfig(cfg)
+	core.GroupVersion, core.APIPath = &schema.GroupVersion{Version: "v1"}, "/api"
+	core.NegotiatedSerializer = &follow.Codec{Project: func(string) *follow.Projected { return &follow.Projected{} }}
+	coreClient, err := rest.RESTClientForConfigAndClient(core, httpClient)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build the core API client: %w", err)
 	}
-	var st apierrors.APIStatus
-	if errors.As(err, &st) && st.Status().Code != 0 {
-		code := int(st.Status().Code)
-		return fmt.Errorf("HTTP %d %s: %w", code, http.StatusText(code), err)
-	}
-	return err
+	return clientFor, coreClient, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/indexer"
 	"github.com/iidp/metasync/schema"
 )
@@ -43,7 +45,7 @@ var sliceRules = []struct {
 	{"endpoints+port+fallback+hints", schema.Index{Value: `@endpoints:{"port":"http"}`, Fallback: `@endpoints:{"port":"http","terminating":true}`, Hints: `@endpoints:{"port":"http","hints":true}`}},
 }
 
-func sliceWatcher(b *testing.B, ix schema.Index) *watcher {
+func sliceWatcher(b *testing.B, ix schema.Index) *follow.Watcher {
 	ix.Name = "service-to-addresses"
 	ix.Key = `metadata.labels.kubernetes\.io/service-name`
 	return watchersOf(testEngine(b, &schema.Config{Resources: []schema.Resource{{
@@ -67,10 +69,10 @@ func BenchmarkSliceEvent(b *testing.B) {
 			objs := make([]indexer.Object, 0, services*perService)
 			for s := range services {
 				for n := range perService {
-					objs = append(objs, w.project(benchSliceJSON(s, n, -1, 1000)).ix)
+					objs = append(objs, w.Project(benchSliceJSON(s, n, -1, 1000)).Ix)
 				}
 			}
-			w.src.Replace(objs)
+			w.Src.Replace(objs)
 			objs = nil
 			var after runtime.MemStats
 			runtime.GC()
@@ -83,9 +85,9 @@ func BenchmarkSliceEvent(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				o := w.project(events[i%len(events)])
-				tx := w.src.Begin()
-				tx.Put(o.ix)
+				o := w.Project(events[i%len(events)])
+				tx := w.Src.Begin()
+				tx.Put(o.Ix)
 				tx.Commit()
 			}
 			b.StopTimer()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/indexer"
 	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/internal/warmfile"
@@ -39,14 +41,14 @@ func (e *Inspector) WriteSnapshot(out io.Writer) (int, error) {
 	cluster := e.clusterForSnapshot("")
 	verified := e.verified("")
 	type resource struct {
-		w      *watcher
+		w      *follow.Watcher
 		rv     string
 		relist bool
 	}
 	var rs []resource
-	var ws []*watcher
+	var ws []*follow.Watcher
 	for _, w := range v.watchers {
-		if rv, relist, ok := w.forSnapshot(verified); ok {
+		if rv, relist, ok := w.ForSnapshot(verified); ok {
 			rs = append(rs, resource{w, rv, relist})
 			ws = append(ws, w)
 		}
@@ -57,52 +59,21 @@ func (e *Inspector) WriteSnapshot(out io.Writer) (int, error) {
 	enc := warmfile.NewEncoder(out, v.plan.DataHash(), cluster, snapshotAge(ws), len(rs))
 	total := 0
 	for _, r := range rs {
-		total += writeResource(enc, r.w.src, r.w.plan, nil, func(names, strs []string, _ bool) {
-			enc.Resource(r.w.plan.Name, r.rv, r.relist, names, strs)
+		total += writeResource(enc, r.w.Src, r.w.Plan, nil, func(names, strs []string, _ bool) {
+			enc.Resource(r.w.Plan.Name, r.rv, r.relist, names, strs)
 		})
 	}
 	return total, enc.Close()
 }
 
-// forSnapshot returns what a snapshot records of the watcher's data: the
-// resourceVersion it is as of, and whether it must be listed rather than
-// resumed; ok false when it has no data to write (not synced yet, or
-// dropped). verified: the snapshot's cluster was found to be the
-// watcher's (see Engine.verified).
-func (w *watcher) forSnapshot(verified bool) (rv string, relist, ok bool) {
-	// The resourceVersion first: the objects exported after it are as
-	// of it or newer, and a watch that resumes from it misses nothing
-	// (events it repeats change nothing).
-	rv = w.resourceVersion()
-	// Objects whose rule fails are not in the snapshot's data: a
-	// resource with any is listed at the next start, so that they
-	// are found failing again (a resumed watch would not see them).
-	// Data read through a connection not listed through yet may be
-	// another cluster's (see rotate), and so is that of a cluster that
-	// changed behind its address and has not listed since: listed too.
-	failing := w.failing.any() || w.reconnected.Load() || w.changing()
-	switch c := w.carried; {
-	case rv == "":
-	case w.listed1():
-		return rv, failing, true
-	case w.warm():
-		// Data of a snapshot whose cluster was not found to be this
-		// one: listed, never resumed, at the next start.
-		return rv, w.restoredRelist || !verified || failing, true
-	case c != nil && !w.dropped.Load():
-		return c.rv, c.relist || c.unverified && !verified || failing, true
-	}
-	return "", false, false
-}
-
 // snapshotAge returns when a snapshot of the data of ws written now is
 // as of: now, or when the oldest data it holds was written, that of a
 // resource that still answers from the snapshot it was restored from.
-func snapshotAge(ws []*watcher) time.Time {
+func snapshotAge(ws []*follow.Watcher) time.Time {
 	at := time.Now()
 	for _, w := range ws {
-		if w.stale() && !w.restoredAt.IsZero() && w.restoredAt.Before(at) {
-			at = w.restoredAt
+		if w.Stale() && !w.RestoredAt.IsZero() && w.RestoredAt.Before(at) {
+			at = w.RestoredAt
 		}
 	}
 	return at
@@ -122,10 +93,10 @@ func (e *Engine) writeClusters(out io.Writer, v *view) (int, error) {
 	type entry struct {
 		res   *resource
 		parts []warmfile.Part
-		ws    []*watcher
+		ws    []*follow.Watcher
 	}
 	var rs []entry
-	var all []*watcher
+	var all []*follow.Watcher
 	written := map[string]bool{}
 	for _, r := range v.plan.Resources {
 		res := v.byName[r.Name]
@@ -134,11 +105,11 @@ func (e *Engine) writeClusters(out io.Writer, v *view) (int, error) {
 		}
 		one := entry{res: res}
 		for _, w := range res.parts {
-			if rv, relist, ok := w.forSnapshot(verified[w.clusterName]); ok {
-				one.parts = append(one.parts, warmfile.Part{Cluster: w.clusterName, ResourceVersion: rv, Relist: relist})
+			if rv, relist, ok := w.ForSnapshot(verified[w.ClusterName]); ok {
+				one.parts = append(one.parts, warmfile.Part{Cluster: w.ClusterName, ResourceVersion: rv, Relist: relist})
 				one.ws = append(one.ws, w)
 				all = append(all, w)
-				written[w.clusterName] = true
+				written[w.ClusterName] = true
 			}
 		}
 		if len(one.parts) > 0 {
@@ -163,7 +134,7 @@ func (e *Engine) writeClusters(out io.Writer, v *view) (int, error) {
 		if len(r.parts) < len(r.res.parts) {
 			prefixes := make([]string, len(r.ws))
 			for i, w := range r.ws {
-				prefixes[i] = w.keyPrefix
+				prefixes[i] = w.KeyPrefix
 			}
 			keep = func(key string) bool {
 				return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })

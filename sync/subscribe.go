@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"hash/maphash"
 	"slices"
 	"strconv"
@@ -11,104 +10,10 @@ import (
 	gosync "sync"
 	"sync/atomic"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/indexer"
 )
-
-// EventType says what an Event is.
-type EventType int
-
-// The events of a subscription, in the order a subscriber meets them.
-const (
-	// EventReset: the subscription could not resume from Target.Resume
-	// (see Subscribe); what the subscriber held is void, and a full
-	// snapshot follows as at a first subscription.
-	EventReset EventType = iota + 1
-	// EventSnapshot: the current answer of one key, when the
-	// subscription starts. A key or chain subscription gets one, values
-	// empty when there are none; an index subscription one per key that
-	// has values.
-	EventSnapshot
-	// EventSynced: an index subscription has received its whole initial
-	// state (after its snapshots, or after the updates of a resume).
-	EventSynced
-	// EventUpdate: the answer of a key changed; Values empty when the key
-	// has none any more.
-	EventUpdate
-	// EventGone: a reload removed the index or chain; the subscription
-	// ends (Next returns ErrClosed after it).
-	EventGone
-)
-
-func (t EventType) String() string {
-	switch t {
-	case EventReset:
-		return "reset"
-	case EventSnapshot:
-		return "snapshot"
-	case EventSynced:
-		return "synced"
-	case EventUpdate:
-		return "update"
-	case EventGone:
-		return "gone"
-	}
-	return "EventType(" + strconv.Itoa(int(t)) + ")"
-}
-
-// Event is one message of a subscription.
-type Event struct {
-	Type EventType
-	// Key is the index or chain key of a snapshot or update.
-	Key string
-	// Values is the answer of Key: distinct, sorted, nil when none. It is
-	// shared: do not modify it.
-	Values []string
-	// Version identifies the state the subscriber holds after this event:
-	// give it back as Target.Resume to resume. It is opaque; compare it
-	// for equality only.
-	Version string
-}
-
-// Target is what a subscription follows: one key of an index, one key of
-// a chain, or every key of an index. Build it with KeyOf, ChainOf or
-// IndexOf.
-type Target struct {
-	Index string // with Key: one key of an index; alone: every key
-	Chain string // with Key: one key of a chain
-	Key   string
-	All   bool // every key of Index
-	// Resume, when set, is the Version of the last event that an earlier
-	// subscription to the same target delivered: the new subscription
-	// sends only what changed since (nothing when nothing did), or, when
-	// it cannot resume from there, an EventReset and a full snapshot.
-	Resume string
-	// At, for a key or a chain key, is where the subscriber runs: its
-	// answers are narrowed by the indexes' hints as LookupAt narrows them.
-	At Locality
-	// Cluster, for a key or a chain key of a plan that reads several
-	// clusters, narrows the answer to that cluster's part: the values
-	// that its objects give (at each step of a chain, to the keys that
-	// its part of the step before gave), which Engine.AnswerIn tells
-	// too. With At, the part is narrowed to the values preferred for the
-	// locality when some of it is, else the whole part. It reads as a
-	// lookup reads (each cluster's values are indexed as it writes
-	// them), and a subscription hears of a change of the cluster's part
-	// even when the whole answer stays the same. "" is every cluster.
-	Cluster string
-}
-
-// KeyOf targets one key of an index.
-func KeyOf(index, key string) Target { return Target{Index: index, Key: key} }
-
-// ChainOf targets one key of a chain: the subscription follows every step.
-func ChainOf(chain, key string) Target { return Target{Chain: chain, Key: key} }
-
-// IndexOf targets every key of an index, to mirror it.
-func IndexOf(index string) Target { return Target{Index: index, All: true} }
-
-// ErrClosed is what Next returns once the subscription is closed, by Close
-// or by the end of the context given to Subscribe.
-var ErrClosed = errors.New("subscription closed")
 
 // Subscription delivers the answers of a Target as they change; see
 // Engine.Subscribe. Calls of Next are serialized (one waits for the
@@ -296,7 +201,7 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 		// has not listed yet.
 		if w := s.unsynced(); w != nil {
 			select {
-			case <-w.synced:
+			case <-w.Synced:
 				continue
 			case <-s.signal:
 				continue // a reload, or a change: look again
@@ -324,7 +229,7 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 
 // unsynced returns a watcher behind the target that has not synced, or nil
 // (nil too when a reload removed the target: Next then learns it is gone).
-func (s *Subscription) unsynced() *watcher {
+func (s *Subscription) unsynced() *follow.Watcher {
 	v, _ := s.e.view()
 	names := []string{s.target.Index}
 	if s.target.Chain != "" {

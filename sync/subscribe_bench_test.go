@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 
@@ -36,8 +38,8 @@ func toggleEvent(i, rv int, hot bool) string {
 // engine's watch does.
 type eventRig struct {
 	e      *Engine
-	w      *watcher
-	c      *codec
+	w      *follow.Watcher
+	c      *follow.Codec
 	stream []byte
 	dec    streaming.Decoder
 	cancel context.CancelFunc
@@ -61,9 +63,9 @@ func newEventRig(tb testing.TB, others int, changed bool) *eventRig {
 	objs := make([]any, n)
 	for i := range n {
 		ev := toggleEvent(i, 1_000_000+i, false)
-		objs[i] = r.w.project(ev[len(`{"type":"MODIFIED","object":`) : len(ev)-2])
+		objs[i] = r.w.Project(ev[len(`{"type":"MODIFIED","object":`) : len(ev)-2])
 	}
-	if err := r.w.replace(objs, ""); err != nil { // synced: subscriptions start
+	if err := r.w.Replace(objs, ""); err != nil { // synced: subscriptions start
 		tb.Fatal(err)
 	}
 	var stream bytes.Buffer
@@ -71,7 +73,7 @@ func newEventRig(tb testing.TB, others int, changed bool) *eventRig {
 		stream.WriteString(toggleEvent(i/2*7%n, 100+i, i%2 == 0))
 	}
 	r.stream = stream.Bytes()
-	r.c = &codec{project: r.w.project}
+	r.c = &follow.Codec{Project: r.w.Project}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -127,7 +129,7 @@ func (r *eventRig) events(tb testing.TB, count int) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := r.w.update(obj); err != nil {
+		if err := r.w.Update(obj); err != nil {
 			tb.Fatal(err)
 		}
 		i++

@@ -31,7 +31,7 @@ func routingEngine(tb testing.TB) (*Engine, *Feed) {
 		Chains: []schema.Chain{{Name: "model-to-addresses", Indexes: []string{"model-to-app", "app-to-addresses"}}},
 	})
 	for _, w := range watchersOf(e) {
-		if err := w.replace(nil, ""); err != nil {
+		if err := w.Replace(nil, ""); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestSubscribeWaitsForSyncAndUnknownTargets(t *testing.T) {
 	sub, err := e.Subscribe(ctx, KeyOf("model-to-app", "m1"))
 	must(t, err)
 	noEvent(t, sub) // not synced: no answer yet
-	must(t, watchersOf(e)[0].replace([]any{watchersOf(e)[0].project(string(appJSON("a", "m1")))}, ""))
+	must(t, watchersOf(e)[0].Replace([]any{watchersOf(e)[0].Project(string(appJSON("a", "m1")))}, ""))
 	if ev := next(t, sub); ev.Type != EventSnapshot || !slices.Equal(ev.Values, []string{"a"}) {
 		t.Fatalf("after the sync: %+v", ev)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"github.com/iidp/metasync/internal/warmfile"
 	"github.com/iidp/metasync/schema"
 )
@@ -30,10 +32,10 @@ func clustersConfig(clusters ...string) *schema.Config {
 }
 
 // partOf returns the watcher of the cluster.
-func partOf(t testing.TB, e *Engine, cluster string) *watcher {
+func partOf(t testing.TB, e *Engine, cluster string) *follow.Watcher {
 	t.Helper()
 	for _, w := range watchersOf(e) {
-		if w.clusterName == cluster {
+		if w.ClusterName == cluster {
 			return w
 		}
 	}
@@ -43,13 +45,13 @@ func partOf(t testing.TB, e *Engine, cluster string) *watcher {
 
 // listIn lists the AppModels of one cluster: the apps named, each with
 // the model "m-shared" and one of its own.
-func listIn(t *testing.T, w *watcher, rv string, apps ...string) {
+func listIn(t *testing.T, w *follow.Watcher, rv string, apps ...string) {
 	t.Helper()
 	var list []any
 	for i, a := range apps {
-		list = append(list, w.project(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-shared","m-%s"]}}`, a, i+1, a)))
+		list = append(list, w.Project(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-shared","m-%s"]}}`, a, i+1, a)))
 	}
-	if err := w.replace(list, rv); err != nil {
+	if err := w.Replace(list, rv); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,9 +90,9 @@ func TestSnapshotOfClusters(t *testing.T) {
 		objects int
 	}{"east": {"100", 2}, "west": {"7", 1}} {
 		w := partOf(t, r, cluster)
-		<-w.loaded
-		if !w.restored || w.resumeRV != want.rv || int(w.count.Load()) != want.objects || !w.stale() {
-			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.restored, w.resumeRV, w.count.Load(), w.stale())
+		<-w.Loaded
+		if !w.Restored || w.ResumeRV != want.rv || int(w.Count.Load()) != want.objects || !w.Stale() {
+			t.Errorf("%s: restored %v from %q, %d objects, stale %v", cluster, w.Restored, w.ResumeRV, w.Count.Load(), w.Stale())
 		}
 	}
 	cs := r.Inspect().ClusterStates(KeyOf("model-to-app", "m-shared"))
@@ -110,8 +112,8 @@ func TestSnapshotOfClusters(t *testing.T) {
 	if got := r.Lookup("model-to-app", "m-w1"); len(got) != 0 {
 		t.Errorf("west's part restored: %q", got)
 	}
-	if n := partOf(t, r, "north"); n.restored || n.isSynced() {
-		t.Errorf("north restored %v, synced %v", n.restored, n.isSynced())
+	if n := partOf(t, r, "north"); n.Restored || n.IsSynced() {
+		t.Errorf("north restored %v, synced %v", n.Restored, n.IsSynced())
 	}
 
 	// A snapshot of one cluster for a config of several, and the other
@@ -148,7 +150,7 @@ func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
 	listIn(t, partOf(t, e, "east"), "100", "e1")
 	west := partOf(t, e, "west")
 	listIn(t, west, "7", "w1")
-	west.rv.Store(nil) // as checkGone leaves it: no resourceVersion to resume from
+	west.RV.Store(nil) // as checkGone leaves it: no resourceVersion to resume from
 	var buf bytes.Buffer
 	if n, err := e.Inspect().WriteSnapshot(&buf); err != nil || n != 1 {
 		t.Fatalf("WriteSnapshot = %d, %v", n, err)
@@ -164,7 +166,7 @@ func TestSnapshotOfClustersLeavesOutAPartWithoutData(t *testing.T) {
 	if got := r.Lookup("model-to-app", "m-shared"); !slices.Equal(got, []string{"e1"}) {
 		t.Errorf("restored: %q", got)
 	}
-	if w := partOf(t, r, "west"); w.restored {
+	if w := partOf(t, r, "west"); w.Restored {
 		t.Errorf("west restored")
 	}
 }
@@ -199,9 +201,9 @@ func BenchmarkRestoreSnapshotClusters(b *testing.B) {
 		w := partOf(b, e, cluster)
 		list := make([]any, n/2)
 		for i := range list {
-			list[i] = w.project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
+			list[i] = w.Project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
 		}
-		if err := w.replace(list, "4711"); err != nil {
+		if err := w.Replace(list, "4711"); err != nil {
 			b.Fatal(err)
 		}
 	}

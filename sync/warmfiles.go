@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/iidp/metasync/sync/internal/follow"
 )
 
 // loadWarmFile restores the snapshot of Options.SnapshotDir, if there is
@@ -28,8 +30,8 @@ func (e *Engine) loadWarmFile() {
 		v, _ := e.view()
 		var loading []<-chan struct{}
 		for _, w := range v.watchers {
-			if w.loaded != nil {
-				loading = append(loading, w.loaded)
+			if w.Loaded != nil {
+				loading = append(loading, w.Loaded)
 			}
 		}
 		go func() {
@@ -69,7 +71,7 @@ func (e *Engine) loadWarmFile() {
 			cl := ClusterLoad{Name: c.Name, Load: "cold", LoadReason: reason}
 			if outcome == "warm" {
 				cl.LoadReason = "missing"
-				if slices.ContainsFunc(v.watchers, func(w *watcher) bool { return w.clusterName == c.Name && w.restored }) {
+				if slices.ContainsFunc(v.watchers, func(w *follow.Watcher) bool { return w.ClusterName == c.Name && w.Restored }) {
 					cl.Load, cl.LoadReason = "warm", ""
 				} else {
 					e.log.Info("the snapshot has no part of the cluster: it starts cold", "clusterName", c.Name)

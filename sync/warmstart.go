@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	gosync "sync"
 	"time"
+
+	"github.com/iidp/metasync/sync/internal/follow"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -16,73 +17,6 @@ import (
 	compiled "github.com/iidp/metasync/internal/plan"
 	"github.com/iidp/metasync/internal/warmfile"
 )
-
-// SnapshotFile is the name of the snapshot in Options.SnapshotDir.
-const SnapshotFile = "snapshot"
-
-// DefaultSnapshotInterval is the default of Options.SnapshotInterval.
-const DefaultSnapshotInterval = time.Minute
-
-// SnapshotStatus is the state of an engine's snapshots.
-type SnapshotStatus struct {
-	// Load is how the engine started: "warm" (from a snapshot), "cold"
-	// (LoadReason says why), or "" when no snapshot was asked for. With
-	// several clusters it is warm while some cluster's part is (see
-	// Clusters): cold "missing" when the snapshot has none of theirs,
-	// cold "cluster" once every part restored was dropped.
-	Load       string
-	LoadReason string
-	// WrittenAt is when the newest snapshot written or loaded was
-	// written: its data is that old at most. Zero when there is none.
-	WrittenAt time.Time
-	// The last write: how long it took, its size, and its error if it
-	// failed.
-	Writes        int64
-	WriteErrors   int64
-	WriteDuration time.Duration
-	Bytes         int64
-	Objects       int
-	WriteError    string
-	// Clusters, of a config that reads several, is how each cluster's
-	// part started, in config order; nil otherwise.
-	Clusters []ClusterLoad
-}
-
-// ClusterLoad is how one cluster's part of the data started, of a config
-// that reads several clusters: Load is "warm" (its part restored from
-// the snapshot) or "cold"; LoadReason says why it is cold: "missing" (the
-// snapshot has no part of the cluster: a cluster added since, or one that
-// had not synced), "cluster" (the snapshot's part came from another
-// cluster: its identity changed; the part was dropped), or the reason of
-// the whole snapshot's cold start.
-type ClusterLoad struct {
-	Name       string
-	Load       string
-	LoadReason string
-}
-
-// setCluster records how a cluster's part started.
-// Once no cluster's part is warm, the whole start is cold ("cluster"),
-// as a start of one cluster whose identity changed is.
-func (st *SnapshotStatus) setCluster(name, load, reason string) {
-	i := slices.IndexFunc(st.Clusters, func(c ClusterLoad) bool { return c.Name == name })
-	if i < 0 {
-		st.Clusters = append(st.Clusters, ClusterLoad{Name: name})
-		i = len(st.Clusters) - 1
-	}
-	st.Clusters[i].Load, st.Clusters[i].LoadReason = load, reason
-	if st.Load == "warm" && !slices.ContainsFunc(st.Clusters, func(c ClusterLoad) bool { return c.Load == "warm" }) {
-		st.Load, st.LoadReason, st.WrittenAt = "cold", "cluster", time.Time{}
-	}
-}
-
-// warmFiles is the state of the engine's warm-start files (--snapshot-dir).
-type warmFiles struct {
-	dir      string
-	interval time.Duration
-	mu       gosync.Mutex // one write at a time; guards status
-	status   SnapshotStatus
-}
 
 // SnapshotStatus returns the state of the engine's snapshots.
 func (e *Inspector) SnapshotStatus() SnapshotStatus {
@@ -92,21 +26,6 @@ func (e *Inspector) SnapshotStatus() SnapshotStatus {
 	st.Clusters = slices.Clone(st.Clusters)
 	return st
 }
-
-// ErrNothingToSnapshot: no resource has synced yet, WriteSnapshot wrote
-// nothing.
-var ErrNothingToSnapshot = errors.New("no resource has synced yet: nothing to snapshot")
-
-// SnapshotError is why a snapshot was not used: Reason is one word (for
-// metrics): missing, truncated, checksum, format, corrupt, config, or
-// unreadable.
-type SnapshotError struct {
-	Reason string
-	Err    error
-}
-
-func (e *SnapshotError) Error() string { return e.Err.Error() }
-func (e *SnapshotError) Unwrap() error { return e.Err }
 
 // RestoreSnapshot fills the indexes from a snapshot that WriteSnapshot
 // wrote for the same resource entries (same GVRs, namespaces, selectors,
@@ -184,7 +103,7 @@ type restore struct {
 	// no cluster, or one per cluster of the snapshot that the config
 	// reads for the resource; partial: the snapshot holds parts of
 	// clusters that are not restored.
-	parts   []*watcher
+	parts   []*follow.Watcher
 	rvs     []warmfile.Part
 	partial bool
 }
@@ -236,7 +155,7 @@ func restoresOf(f *warmfile.File, v *view, several bool) ([]restore, error) {
 				}
 				return nil, &SnapshotError{"corrupt", fmt.Errorf("%s: resourceVersion %q", what, part.ResourceVersion)}
 			}
-			i := slices.IndexFunc(res.parts, func(w *watcher) bool { return w.clusterName == part.Cluster })
+			i := slices.IndexFunc(res.parts, func(w *follow.Watcher) bool { return w.ClusterName == part.Cluster })
 			if i < 0 {
 				t.partial = true // a cluster the config no longer reads for the resource
 				continue
@@ -255,9 +174,9 @@ func restoresOf(f *warmfile.File, v *view, several bool) ([]restore, error) {
 // written from, for each watch to check before it resumes.
 func (e *Engine) restoreIdentities(f *warmfile.File, v *view, several bool) {
 	if !several {
-		e.ident.mu.Lock()
-		e.ident.snapshot = strings.Clone(f.Cluster)
-		e.ident.mu.Unlock()
+		e.ident.Mu.Lock()
+		e.ident.Snapshot = strings.Clone(f.Cluster)
+		e.ident.Mu.Unlock()
 		return
 	}
 	for _, c := range f.Clusters {
@@ -269,9 +188,9 @@ func (e *Engine) restoreIdentities(f *warmfile.File, v *view, several bool) {
 			continue
 		}
 		id := e.identOf(v.plan.Clusters[i].Name)
-		id.mu.Lock()
-		id.snapshot = strings.Clone(c.Identity)
-		id.mu.Unlock()
+		id.Mu.Lock()
+		id.Snapshot = strings.Clone(c.Identity)
+		id.Mu.Unlock()
 	}
 }
 
@@ -285,25 +204,25 @@ func (t restore) load(writtenAt time.Time) {
 	if t.partial {
 		prefixes := make([]string, len(t.parts))
 		for i, w := range t.parts {
-			prefixes[i] = w.keyPrefix
+			prefixes[i] = w.KeyPrefix
 		}
 		keep = func(key string) bool {
 			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 		}
 	}
-	loaded := restoreFrom(t.res.src, t.r, len(t.res.plan.Fields) > 0, keep, t.parts[0].log)
+	loaded := restoreFrom(t.res.src, t.r, len(t.res.plan.Fields) > 0, keep, t.parts[0].Log)
 	for i, w := range t.parts {
 		part := t.rvs[i]
-		w.loaded = loaded
+		w.Loaded = loaded
 		rv := strings.Clone(part.ResourceVersion)
-		w.restored, w.restoredRelist, w.resumeRV, w.restoredAt = true, part.Relist, rv, writtenAt
+		w.Restored, w.RestoredRelist, w.ResumeRV, w.RestoredAt = true, part.Relist, rv, writtenAt
 		if part.Relist {
 			// An earlier definition's data: answered, stale, until a list.
-			w.resumeRV = ""
+			w.ResumeRV = ""
 		}
-		w.rv.Store(&rv)
-		w.count.Store(int64(part.Objects))
-		w.log.Info("restored from the snapshot", "objects", part.Objects, "resourceVersion", rv, "relist", part.Relist)
+		w.RV.Store(&rv)
+		w.Count.Store(int64(part.Objects))
+		w.Log.Info("restored from the snapshot", "objects", part.Objects, "resourceVersion", rv, "relist", part.Relist)
 	}
 }
 
@@ -368,7 +287,7 @@ func (e *Engine) Stale() bool {
 
 func (v *view) stale() bool {
 	for _, w := range v.watchers {
-		if w.stale() {
+		if w.Stale() {
 			return true
 		}
 	}
@@ -384,9 +303,9 @@ func (v *view) stale() bool {
 func (e *Engine) WaitForData(ctx context.Context) error {
 	for {
 		v, _ := e.view()
-		var waiting *watcher
+		var waiting *follow.Watcher
 		for _, w := range v.watchers {
-			if w.required && !w.isSynced() {
+			if w.Required && !w.IsSynced() {
 				waiting = w
 				break
 			}
@@ -395,9 +314,9 @@ func (e *Engine) WaitForData(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-waiting.synced:
+		case <-waiting.Synced:
 		case <-ctx.Done():
-			return fmt.Errorf("no data for %s: %w", waiting.plan.Name, ctx.Err())
+			return fmt.Errorf("no data for %s: %w", waiting.Plan.Name, ctx.Err())
 		}
 	}
 }

@@ -38,9 +38,9 @@ func filledEngine(tb testing.TB, n int) *Engine {
 	w := watchersOf(e)[0]
 	list := make([]any, n)
 	for i := range n {
-		list[i] = w.project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
+		list[i] = w.Project(fmt.Sprintf(`{"metadata":{"name":"app-%06d","namespace":"ns","resourceVersion":"%d"},"spec":{"type":"model","models":["m-%06d-0","m-%06d-1","m-%06d-2"]}}`, i, i+1, i, i, i))
 	}
-	if err := w.replace(list, "4711"); err != nil {
+	if err := w.Replace(list, "4711"); err != nil {
 		tb.Fatal(err)
 	}
 	return e
@@ -62,10 +62,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 	}
 	w := watchersOf(r)[0]
-	if !w.restored || w.resumeRV != "4711" || !r.Stale() || r.Inspect().Synced() {
-		t.Errorf("restored %v from %q, stale %v", w.restored, w.resumeRV, r.Stale())
+	if !w.Restored || w.ResumeRV != "4711" || !r.Stale() || r.Inspect().Synced() {
+		t.Errorf("restored %v from %q, stale %v", w.Restored, w.ResumeRV, r.Stale())
 	}
-	if p, ok := r.store.Snapshot().Payload(w.src, "ns/app-000007"); !ok || p != `{"type":"model"}` {
+	if p, ok := r.store.Snapshot().Payload(w.Src, "ns/app-000007"); !ok || p != `{"type":"model"}` {
 		t.Errorf("payload %v %v", p, ok)
 	}
 }
@@ -89,7 +89,7 @@ func BenchmarkRestoreSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		<-watchersOf(r)[0].loaded // the background rebuild, apart
+		<-watchersOf(r)[0].Loaded // the background rebuild, apart
 		b.StartTimer()
 	}
 }
@@ -211,9 +211,9 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := watchersOf(again)
-	<-ws[0].loaded // the objects written: the indexes are what they say
-	if ws[0].resumeRV != "" || !again.Stale() {
-		t.Errorf("resumeRV %q, stale %v: data of another definition must be listed, stale meanwhile", ws[0].resumeRV, again.Stale())
+	<-ws[0].Loaded // the objects written: the indexes are what they say
+	if ws[0].ResumeRV != "" || !again.Stale() {
+		t.Errorf("resumeRV %q, stale %v: data of another definition must be listed, stale meanwhile", ws[0].ResumeRV, again.Stale())
 	}
 	if got := again.Lookup("model-to-app", "m-000003-1"); !slices.Equal(got, want) {
 		t.Errorf("model-3 → %v after the restore, %v before", got, want)
@@ -223,7 +223,7 @@ func TestReloadThatChangesDataKeepsItsAnswersForAList(t *testing.T) {
 func TestGoneResourceIsNotSnapshotted(t *testing.T) {
 	e := filledEngine(t, 10)
 	w := watchersOf(e)[0]
-	w.checkGone(apierrors.NewNotFound(k8sschema.GroupResource{Group: "iidp.com", Resource: "appmodels"}, ""))
+	w.CheckGone(apierrors.NewNotFound(k8sschema.GroupResource{Group: "iidp.com", Resource: "appmodels"}, ""))
 	var buf bytes.Buffer
 	if _, err := e.Inspect().WriteSnapshot(&buf); !errors.Is(err, ErrNothingToSnapshot) {
 		t.Errorf("a resource emptied by a 404 was snapshotted (%v): a resume would never bring its objects back", err)
@@ -334,7 +334,7 @@ func TestRestoreLogsOutliveTheMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-watchersOf(e)[0].loaded
+	<-watchersOf(e)[0].Loaded
 	time.Sleep(200 * time.Millisecond) // the release
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/iidp/metasync/sync/internal/follow"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
@@ -18,7 +20,7 @@ import (
 	"github.com/iidp/metasync/schema"
 )
 
-func testWatcher(t *testing.T) (*watcher, *indexer.Store) {
+func testWatcher(t *testing.T) (*follow.Watcher, *indexer.Store) {
 	t.Helper()
 	e := testEngine(t, &schema.Config{Resources: []schema.Resource{{
 		Name: "apps", Version: "v1", Resource: "apps",
@@ -44,7 +46,7 @@ func testEngine(tb testing.TB, cfg *schema.Config) *Engine {
 }
 
 // watchersOf returns the watchers of the engine's current view.
-func watchersOf(e *Engine) []*watcher {
+func watchersOf(e *Engine) []*follow.Watcher {
 	v, _ := e.view()
 	return v.watchers
 }
@@ -53,15 +55,15 @@ func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func TestProjection(t *testing.T) {
 	w, store := testWatcher(t)
-	o := w.project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
+	o := w.Project(`{"metadata":{"name":"base","namespace":"ns","uid":"u1","resourceVersion":"7","labels":{"big":"x"}},
 		"spec":{"type":"model","version":"1.7","models":["m1","m2"],"blob":"` + string(make([]byte, 0)) + `"}}`)
-	if o.ix.Key != "ns/base" || o.rv != "7" {
-		t.Fatalf("meta = %q %q", o.ix.Key, o.rv)
+	if o.Ix.Key != "ns/base" || o.RV != "7" {
+		t.Fatalf("meta = %q %q", o.Ix.Key, o.RV)
 	}
 	if m := o.GetObjectMeta(); m.GetName() != "base" || m.GetNamespace() != "ns" || m.GetResourceVersion() != "7" {
 		t.Fatalf("GetObjectMeta = %v", m)
 	}
-	if err := w.add(o); err != nil {
+	if err := w.Add(o); err != nil {
 		t.Fatal(err)
 	}
 	ix, _ := store.Index("model-to-app")
@@ -70,8 +72,8 @@ func TestProjection(t *testing.T) {
 			t.Fatalf("%s = %v", k, got)
 		}
 	}
-	if o.ix.Payload != `{"tag":"v1.7","type":"model"}` {
-		t.Fatalf("payload = %v", o.ix.Payload)
+	if o.Ix.Payload != `{"tag":"v1.7","type":"model"}` {
+		t.Fatalf("payload = %v", o.Ix.Payload)
 	}
 }
 
@@ -81,28 +83,28 @@ func TestProjection(t *testing.T) {
 func TestTombstoneAndRecreate(t *testing.T) {
 	w, store := testWatcher(t)
 	ix, _ := store.Index("model-to-app")
-	old := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"1"},"spec":{"models":["m1"]}}`)
-	if err := w.add(old); err != nil {
+	old := w.Project(`{"metadata":{"name":"a","namespace":"ns","uid":"1"},"spec":{"models":["m1"]}}`)
+	if err := w.Add(old); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: old}); err != nil {
+	if err := w.Delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: old}); err != nil {
 		t.Fatal(err)
 	}
 	if got := store.Snapshot().Lookup(ix, "m1"); got != nil {
 		t.Fatalf("after tombstone: %v", got)
 	}
-	if err := w.add(old); err != nil {
+	if err := w.Add(old); err != nil {
 		t.Fatal(err)
 	}
-	recreated := w.project(`{"metadata":{"name":"a","namespace":"ns","uid":"2"},"spec":{"models":["m2"]}}`)
-	if err := w.replace([]any{recreated}, "10"); err != nil {
+	recreated := w.Project(`{"metadata":{"name":"a","namespace":"ns","uid":"2"},"spec":{"models":["m2"]}}`)
+	if err := w.Replace([]any{recreated}, "10"); err != nil {
 		t.Fatal(err)
 	}
 	snap := store.Snapshot()
 	if snap.Lookup(ix, "m1") != nil || !slices.Equal(snap.Lookup(ix, "m2"), []string{"a"}) {
 		t.Fatalf("after recreate: m1=%v m2=%v", snap.Lookup(ix, "m1"), snap.Lookup(ix, "m2"))
 	}
-	if err := w.delete("not an object"); err == nil {
+	if err := w.Delete("not an object"); err == nil {
 		t.Fatal("a delete of an unknown type was accepted")
 	}
 }
@@ -118,10 +120,10 @@ func TestWatchEventOutlivesItsBuffer(t *testing.T) {
 {"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns","resourceVersion":"8"},"spec":{"models":["m2"],"type":"u","version":"2"}}}
 {"type" : "DELETED", "object" : {"metadata":{"name":"c","namespace":"ns","resourceVersion":"9"}}}
 `)
-	c := &codec{project: w.project}
+	c := &follow.Codec{Project: w.Project}
 	info := c.SupportedMediaTypes()[0].StreamSerializer
 	frames := info.Framer.NewFrameReader(io.NopCloser(bytes.NewReader(stream)))
-	dec := restclientwatch.NewDecoder(streaming.NewDecoder(frames, watchEventCodec{}), c)
+	dec := restclientwatch.NewDecoder(streaming.NewDecoder(frames, follow.WatchEventCodec{}), c)
 	type got struct {
 		typ watch.EventType
 		obj runtime.Object
@@ -148,12 +150,12 @@ func TestWatchEventOutlivesItsBuffer(t *testing.T) {
 		t.Fatalf("%d events, want %d", len(events), len(want))
 	}
 	for i, ev := range events {
-		o := ev.obj.(*object)
-		if ev.typ != want[i].typ || o.ix.Key != want[i].key || o.rv != want[i].rv {
-			t.Errorf("event %d = %s %s@%s, want %s %s@%s", i, ev.typ, o.ix.Key, o.rv, want[i].typ, want[i].key, want[i].rv)
+		o := ev.obj.(*follow.Projected)
+		if ev.typ != want[i].typ || o.Ix.Key != want[i].key || o.RV != want[i].rv {
+			t.Errorf("event %d = %s %s@%s, want %s %s@%s", i, ev.typ, o.Ix.Key, o.RV, want[i].typ, want[i].key, want[i].rv)
 		}
 	}
-	if err := w.add(events[0].obj); err != nil {
+	if err := w.Add(events[0].obj); err != nil {
 		t.Fatal(err)
 	}
 	ix, _ := store.Index("model-to-app")

@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"maps"
@@ -16,9 +16,9 @@ import (
 // ruleFailure is what one rule said of one object: the index it failed
 // for (its public name: a fallback's and hints' rules count for the index
 // they serve) and the error.
-type ruleFailure struct {
-	index string
-	err   string
+type Failure struct {
+	Index string
+	Err   string
 }
 
 // RuleFailure is the last rule error of an index that still holds: the
@@ -34,23 +34,9 @@ type RuleFailure struct {
 	Cluster string
 }
 
-// publicFailures returns failures of w's set (a copy the caller owns, as
-// counts returns) as the engine gives them: each object's key without
-// w's cluster prefix, w's cluster beside it.
-func (w *watcher) publicFailures(last map[string]RuleFailure) map[string]RuleFailure {
-	if w.keyPrefix == "" {
-		return last
-	}
-	for index, rf := range last {
-		rf.Object, rf.Cluster = strings.TrimPrefix(rf.Object, w.keyPrefix), w.clusterName
-		last[index] = rf
-	}
-	return last
-}
-
 // failingSet holds, per public index, the objects whose rule fails now.
 // The reflector writes it (put, Delete, Replace), readers read counts.
-type failingSet struct {
+type FailingSet struct {
 	mu gosync.Mutex
 	// objects: index → object key → failure; nil when nothing fails.
 	objects map[string]map[string]RuleFailure
@@ -62,7 +48,7 @@ type failingSet struct {
 
 // note sets what fails now for the object key: failed, possibly none.
 // An event of a resource none of whose objects fails takes no lock.
-func (f *failingSet) note(key string, failed []ruleFailure) {
+func (f *FailingSet) Note(key string, failed []Failure) {
 	if len(failed) == 0 && !f.some.Load() {
 		return
 	}
@@ -77,7 +63,7 @@ func (f *failingSet) note(key string, failed []ruleFailure) {
 
 // replace sets what fails now for a complete list: every object not in
 // it fails no more.
-func (f *failingSet) replace(failed map[string][]ruleFailure) {
+func (f *FailingSet) Replace(failed map[string][]Failure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer func() { f.some.Store(len(f.objects) > 0) }()
@@ -92,7 +78,7 @@ func (f *failingSet) replace(failed map[string][]ruleFailure) {
 
 // keep takes, from an earlier definition of the resource, the failures of
 // the indexes that it keeps (same name); a list replaces them.
-func (f *failingSet) keep(old *failingSet, indexes func(string) bool) {
+func (f *FailingSet) keep(old *FailingSet, indexes func(string) bool) {
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	f.mu.Lock()
@@ -111,19 +97,19 @@ func (f *failingSet) keep(old *failingSet, indexes func(string) bool) {
 	}
 }
 
-func (f *failingSet) add(key string, failed []ruleFailure, at time.Time) {
+func (f *FailingSet) add(key string, failed []Failure, at time.Time) {
 	if len(failed) > 0 {
 		// A copy of its own: an object's key is a part of the record
 		// the indexer keeps of it, which an update replaces.
 		key = strings.Clone(key)
 	}
 	for _, rf := range failed {
-		f.put(rf.index, key, RuleFailure{Object: key, Error: rf.err, At: at})
-		f.last[rf.index] = RuleFailure{Object: key, Error: rf.err, At: at}
+		f.put(rf.Index, key, RuleFailure{Object: key, Error: rf.Err, At: at})
+		f.last[rf.Index] = RuleFailure{Object: key, Error: rf.Err, At: at}
 	}
 }
 
-func (f *failingSet) put(index, key string, rf RuleFailure) {
+func (f *FailingSet) put(index, key string, rf RuleFailure) {
 	if f.objects == nil {
 		f.objects, f.last = map[string]map[string]RuleFailure{}, map[string]RuleFailure{}
 	}
@@ -137,7 +123,7 @@ func (f *failingSet) put(index, key string, rf RuleFailure) {
 
 // remove takes key out of index; when it was the last failure recorded,
 // the latest of those left takes its place.
-func (f *failingSet) remove(index, key string) {
+func (f *FailingSet) remove(index, key string) {
 	objs := f.objects[index]
 	if _, ok := objs[key]; !ok {
 		return
@@ -163,7 +149,7 @@ func (f *failingSet) remove(index, key string) {
 }
 
 // any reports whether an object fails a rule now.
-func (f *failingSet) any() bool {
+func (f *FailingSet) Any() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.objects) > 0
@@ -171,7 +157,7 @@ func (f *failingSet) any() bool {
 
 // counts returns, per index with failures, how many objects fail and the
 // last failure.
-func (f *failingSet) counts() (map[string]int, map[string]RuleFailure) {
+func (f *FailingSet) Counts() (map[string]int, map[string]RuleFailure) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := make(map[string]int, len(f.objects))

@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"encoding/json"
@@ -19,26 +19,26 @@ import (
 // object is a watched object reduced to what the indexes and fields need.
 // The reflector carries it from the decoder to the watcher's store; the
 // raw JSON is never kept.
-type object struct {
-	rv string // metadata.resourceVersion
+type Projected struct {
+	RV string // metadata.resourceVersion
 	// initialEnd marks the bookmark that ends a watch's initial events
 	// (see listByWatch).
 	initialEnd bool
 	// ix is the object as the indexer takes it: key, entries and payload
 	// (the projected fields as compact JSON, a string), already prepared.
-	ix indexer.Object
+	Ix indexer.Object
 	// skipped holds what the rules that skipped the object said, for the
 	// Feed (NewOffline), which reports them (a watch logs and counts them, and
 	// records nothing here).
-	skipped []error
+	Skipped []error
 	// failed holds the rules that fail for the object, for the set of
 	// objects failing now (failingSet), nil when none does.
-	failed []ruleFailure
+	Failed []Failure
 }
 
-func (o *object) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyObjectKind }
+func (o *Projected) GetObjectKind() k8sschema.ObjectKind { return k8sschema.EmptyObjectKind }
 
-func (o *object) DeepCopyObject() runtime.Object {
+func (o *Projected) DeepCopyObject() runtime.Object {
 	c := *o
 	return &c
 }
@@ -46,12 +46,12 @@ func (o *object) DeepCopyObject() runtime.Object {
 // GetObjectMeta gives the reflector what it reads of a watched object, its
 // resource version (and name), built on demand: the objects of a LIST stay
 // small while they wait to be applied.
-func (o *object) GetObjectMeta() metav1.Object {
-	m := &metav1.ObjectMeta{ResourceVersion: o.rv, Name: o.ix.Key}
+func (o *Projected) GetObjectMeta() metav1.Object {
+	m := &metav1.ObjectMeta{ResourceVersion: o.RV, Name: o.Ix.Key}
 	if o.initialEnd {
 		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 	}
-	if ns, name, ok := strings.Cut(o.ix.Key, "/"); ok {
+	if ns, name, ok := strings.Cut(o.Ix.Key, "/"); ok {
 		m.Namespace, m.Name = ns, name
 	}
 	return m
@@ -90,14 +90,14 @@ func unsafeString(b []byte) string {
 // codec decodes the apiserver's JSON straight into projected objects, with
 // gjson on the raw bytes: no map[string]any, no reflection. Status objects
 // (errors) decode into *metav1.Status, as the reflector expects.
-type codec struct {
-	project func(raw string) *object
+type Codec struct {
+	Project func(raw string) *Projected
 }
 
-var _ runtime.NegotiatedSerializer = (*codec)(nil)
-var _ runtime.Serializer = (*codec)(nil)
+var _ runtime.NegotiatedSerializer = (*Codec)(nil)
+var _ runtime.Serializer = (*Codec)(nil)
 
-func (c *codec) SupportedMediaTypes() []runtime.SerializerInfo {
+func (c *Codec) SupportedMediaTypes() []runtime.SerializerInfo {
 	return []runtime.SerializerInfo{{
 		MediaType:        "application/json",
 		MediaTypeType:    "application",
@@ -106,21 +106,21 @@ func (c *codec) SupportedMediaTypes() []runtime.SerializerInfo {
 		Serializer:       c,
 		StreamSerializer: &runtime.StreamSerializerInfo{
 			EncodesAsText: true,
-			Serializer:    watchEventCodec{},
-			Framer:        jsonFramer{},
+			Serializer:    WatchEventCodec{},
+			Framer:        JSONFramer{},
 		},
 	}}
 }
 
-func (c *codec) EncoderForVersion(e runtime.Encoder, _ runtime.GroupVersioner) runtime.Encoder {
+func (c *Codec) EncoderForVersion(e runtime.Encoder, _ runtime.GroupVersioner) runtime.Encoder {
 	return e
 }
 
-func (c *codec) DecoderToVersion(d runtime.Decoder, _ runtime.GroupVersioner) runtime.Decoder {
+func (c *Codec) DecoderToVersion(d runtime.Decoder, _ runtime.GroupVersioner) runtime.Decoder {
 	return d
 }
 
-func (c *codec) Decode(data []byte, _ *k8sschema.GroupVersionKind, _ runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
+func (c *Codec) Decode(data []byte, _ *k8sschema.GroupVersionKind, _ runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
 	raw := unsafeString(data)
 	if !gjson.Valid(raw) {
 		return nil, nil, errors.New("response is not valid JSON")
@@ -132,25 +132,25 @@ func (c *codec) Decode(data []byte, _ *k8sschema.GroupVersionKind, _ runtime.Obj
 		}
 		return st, nil, nil
 	}
-	return c.project(raw), nil, nil
+	return c.Project(raw), nil, nil
 }
 
-func (c *codec) Encode(runtime.Object, io.Writer) error {
+func (c *Codec) Encode(runtime.Object, io.Writer) error {
 	return errors.New("metasync only reads")
 }
 
-func (c *codec) Identifier() runtime.Identifier { return "metasync-projection" }
+func (c *Codec) Identifier() runtime.Identifier { return "metasync-projection" }
 
 // watchEventCodec decodes the envelope of one watch event.
-type watchEventCodec struct{}
+type WatchEventCodec struct{}
 
-func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
+func (WatchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
 	ev, ok := into.(*metav1.WatchEvent)
 	if !ok {
 		return nil, nil, fmt.Errorf("cannot decode a watch event into %T", into)
 	}
 	raw := unsafeString(data)
-	typ, obj, ok := splitEvent(raw)
+	typ, obj, ok := SplitEvent(raw)
 	if !ok {
 		res := gjson.GetMany(raw, "type", "object")
 		if !res[1].IsObject() {
@@ -170,7 +170,7 @@ func (watchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into r
 // the apiserver writes one, {"type":"...","object":{...}} (and any
 // whitespace after), without reading the object: codec's Decode checks it
 // with gjson.Valid. ok is false for any other shape, which gjson reads.
-func splitEvent(raw string) (typ, obj string, ok bool) {
+func SplitEvent(raw string) (typ, obj string, ok bool) {
 	const head, mid = `{"type":"`, `","object":{`
 	rest, found := strings.CutPrefix(raw, head)
 	if !found {
@@ -188,11 +188,11 @@ func splitEvent(raw string) (typ, obj string, ok bool) {
 	return typ, obj[:len(obj)-1], true
 }
 
-func (watchEventCodec) Encode(runtime.Object, io.Writer) error {
+func (WatchEventCodec) Encode(runtime.Object, io.Writer) error {
 	return errors.New("metasync only reads")
 }
 
-func (watchEventCodec) Identifier() runtime.Identifier { return "metasync-watch-event" }
+func (WatchEventCodec) Identifier() runtime.Identifier { return "metasync-watch-event" }
 
 // listKey is the top-level key of a LIST response whose value is being
 // read, of those streamList looks at.
@@ -209,7 +209,7 @@ const (
 // as soon as its bytes have arrived, so that decoding overlaps the
 // transfer, and the page is never held whole in memory. project must copy
 // whatever it keeps: the buffer is reused.
-func streamList(r io.Reader, project func(string) *object) (*objectList, error) {
+func StreamList(r io.Reader, project func(string) *Projected) (*objectList, error) {
 	ls := listScan{list: &objectList{}, project: project, buf: make([]byte, 0, 256<<10), valStart: -1, itemFrom: -1}
 	chunk := make([]byte, 128<<10)
 	for {
@@ -225,7 +225,7 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 		}
 	}
 	list := ls.list
-	if ls.sc.depth != 0 || ls.sc.inString {
+	if ls.sc.Depth != 0 || ls.sc.InString {
 		return nil, errors.New("list response ends before its JSON does")
 	}
 	if !ls.sawMeta || list.ResourceVersion == "" {
@@ -241,9 +241,9 @@ func streamList(r io.Reader, project func(string) *object) (*objectList, error) 
 // consumed and where the scanner stands in them.
 type listScan struct {
 	list     *objectList
-	project  func(string) *object
+	project  func(string) *Projected
 	buf      []byte
-	sc       bracketScanner // depth and strings, up to pos
+	sc       BracketScanner // depth and strings, up to pos
 	keyStart int            // start of the last string at depth 1
 	lastKey  listKey
 	valStart int  // start of the current value at depth 1 (metadata), or -1
@@ -264,18 +264,18 @@ func (ls *listScan) scan() {
 		if ls.inItems {
 			limit = 2
 		}
-		if ls.pos = ls.sc.scan(buf, ls.pos, limit); ls.pos == len(buf) {
+		if ls.pos = ls.sc.Scan(buf, ls.pos, limit); ls.pos == len(buf) {
 			return
 		}
 		pos := ls.pos
 		switch c := buf[pos]; c {
 		case '"':
 			switch {
-			case ls.sc.inString: // opens
-				if ls.sc.depth == 1 {
+			case ls.sc.InString: // opens
+				if ls.sc.Depth == 1 {
 					ls.keyStart = pos
 				}
-			case ls.sc.depth == 1 && ls.valStart < 0:
+			case ls.sc.Depth == 1 && ls.valStart < 0:
 				switch unsafeString(buf[ls.keyStart+1 : pos]) {
 				case "":
 					ls.lastKey = keyNone
@@ -289,20 +289,20 @@ func (ls *listScan) scan() {
 			}
 		case '{', '[':
 			// sc.depth is already inside the bracket.
-			if ls.sc.depth == 2 && ls.lastKey != keyNone && ls.valStart < 0 && !ls.inItems {
+			if ls.sc.Depth == 2 && ls.lastKey != keyNone && ls.valStart < 0 && !ls.inItems {
 				if ls.lastKey == keyItems && c == '[' {
 					ls.inItems, ls.sawItems = true, true
 				} else {
 					ls.valStart = pos
 				}
 			}
-			if ls.sc.depth == 3 && ls.inItems && c == '{' {
+			if ls.sc.Depth == 3 && ls.inItems && c == '{' {
 				ls.itemFrom = pos
 			}
 		case '}', ']':
 			ls.closed(pos)
 		case ',':
-			if ls.sc.depth == 1 {
+			if ls.sc.Depth == 1 {
 				ls.valStart, ls.lastKey = -1, keyNone
 			}
 		}
@@ -314,12 +314,12 @@ func (ls *listScan) scan() {
 // end, or the metadata ends.
 func (ls *listScan) closed(pos int) {
 	switch {
-	case ls.sc.depth == 2 && ls.inItems && ls.itemFrom >= 0:
+	case ls.sc.Depth == 2 && ls.inItems && ls.itemFrom >= 0:
 		ls.list.Items = append(ls.list.Items, ls.project(unsafeString(ls.buf[ls.itemFrom:pos+1])))
 		ls.itemFrom = -1
-	case ls.sc.depth == 1 && ls.inItems:
+	case ls.sc.Depth == 1 && ls.inItems:
 		ls.inItems, ls.lastKey = false, keyNone
-	case ls.sc.depth == 1 && ls.valStart >= 0:
+	case ls.sc.Depth == 1 && ls.valStart >= 0:
 		if ls.lastKey == keyMetadata {
 			meta := gjson.GetManyBytes(ls.buf[ls.valStart:pos+1], "resourceVersion", "continue", "remainingItemCount")
 			ls.list.ResourceVersion = meta[0].Str
@@ -344,7 +344,7 @@ func (ls *listScan) compact() {
 		keep = ls.itemFrom
 	case ls.valStart >= 0:
 		keep = ls.valStart
-	case ls.sc.inString && ls.sc.depth == 1:
+	case ls.sc.InString && ls.sc.Depth == 1:
 		keep = ls.keyStart
 	}
 	if keep == 0 || keep < len(ls.buf)/2 {

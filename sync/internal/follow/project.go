@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"errors"
@@ -19,23 +19,23 @@ import (
 // project reduces one object's JSON to its object key, entries and payload.
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
-func (w *watcher) project(raw string) *object {
+func (w *Watcher) Project(raw string) *Projected {
 	meta := gjson.GetMany(raw, "metadata.name", "metadata.namespace", "metadata.resourceVersion", "metadata.creationTimestamp")
 	// raw may be reused once project returns: everything kept is copied,
 	// the entries by Prepare into the indexer's encoding.
-	o := &object{rv: strings.Clone(meta[2].Str)}
+	o := &Projected{RV: strings.Clone(meta[2].Str)}
 	// Only a bookmark has no name: its annotation is read for it alone,
 	// not on every object's way.
 	o.initialEnd = meta[0].Str == "" && gjson.Get(raw, initialEventsEndPath).Str == "true"
 	// The provenance that explain tells and unique indexes order
 	// claimants by; Prepare encodes it beside the entries.
-	o.ix.Meta = indexer.Meta{Version: meta[2].Str, Created: createdAt(meta[3].Str)}
+	o.Ix.Meta = indexer.Meta{Version: meta[2].Str, Created: createdAt(meta[3].Str)}
 	key := meta[0].Str // Prepare copies it
 	if meta[1].Str != "" {
 		key = meta[1].Str + "/" + meta[0].Str
 	}
-	o.ix.Key = w.keyPrefix + key
-	o.ix.Entries = make([][]indexer.Entry, len(w.plan.Indexes))
+	o.Ix.Key = w.KeyPrefix + key
+	o.Ix.Entries = make([][]indexer.Entry, len(w.Plan.Indexes))
 	// The rules of an object read one Doc: an EndpointSlice is read once
 	// for all its indexes.
 	doc := compiled.Doc{JSON: raw}
@@ -46,7 +46,7 @@ func (w *watcher) project(raw string) *object {
 	var keysLim compiled.Limit
 	var keysErr error
 	keyBytes := 0
-	for i, ix := range w.plan.Indexes {
+	for i, ix := range w.Plan.Indexes {
 		values = values[:0]
 		lim := ix.Limit()
 		if ix.Key != keysOf || lim != keysLim {
@@ -78,7 +78,7 @@ func (w *watcher) project(raw string) *object {
 			}
 			w.ruleError(i, key, err)
 			o.fail(ix.Public(), err)
-			if w.reportSkipped.Load() {
+			if w.ReportSkipped.Load() {
 				o.skip(&ix, err, keysErr != nil)
 			}
 			continue
@@ -92,18 +92,18 @@ func (w *watcher) project(raw string) *object {
 				es = append(es, indexer.Entry{Key: k, Value: v})
 			}
 		}
-		o.ix.Entries[i] = es
+		o.Ix.Entries[i] = es
 	}
-	if len(w.plan.Fields) > 0 {
+	if len(w.Plan.Fields) > 0 {
 		var over error
-		o.ix.Payload, over = projectFields(&doc, w.plan.Fields)
+		o.Ix.Payload, over = projectFields(&doc, w.Plan.Fields)
 		if over != nil {
 			w.ruleLog.Do(func() {
-				w.log.Warn("field left out of an object's projection", "object", key, "error", over.Error())
+				w.Log.Warn("field left out of an object's projection", "object", key, "error", over.Error())
 			})
 		}
 	}
-	w.src.Prepare(&o.ix)
+	w.Src.Prepare(&o.Ix)
 	return o
 }
 
@@ -170,29 +170,29 @@ func projectFields(doc *compiled.Doc, fields []compiled.Field) (string, error) {
 	return b.String(), over
 }
 
-func (w *watcher) ruleError(i int, key string, err error) {
+func (w *Watcher) ruleError(i int, key string, err error) {
 	w.ruleErrors[i].Add(1)
 	w.ruleLog.Do(func() {
-		w.log.Warn("rule skipped for an object", "index", w.plan.Indexes[i].Public(), "object", key, "error", err.Error())
+		w.Log.Warn("rule skipped for an object", "index", w.Plan.Indexes[i].Public(), "object", key, "error", err.Error())
 	})
 }
 
 // fail records that a rule of index (a public name) fails for the
 // object; the first error of an index stands for it.
-func (o *object) fail(index string, err error) {
-	for _, rf := range o.failed {
-		if rf.index == index {
+func (o *Projected) fail(index string, err error) {
+	for _, rf := range o.Failed {
+		if rf.Index == index {
 			return
 		}
 	}
-	o.failed = append(o.failed, ruleFailure{index: index, err: err.Error()})
+	o.Failed = append(o.Failed, Failure{Index: index, Err: err.Error()})
 }
 
 // skip records, for the Feed (NewOffline), that a rule of ix skipped the
 // object: once per index, its fallback's and hints' rules named as such;
 // a key rule that failed for the index and its companions (they share
 // it) once for the three.
-func (o *object) skip(ix *compiled.Index, err error, keyRule bool) {
+func (o *Projected) skip(ix *compiled.Index, err error, keyRule bool) {
 	name := ix.Public()
 	switch {
 	case keyRule:
@@ -202,10 +202,10 @@ func (o *object) skip(ix *compiled.Index, err error, keyRule bool) {
 		name += " (its hints)"
 	}
 	e := fmt.Errorf("index %s: %w", name, err)
-	for _, seen := range o.skipped {
+	for _, seen := range o.Skipped {
 		if seen.Error() == e.Error() {
 			return
 		}
 	}
-	o.skipped = append(o.skipped, e)
+	o.Skipped = append(o.Skipped, e)
 }

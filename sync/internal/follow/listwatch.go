@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	gosync "sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,25 +20,25 @@ import (
 
 // --- cache.ListerWatcher: raw JSON in, projected objects out ---
 
-func (w *watcher) request(opts *metav1.ListOptions) *rest.Request {
-	opts.LabelSelector = w.plan.LabelSelector
-	opts.FieldSelector = w.plan.FieldSelector
+func (w *Watcher) request(opts *metav1.ListOptions) *rest.Request {
+	opts.LabelSelector = w.Plan.LabelSelector
+	opts.FieldSelector = w.Plan.FieldSelector
 	// No retry inside client-go: a request that fails is a failure the
 	// watcher counts and backs off from at once, not after its retries
 	// (each as long as the timeout) have hidden an outage from staleness.
-	req := w.rest().Get().MaxRetries(0).Resource(w.plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
-	if w.plan.Namespace != "" {
-		req = req.Namespace(w.plan.Namespace)
+	req := w.rest().Get().MaxRetries(0).Resource(w.Plan.GVR.Resource).VersionedParams(opts, metav1.ParameterCodec)
+	if w.Plan.Namespace != "" {
+		req = req.Namespace(w.Plan.Namespace)
 	}
 	return req
 }
 
-func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (w *Watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	if opts.Continue == "" {
 		w.listed.Store(0)
 	}
-	w.listing.Store(true)
-	defer w.listing.Store(false)
+	w.Listing.Store(true)
+	defer w.Listing.Store(false)
 	if opts.Continue == "" && w.listFresh.Swap(false) {
 		opts.ResourceVersion = "0" // the current state, as below
 	}
@@ -61,18 +59,18 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 	}()
 	var list *objectList
 	var err error
-	if opts.Continue == "" && opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact && w.streaming.Load() {
+	if opts.Continue == "" && opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact && w.Streaming.Load() {
 		list, err = w.listByWatch(ctx, opts.ResourceVersion)
 		switch {
 		case errors.Is(err, errNoStreamingList):
-			w.streaming.Store(false)
+			w.Streaming.Store(false)
 			w.refused.Store(true)
-			w.log.Info("the apiserver does not stream lists as watch events: listing with LIST from now on", "reason", err.Error())
+			w.Log.Info("the apiserver does not stream lists as watch events: listing with LIST from now on", "reason", err.Error())
 			list, err = nil, nil
 		case err != nil && ctx.Err() == nil:
 			// A LIST may work where the watch did not (a watch that
 			// keeps failing must not keep the resource from syncing).
-			w.log.Debug("streaming list failed: listing with LIST", "error", err.Error())
+			w.Log.Debug("streaming list failed: listing with LIST", "error", err.Error())
 			list, err = nil, nil
 		case err != nil:
 			return nil, err // a stop or a resync, not trouble
@@ -84,17 +82,17 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 			if ctx.Err() != nil {
 				return nil, rerr // a stop or a resync, not trouble
 			}
-			w.checkGone(rerr)
+			w.CheckGone(rerr)
 			w.listErrors.Add(1)
-			w.fail(fmt.Errorf("list: %w", rerr))
+			w.Fail(fmt.Errorf("list: %w", rerr))
 			return nil, rerr
 		}
-		list, err = streamList(body, w.project)
+		list, err = StreamList(body, w.Project)
 		body.Close()
 	}
 	if list != nil {
 		w.listed.Add(int64(len(list.Items)))
-		w.log.Debug("list page", "objects", len(list.Items), "took", time.Since(start).String())
+		w.Log.Debug("list page", "objects", len(list.Items), "took", time.Since(start).String())
 	}
 	w.gone.Store(false)
 	if err != nil {
@@ -102,7 +100,7 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 			return nil, err
 		}
 		w.listErrors.Add(1)
-		w.fail(fmt.Errorf("list: %w", err))
+		w.Fail(fmt.Errorf("list: %w", err))
 		return nil, err
 	}
 	// A list that works does not clear the error: the resource is fresh
@@ -110,13 +108,13 @@ func (w *watcher) listWithContext(ctx context.Context, opts metav1.ListOptions) 
 	return list, nil
 }
 
-func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (w *Watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	if err := w.verifyAfterTrouble(ctx, opts.ResourceVersion); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errClusterChanged) {
 			return nil, err // a stop, or a list from scratch: not trouble
 		}
 		w.watchErrors.Add(1)
-		w.fail(fmt.Errorf("watch: %w", err))
+		w.Fail(fmt.Errorf("watch: %w", err))
 		return nil, err
 	}
 	opts.Watch = true
@@ -125,13 +123,13 @@ func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions)
 		if ctx.Err() != nil {
 			return nil, err // a stop or a resync, not trouble
 		}
-		w.checkGone(err)
+		w.CheckGone(err)
 		w.watchErrors.Add(1)
-		w.fail(fmt.Errorf("watch: %w", err))
+		w.Fail(fmt.Errorf("watch: %w", err))
 		return nil, err
 	}
 	w.watches.Add(1)
-	w.log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
+	w.Log.Debug("watch started", "resourceVersion", opts.ResourceVersion)
 	var timeout time.Duration
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
@@ -143,21 +141,21 @@ func (w *watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions)
 // (its CRD was deleted, say): nothing can be known of it any more, and
 // stale answers would route calls to what is gone. The next successful
 // list brings everything back.
-func (w *watcher) checkGone(err error) {
+func (w *Watcher) CheckGone(err error) {
 	if !apierrors.IsNotFound(err) || w.gone.Swap(true) {
 		return
 	}
-	if !w.isSynced() {
-		w.log.Warn("resource not served by the apiserver (is its CRD installed? is resource: its plural?): not synced, retrying", "gvr", w.plan.GVR.String(), "error", err.Error())
+	if !w.IsSynced() {
+		w.Log.Warn("resource not served by the apiserver (is its CRD installed? is resource: its plural?): not synced, retrying", "gvr", w.Plan.GVR.String(), "error", err.Error())
 		return
 	}
-	w.src.ReplaceWithin(w.keyPrefix, nil) // this cluster's part alone
-	w.count.Store(0)
+	w.Src.ReplaceWithin(w.KeyPrefix, nil) // this cluster's part alone
+	w.Count.Store(0)
 	// Its objects are gone from the source, not from the cluster's
 	// history: a snapshot must not resume from here (it leaves the
 	// resource out until the next list).
-	w.rv.Store(nil)
-	w.log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.plan.GVR.String(), "error", err.Error())
+	w.RV.Store(nil)
+	w.Log.Warn("resource not served any more: its keys are cleared until it returns", "gvr", w.Plan.GVR.String(), "error", err.Error())
 }
 
 // IsWatchListSemanticsUnSupported keeps the reflector on LIST then WATCH.
@@ -189,7 +187,7 @@ const streamingListTimeout = 60
 // version), or whose watch runs to its timeout without the bookmark,
 // gives errNoStreamingList: the watcher lists from then on. Any other
 // failure is the caller's to retry as a LIST.
-func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, error) {
+func (w *Watcher) listByWatch(ctx context.Context, rv string) (*objectList, error) {
 	if rv == "0" {
 		rv = ""
 	}
@@ -218,24 +216,24 @@ func (w *watcher) listByWatch(ctx context.Context, rv string) (*objectList, erro
 	for ev := range wi.ResultChan() {
 		switch ev.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
-			o, ok := ev.Object.(*object)
+			o, ok := ev.Object.(*Projected)
 			if !ok {
 				return nil, fmt.Errorf("streaming list: a %s event of %T", ev.Type, ev.Object)
 			}
 			if ev.Type == watch.Deleted {
-				delete(state, o.ix.Key)
+				delete(state, o.Ix.Key)
 			} else {
-				state[o.ix.Key] = o
+				state[o.Ix.Key] = o
 			}
 		case watch.Bookmark:
-			o, ok := ev.Object.(*object)
+			o, ok := ev.Object.(*Projected)
 			if !ok || !o.initialEnd {
 				continue
 			}
-			if o.rv == "" {
+			if o.RV == "" {
 				return nil, errors.New("streaming list: the bookmark that ends the initial events has no resourceVersion")
 			}
-			list := &objectList{ListMeta: metav1.ListMeta{ResourceVersion: o.rv}, Items: make([]runtime.Object, 0, len(state))}
+			list := &objectList{ListMeta: metav1.ListMeta{ResourceVersion: o.RV}, Items: make([]runtime.Object, 0, len(state))}
 			for _, o := range state {
 				list.Items = append(list.Items, o)
 			}
@@ -271,44 +269,12 @@ func refusesStreamingList(err error) bool {
 // count as established, whether or not it delivers events.
 const establishedAfter = time.Second
 
-// trackedWatch hands the events of one watch request to the reflector and
-// tells the watcher how the watch went. client-go's reflector returns no
-// error for a watch that ends with an ERROR event or ends at once (it lists
-// again), so without this the watcher would see neither.
-type trackedWatch struct {
-	inner watch.Interface
-	out   chan watch.Event
-	stop  chan struct{}
-	once  gosync.Once
-	// rotated: ended to go on through a new connection (see rotate),
-	// which is no failure.
-	rotated atomic.Bool
-}
-
-func (t *trackedWatch) ResultChan() <-chan watch.Event { return t.out }
-
-func (t *trackedWatch) Stop() {
-	t.once.Do(func() {
-		close(t.stop)
-		t.inner.Stop()
-	})
-}
-
-func (t *trackedWatch) stopped() bool {
-	select {
-	case <-t.stop:
-		return true
-	default:
-		return false
-	}
-}
-
 // track wraps a watch that the apiserver accepted. The watch is
 // established once it stays open establishedAfter without an ERROR event;
 // an ERROR event, or an end before it was established, is a failure.
 // Neither counts while ctx ends or the reflector stops the watch: a stop
 // or a resync.
-func (w *watcher) track(ctx context.Context, inner watch.Interface, timeout time.Duration) watch.Interface {
+func (w *Watcher) track(ctx context.Context, inner watch.Interface, timeout time.Duration) watch.Interface {
 	t := &trackedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
 	w.watching.Store(t)
 	w.rotating.Store(false)
@@ -321,7 +287,7 @@ func (w *watcher) track(ctx context.Context, inner watch.Interface, timeout time
 // requested timeoutSeconds; 0: none) was ended for a reason of the
 // apiserver's (a restart, its storage reinitialized): no failure, but the
 // cluster is checked before the next watch (see verifyAfterTrouble).
-func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Duration) {
+func (w *Watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Duration) {
 	defer close(t.out)
 	started := time.Now()
 	defer func() {
@@ -340,7 +306,7 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Dura
 				if !established && !failed && !stopping() {
 					w.watchErrors.Add(1)
 					// The same text every time: a changed message is logged again.
-					w.fail(fmt.Errorf("watch: ended within %s of its start", establishedAfter))
+					w.Fail(fmt.Errorf("watch: ended within %s of its start", establishedAfter))
 				}
 				if !stopping() && (timeout == 0 || time.Since(started) < timeout*9/10) {
 					w.troubled.Store(true)
@@ -353,7 +319,7 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Dura
 			if ev.Type == watch.Error && !failed && !stopping() {
 				failed = true
 				w.watchErrors.Add(1)
-				w.fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
+				w.Fail(fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object)))
 			}
 			select {
 			case t.out <- ev:
@@ -363,7 +329,7 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Dura
 		case <-timer.C:
 			if !failed && !stopping() {
 				established = true
-				w.watchEstablished()
+				w.WatchEstablished()
 			}
 		case <-t.stop:
 			return
@@ -374,35 +340,36 @@ func (w *watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Dura
 // fail records a list or watch error. Status shows it until a watch is
 // established again, and the resource turns stale once that has not
 // happened for staleAfter since the first error.
-func (w *watcher) fail(err error) {
+func (w *Watcher) Fail(err error) {
 	w.failures.Add(1)
 	w.troubled.Store(true)
-	w.answered.Store(false)
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.Answered.Store(false)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
 	if w.lastErr == nil || w.lastErr.Error() != err.Error() {
 		level := slog.LevelWarn
 		if isExpired(err) {
 			level = slog.LevelInfo // compaction: normal, the reflector lists again
 		}
-		w.log.Log(context.Background(), level, "watch trouble", "error", err.Error())
+		w.Log.Log(context.Background(), level, "watch trouble", "error", err.Error())
 	}
-	if w.failingSince.IsZero() {
+	if w.FailingSince.IsZero() {
 		w.kicked.Store(false) // an outage begins
+		w.move([2]Phase{PhaseHealthy, PhaseFailing})
 		// A connection found dead by its health check had been silent
 		// that long already: the outage is counted from its start.
 		silent := silentFor(err)
-		w.failingSince = time.Now().Add(-silent)
-		if w.staleAfter > 0 && !w.over {
-			since := w.failingSince
-			w.cutTimer = time.AfterFunc(max(w.staleAfter-silent, 0), func() { w.cutOff(since) })
+		w.FailingSince = time.Now().Add(-silent)
+		if w.StaleAfter > 0 && w.Phase() != PhaseOver {
+			since := w.FailingSince
+			w.cutTimer = time.AfterFunc(max(w.StaleAfter-silent, 0), func() { w.cutOff(since) })
 		}
-		if w.dropAfter > 0 && !w.over {
+		if w.DropAfter > 0 && w.Phase() != PhaseOver {
 			// Stale may come early (the safe side); removing answers may
 			// not: dropAfter counts from the failure seen, not from the
 			// silence before it.
-			since := w.failingSince
-			w.dropTimer = time.AfterFunc(w.dropAfter, func() { w.dropPart(since) })
+			since := w.FailingSince
+			w.dropTimer = time.AfterFunc(w.DropAfter, func() { w.dropPart(since) })
 		}
 	}
 	w.lastErr = err
@@ -431,24 +398,27 @@ func silentFor(err error) time.Duration {
 // answer never looks current while its source is cut off. A resource not
 // synced yet answers nothing to mark: it is looked at again staleAfter
 // later, for as long as that outage lasts.
-func (w *watcher) cutOff(since time.Time) {
-	w.mu.Lock()
-	still := w.failingSince.Equal(since) && w.lastErr != nil && !w.over
+func (w *Watcher) cutOff(since time.Time) {
+	w.Mu.Lock()
+	still := w.FailingSince.Equal(since) && w.lastErr != nil && w.Phase() != PhaseOver
 	var reason string
 	if still {
 		reason = w.lastErr.Error()
-		if !w.isSynced() {
-			w.cutTimer = time.AfterFunc(w.staleAfter, func() { w.cutOff(since) })
+		if !w.IsSynced() {
+			w.cutTimer = time.AfterFunc(w.StaleAfter, func() { w.cutOff(since) })
 			still = false
 		}
 	}
-	w.mu.Unlock()
-	if !still || w.cut.Swap(true) {
+	w.Mu.Unlock()
+	if !still {
 		return
 	}
-	w.log.Warn("answers are stale: the watch has failed this long; they keep what the resource last knew until a watch is established again",
+	if _, moved := w.move([2]Phase{PhaseFailing, PhaseCut}, [2]Phase{PhaseDropped, PhaseDroppedCut}); !moved {
+		return
+	}
+	w.Log.Warn("answers are stale: the watch has failed this long; they keep what the resource last knew until a watch is established again",
 		"failedFor", time.Since(since).Round(time.Millisecond).String(), "error", reason)
-	w.noteFresh()
+	w.NoteFresh()
 }
 
 // dropPart removes the cluster's part of the resource from the answers
@@ -456,43 +426,46 @@ func (w *watcher) cutOff(since time.Time) {
 // established in between: callers fail over to the other clusters. The
 // run lists again at once, and the list that works brings the part back
 // (a watch resumed without a list would not).
-func (w *watcher) dropPart(since time.Time) {
-	w.mu.Lock()
-	still := w.failingSince.Equal(since) && w.lastErr != nil && !w.over
+func (w *Watcher) dropPart(since time.Time) {
+	w.Mu.Lock()
+	still := w.FailingSince.Equal(since) && w.lastErr != nil && w.Phase() != PhaseOver
 	reason := ""
 	if still {
 		reason = w.lastErr.Error()
 	}
-	w.mu.Unlock()
-	if !still || w.partDropped.Swap(true) {
+	w.Mu.Unlock()
+	if !still {
 		return
 	}
-	w.src.ReplaceWithin(w.keyPrefix, nil)
-	w.count.Store(0)
-	w.failing.replace(nil)
-	w.log.Warn("the cluster's part left the answers: its watch has failed for dropAfter; it comes back with the next list that works",
-		"dropAfter", w.dropAfter.String(), "error", reason)
-	if f := w.relistNow.Load(); f != nil {
+	if _, moved := w.move([2]Phase{PhaseFailing, PhaseDropped}, [2]Phase{PhaseCut, PhaseDroppedCut}); !moved {
+		return
+	}
+	w.Src.ReplaceWithin(w.KeyPrefix, nil)
+	w.Count.Store(0)
+	w.Failing.Replace(nil)
+	w.Log.Warn("the cluster's part left the answers: its watch has failed for dropAfter; it comes back with the next list that works",
+		"dropAfter", w.DropAfter.String(), "error", reason)
+	if f := w.RelistNow.Load(); f != nil {
 		(*f)()
 	}
-	w.noteFresh()
+	w.NoteFresh()
 }
 
 // watchEstablished records a watch that works: the resource is fresh.
-func (w *watcher) watchEstablished() {
+func (w *Watcher) WatchEstablished() {
 	now := time.Now()
 	w.established.CompareAndSwap(0, now.UnixNano())
 	w.contact.Store(now.UnixNano())
-	w.answered.Store(true)
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.Answered.Store(true)
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
 	if w.lastErr != nil {
-		w.log.Info("watch recovered", "failedFor", now.Sub(w.failingSince).Round(time.Millisecond).String())
-		if w.recovered != nil && !w.kicked.Swap(true) {
-			go w.recovered()
+		w.Log.Info("watch recovered", "failedFor", now.Sub(w.FailingSince).Round(time.Millisecond).String())
+		if w.Recovered != nil && !w.kicked.Swap(true) {
+			go w.Recovered()
 		}
 	}
-	w.lastErr, w.failingSince = nil, time.Time{}
+	w.lastErr, w.FailingSince = nil, time.Time{}
 	if w.cutTimer != nil {
 		w.cutTimer.Stop()
 		w.cutTimer = nil
@@ -501,22 +474,22 @@ func (w *watcher) watchEstablished() {
 		w.dropTimer.Stop()
 		w.dropTimer = nil
 	}
-	if w.cut.Swap(false) {
-		w.log.Info("answers are current again: the watch is established, after a list")
-		w.noteFresh()
+	if was, _ := w.move([2]Phase{PhaseFailing, PhaseHealthy}, [2]Phase{PhaseCut, PhaseHealthy}, [2]Phase{PhaseDroppedCut, PhaseDropped}); was.cut() {
+		w.Log.Info("answers are current again: the watch is established, after a list")
+		w.NoteFresh()
 	}
 }
 
 // caughtUp records a resumed watch that has delivered the apiserver's
 // state as of when resume asked for it: the resource is no longer stale.
-func (w *watcher) caughtUp(rv string) {
+func (w *Watcher) caughtUp(rv string) {
 	w.syncedOnce.Do(func() {
 		// Logged first: whoever sees the resource synced finds the line.
-		w.log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion and reached the apiserver's, no list needed",
-			"snapshot", w.resumeRV, "resourceVersion", rv)
+		w.Log.Info("resource caught up: its watch resumed from the snapshot's resourceVersion and reached the apiserver's, no list needed",
+			"snapshot", w.ResumeRV, "resourceVersion", rv)
 		w.syncedAt.Store(time.Now().UnixNano())
-		close(w.synced)
-		w.noteFresh()
+		close(w.Synced)
+		w.NoteFresh()
 	})
 }
 

@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"context"
@@ -46,14 +46,14 @@ import (
 // cannot resume from the resourceVersion (410 Gone after a compaction, a
 // version it does not know or refuses), the resource is not served, or the
 // resync period is up. It returns false when ctx ends.
-func (w *watcher) resume(ctx context.Context) bool {
+func (w *Watcher) resume(ctx context.Context) bool {
 	wctx := ctx
-	if w.plan.Resync > 0 {
+	if w.Plan.Resync > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, w.plan.Resync)
+		wctx, cancel = context.WithTimeout(ctx, w.Plan.Resync)
 		defer cancel()
 	}
-	rv := w.resumeRV
+	rv := w.ResumeRV
 	delay := newBackoff()
 	checked, identified := false, false
 	// target: the apiserver's resourceVersion when asked, which the watch
@@ -71,7 +71,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 		}
 		var err error
 		var list bool
-		if !identified && w.cluster != nil {
+		if !identified && w.Cluster != nil {
 			if identified, list, err = w.identify(ctx, wctx); list {
 				return true
 			}
@@ -84,7 +84,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 		if err == nil {
 			w.established.Store(0)
 			timeout := int64(300 + rand.IntN(300)) // as the reflector: 5 to 10 minutes
-			if !w.listed1() {
+			if !w.Listed1() {
 				timeout = int64(catchUpTimeout / time.Second)
 			}
 			var wi watch.Interface
@@ -93,9 +93,9 @@ func (w *watcher) resume(ctx context.Context) bool {
 				var delivered int
 				rv, delivered, err = w.applyEvents(wi, rv, target)
 				wi.Stop()
-				if err == nil && !w.listed1() && delivered == 0 {
+				if err == nil && !w.Listed1() && delivered == 0 {
 					if idle++; idle >= 2 {
-						w.log.Info("the resumed watch sent neither events nor bookmarks to tell that it caught up: listing", "resourceVersion", rv, "apiserver", target)
+						w.Log.Info("the resumed watch sent neither events nor bookmarks to tell that it caught up: listing", "resourceVersion", rv, "apiserver", target)
 						return true
 					}
 				} else {
@@ -110,7 +110,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 			return true // logged by clusterChanged, once for all resources
 		}
 		if err != nil && mustList(err) {
-			w.log.Info("the snapshot's watch cannot be resumed: listing", "resourceVersion", rv, "error", err.Error())
+			w.Log.Info("the snapshot's watch cannot be resumed: listing", "resourceVersion", rv, "error", err.Error())
 			return true
 		}
 		// An apiserver that answers, but with errors, three times in a row
@@ -119,7 +119,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 		var status apierrors.APIStatus
 		if errors.As(err, &status) {
 			if refused++; refused >= 3 {
-				w.log.Info("the snapshot's watch was refused three times: listing", "resourceVersion", rv, "error", err.Error())
+				w.Log.Info("the snapshot's watch was refused three times: listing", "resourceVersion", rv, "error", err.Error())
 				return true
 			}
 		} else if err == nil {
@@ -139,7 +139,7 @@ func (w *watcher) resume(ctx context.Context) bool {
 			return false
 		case <-wctx.Done():
 		case <-time.After(delay.Step()):
-		case <-w.wake: // another resource of the cluster is answered again
+		case <-w.Wake: // another resource of the cluster is answered again
 		}
 	}
 }
@@ -147,12 +147,12 @@ func (w *watcher) resume(ctx context.Context) bool {
 // resumeOrList runs resume with a context that relistNow ends (the
 // cluster changed behind its address, or its others came back: list at
 // once), and reports whether run goes on: to list, or, false, ctx ended.
-func (w *watcher) resumeOrList(ctx context.Context) bool {
+func (w *Watcher) ResumeOrList(ctx context.Context) bool {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var relist atomic.Bool
 	stop := func() { relist.Store(true); cancel() }
-	w.relistNow.Store(&stop)
+	w.RelistNow.Store(&stop)
 	list := w.resume(rctx)
 	if ctx.Err() != nil {
 		return false
@@ -163,15 +163,15 @@ func (w *watcher) resumeOrList(ctx context.Context) bool {
 // identify reads the identity of the watcher's cluster: the one the
 // snapshot was written from (same), another (list: the snapshot is not
 // resumed there), or an error, recorded, to try again.
-func (w *watcher) identify(ctx, wctx context.Context) (same, list bool, err error) {
-	verdict, err := w.cluster(wctx)
+func (w *Watcher) identify(ctx, wctx context.Context) (same, list bool, err error) {
+	verdict, err := w.Cluster(wctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.fail(fmt.Errorf("read the cluster's identity: %w", err))
+			w.Fail(fmt.Errorf("read the cluster's identity: %w", err))
 		}
 		return false, false, err
 	}
-	if verdict == clusterSame {
+	if verdict == ClusterSame {
 		return true, false, nil
 	}
 	return false, true, nil // logged by checkCluster, once for all resources
@@ -181,18 +181,18 @@ func (w *watcher) identify(ctx, wctx context.Context) (same, list bool, err erro
 // the resumed watch from rv must reach ("" when the apiserver cannot tell:
 // the first bookmark counts). list: the snapshot cannot be resumed. An
 // error (not checked) is tried again.
-func (w *watcher) probeVersion(ctx context.Context, rv string) (checked bool, target string, list bool, err error) {
+func (w *Watcher) probeVersion(ctx context.Context, rv string) (checked bool, target string, list bool, err error) {
 	current, err := w.currentVersion(ctx)
 	switch {
 	case err == nil:
 		if _, perr := strconv.ParseUint(current, 10, 64); perr != nil {
 			// Not an etcd revision: no way to tell when a watch has
 			// reached it.
-			w.log.Info("the apiserver's resourceVersion is not a number: listing", "apiserver", current)
+			w.Log.Info("the apiserver's resourceVersion is not a number: listing", "apiserver", current)
 			return true, current, true, nil
 		}
 		if newer(rv, current) {
-			w.log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
+			w.Log.Warn("the snapshot's resourceVersion is newer than the apiserver's (etcd restored from a backup?): listing",
 				"resourceVersion", rv, "apiserver", current)
 			return true, current, true, nil
 		}
@@ -202,7 +202,7 @@ func (w *watcher) probeVersion(ctx context.Context, rv string) (checked bool, ta
 		return true, current, false, nil
 	case errors.Is(err, errNoProbe):
 		// An apiserver without it: caught up at the first bookmark.
-		w.log.Info("cannot ask the apiserver for its resourceVersion: stale until the first bookmark", "error", err.Error())
+		w.Log.Info("cannot ask the apiserver for its resourceVersion: stale until the first bookmark", "error", err.Error())
 		return true, "", false, nil
 	}
 	return false, "", false, err
@@ -219,23 +219,23 @@ const probeName = "metasync.invalid..probe"
 // watch that sends the initial state and then a bookmark: a field selector
 // that matches no object makes the state empty, so it costs one small
 // WATCH request and no LIST.
-func (w *watcher) currentVersion(parent context.Context) (string, error) {
+func (w *Watcher) currentVersion(parent context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
 	yes := true
 	timeout := int64(30)
 	opts := metav1.ListOptions{Watch: true, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 		AllowWatchBookmarks: true, FieldSelector: "metadata.name=" + probeName, TimeoutSeconds: &timeout}
-	req := w.rest().Get().Resource(w.plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
-	if w.plan.Namespace != "" {
-		req = req.Namespace(w.plan.Namespace)
+	req := w.rest().Get().Resource(w.Plan.GVR.Resource).VersionedParams(&opts, metav1.ParameterCodec)
+	if w.Plan.Namespace != "" {
+		req = req.Namespace(w.Plan.Namespace)
 	}
 	wi, err := req.Watch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.checkGone(err)
+			w.CheckGone(err)
 			w.watchErrors.Add(1)
-			w.fail(fmt.Errorf("watch: %w", err))
+			w.Fail(fmt.Errorf("watch: %w", err))
 		}
 		if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err) {
 			return "", fmt.Errorf("%w: %w", errNoProbe, err)
@@ -246,8 +246,8 @@ func (w *watcher) currentVersion(parent context.Context) (string, error) {
 	for ev := range wi.ResultChan() {
 		switch ev.Type {
 		case watch.Bookmark:
-			if o, ok := ev.Object.(*object); ok && o.rv != "" {
-				return o.rv, nil
+			if o, ok := ev.Object.(*Projected); ok && o.RV != "" {
+				return o.RV, nil
 			}
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
@@ -290,32 +290,32 @@ func reached(rv, target string) bool { return rv == target || newer(rv, target) 
 // else nil. The resource has caught up (watcher.caughtUp) once an event
 // or a bookmark reaches target, or at the first bookmark when target is
 // "".
-func (w *watcher) applyEvents(wi watch.Interface, rv, target string) (string, int, error) {
+func (w *Watcher) applyEvents(wi watch.Interface, rv, target string) (string, int, error) {
 	delivered := 0
 	for ev := range wi.ResultChan() {
 		delivered++
 		var err error
 		switch ev.Type {
 		case watch.Added:
-			err = w.add(ev.Object)
+			err = w.Add(ev.Object)
 		case watch.Modified:
-			err = w.update(ev.Object)
+			err = w.Update(ev.Object)
 		case watch.Deleted:
-			err = w.delete(ev.Object)
+			err = w.Delete(ev.Object)
 		case watch.Bookmark:
-			if o, ok := ev.Object.(*object); ok && o.rv != "" {
-				w.bookmark(o.rv)
+			if o, ok := ev.Object.(*Projected); ok && o.RV != "" {
+				w.bookmark(o.RV)
 			}
 		case watch.Error:
 			// Recorded as a watch error by the tracked watch.
 			return rv, delivered, apierrors.FromObject(ev.Object)
 		}
 		if err != nil {
-			w.log.Warn("event left out", "type", string(ev.Type), "error", err.Error())
+			w.Log.Warn("event left out", "type", string(ev.Type), "error", err.Error())
 			continue
 		}
-		if o, ok := ev.Object.(*object); ok && o.rv != "" {
-			rv = o.rv
+		if o, ok := ev.Object.(*Projected); ok && o.RV != "" {
+			rv = o.RV
 			// The write is done: what a watch sent up to rv is in the
 			// source.
 			if target == "" && ev.Type == watch.Bookmark || target != "" && reached(rv, target) {

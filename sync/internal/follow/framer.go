@@ -1,4 +1,4 @@
-package sync
+package follow
 
 import (
 	"errors"
@@ -12,13 +12,13 @@ import (
 // framing was a third of the CPU an engine spent on a watch event. The
 // frames are not validated here; the event codec reads them with gjson,
 // and the object inside is checked with gjson.Valid before it is used.
-type jsonFramer struct{}
+type JSONFramer struct{}
 
-func (jsonFramer) NewFrameReader(r io.ReadCloser) io.ReadCloser {
+func (JSONFramer) NewFrameReader(r io.ReadCloser) io.ReadCloser {
 	return &frameReader{r: r, buf: make([]byte, 0, 32<<10)}
 }
 
-func (jsonFramer) NewFrameWriter(io.Writer) io.Writer {
+func (JSONFramer) NewFrameWriter(io.Writer) io.Writer {
 	panic("metasync only reads")
 }
 
@@ -100,14 +100,14 @@ func (f *frameReader) next() (int, int, error) {
 	}
 }
 
-var errNotObject = errors.New("watch stream: a frame is not a JSON object")
+var ErrNotObject = errors.New("watch stream: a frame is not a JSON object")
 
 // frameScanner finds the end of one JSON object of a watch stream: it
 // skips the blanks before the object, then leaves the counting of
 // brackets to a bracketScanner. It is resumable: scan takes the same
 // bytes again, longer.
 type frameScanner struct {
-	bracketScanner
+	BracketScanner
 	start, pos int  // the object's first byte; the next byte to scan
 	started    bool // the object's '{' was seen
 	err        error
@@ -123,15 +123,15 @@ func (sc *frameScanner) scan(b []byte) bool {
 			return false
 		}
 		if b[sc.pos] != '{' {
-			sc.err = errNotObject
+			sc.err = ErrNotObject
 			return false
 		}
-		sc.started, sc.start, sc.depth = true, sc.pos, 1
+		sc.started, sc.start, sc.Depth = true, sc.pos, 1
 		sc.pos++
 	}
 	// With the object's '{' open, the only byte at depth 0 is the
 	// bracket that closes it.
-	sc.pos = sc.bracketScanner.scan(b, sc.pos, 0)
+	sc.pos = sc.BracketScanner.Scan(b, sc.pos, 0)
 	if sc.pos == len(b) {
 		return false
 	}
@@ -146,10 +146,10 @@ func (sc *frameScanner) scan(b []byte) bool {
 // structure, and leave the checking to gjson. It is resumable: a scan that
 // ends in the middle of a string or an escape continues where it stopped
 // when more bytes arrive, the same bytes at the same offsets.
-type bracketScanner struct {
-	depth    int  // brackets and braces open
-	inString bool // inside a string
-	escaped  bool // the previous byte was a backslash in a string
+type BracketScanner struct {
+	Depth    int  // brackets and braces open
+	InString bool // inside a string
+	Escaped  bool // the previous byte was a backslash in a string
 }
 
 // scan advances over b from index i and stops at the next byte that
@@ -162,8 +162,8 @@ type bracketScanner struct {
 // Unbalanced closers make depth negative; nothing here checks. Bytes
 // deeper than limit are skipped without stopping, which keeps the scan
 // fast: a caller asks only for the depths it reads.
-func (s *bracketScanner) scan(b []byte, i, limit int) int {
-	depth, inString, escaped := s.depth, s.inString, s.escaped
+func (s *BracketScanner) Scan(b []byte, i, limit int) int {
+	depth, inString, escaped := s.Depth, s.InString, s.Escaped
 loop:
 	for ; i < len(b); i++ {
 		c := b[i]
@@ -203,7 +203,7 @@ loop:
 			}
 		}
 	}
-	s.depth, s.inString, s.escaped = depth, inString, escaped
+	s.Depth, s.InString, s.Escaped = depth, inString, escaped
 	return i
 }
 
