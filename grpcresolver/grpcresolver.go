@@ -393,32 +393,38 @@ func NewBuilder(r msync.Reader, opts ...Option) resolver.Builder {
 // homeOf returns the home cluster of a Reader that reads several
 // clusters and has one (an *sync.Engine, a metasynctest.Fake), else "".
 func homeOf(r msync.Reader) string {
-	if e, ok := inspected(r).(interface{ HomeCluster() string }); ok {
+	if e, ok := inspected[interface{ HomeCluster() string }](r); ok {
 		return e.HomeCluster()
 	}
 	return ""
 }
 
-// inspected is the wider view of an *sync.Engine (its Inspector, which
-// tells its home cluster and whether an index exists), else r itself.
-func inspected(r msync.Reader) any {
-	if e, ok := r.(interface{ Inspect() *msync.Inspector }); ok {
-		return e.Inspect()
+// inspected returns r as a T: r itself when it is one (a wrapper's own
+// methods come first), else the Inspector of the *sync.Engine that r is
+// or embeds, when that is one.
+func inspected[T any](r msync.Reader) (T, bool) {
+	if e, ok := r.(T); ok {
+		return e, true
 	}
-	return r
+	if e, ok := r.(interface{ Inspect() *msync.Inspector }); ok {
+		v, ok := any(e.Inspect()).(T)
+		return v, ok
+	}
+	var none T
+	return none, false
 }
 
 // hasIndex and hasChain ask the engine when the Reader is one (or tells
 // it, as the test double does), and look through the lists otherwise.
 func hasIndex(r msync.Reader, name string) bool {
-	if e, ok := inspected(r).(interface{ HasIndex(string) bool }); ok {
+	if e, ok := inspected[interface{ HasIndex(string) bool }](r); ok {
 		return e.HasIndex(name)
 	}
 	return slices.ContainsFunc(r.Indexes(), func(ix msync.IndexInfo) bool { return ix.Name == name })
 }
 
 func hasChain(r msync.Reader, name string) bool {
-	if e, ok := inspected(r).(interface{ HasChain(string) bool }); ok {
+	if e, ok := inspected[interface{ HasChain(string) bool }](r); ok {
 		return e.HasChain(name)
 	}
 	return slices.ContainsFunc(r.Chains(), func(c msync.ChainInfo) bool { return c.Name == name })

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	msync "github.com/iidp/metasync/sync"
+
 	"github.com/iidp/metasync/grpcresolver"
 	"github.com/iidp/metasync/metasynctest"
 	"github.com/iidp/metasync/schema"
@@ -52,4 +54,43 @@ func TestHomeClusterFirst(t *testing.T) {
 	routingtest.Within(t, 5*time.Second, "calls come back home", func() bool {
 		return routingtest.Spread(t, conn, 20, home, other)[home] == 20
 	})
+}
+
+// wrapped is a library user's engine that embeds *sync.Engine and answers
+// HomeCluster and HasIndex its own way.
+type wrapped struct{ *msync.Engine }
+
+func (wrapped) HomeCluster() string       { return "west" }
+func (wrapped) HasIndex(name string) bool { return name == "shadow" }
+
+// TestWrapperMethodsFirst: a Reader's own HomeCluster and HasIndex come
+// before those of the engine it embeds (reached through Inspect), and a
+// bare engine answers through its Inspector.
+func TestWrapperMethodsFirst(t *testing.T) {
+	plan, err := schema.Compile(&schema.Config{
+		Clusters: []schema.Cluster{{Name: "east"}, {Name: "west", Kubeconfig: "/nowhere/kubeconfig"}},
+		Resources: []schema.Resource{{Name: "apps", Version: "v1", Resource: "configmaps",
+			Indexes: []schema.Index{{Name: "app-to-addr", Key: "data.app", Value: "data.addr"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := metasynctest.New(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := fake.Engine()
+	if got := grpcresolver.HomeOf(e); got != "east" {
+		t.Errorf("engine's home %q, want east", got)
+	}
+	if !grpcresolver.HasIndex(e, "app-to-addr") {
+		t.Error("the engine has no app-to-addr")
+	}
+	w := wrapped{e}
+	if got := grpcresolver.HomeOf(w); got != "west" {
+		t.Errorf("wrapper's home %q, want its own west", got)
+	}
+	if !grpcresolver.HasIndex(w, "shadow") || grpcresolver.HasIndex(w, "app-to-addr") {
+		t.Error("the wrapper's HasIndex was passed over")
+	}
 }

@@ -83,7 +83,7 @@ type Target struct {
 	// Cluster, for a key or a chain key of a plan that reads several
 	// clusters, narrows the answer to that cluster's part: the values
 	// that its objects give (at each step of a chain, to the keys that
-	// its part of the step before gave), which Engine.AnswerIn tells
+	// its part of the step before gave), which Inspector.AnswerIn tells
 	// too. With At, the part is narrowed to the values preferred for the
 	// locality when some of it is, else the whole part. It reads as a
 	// lookup reads (each cluster's values are indexed as it writes
@@ -124,7 +124,7 @@ type IndexInfo struct {
 	LastRuleError *RuleFailure
 	// Unique: the index answers one object's values per key (the
 	// config's `unique`); Conflicts counts its keys claimed with
-	// different values by several objects (see Engine.Conflicts).
+	// different values by several objects (see Inspector.Conflicts).
 	Unique    bool
 	Conflicts int
 }

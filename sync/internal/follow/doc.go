@@ -11,7 +11,11 @@
 // with Halt. The package knows nothing of the engine: what it needs of
 // it comes in as fields (Cluster, Changed, Recovered, Freshened).
 //
-X
-// nothing that acts on it; run.go, above every other file, is its run
-// loop and status.
+// Where a watcher stands in an outage of its apiserver (failing, cut off,
+// its cluster's part dropped, over) is one value, its Phase, changed only
+// by the transitions that phase.go draws.
+//
+// Files stand in one direction: watcher.go holds the Watcher's state and
+// nothing that acts on it; the files that act on it stand above it, and
+// run.go, its run loop and status, near the top.
 package follow

@@ -113,7 +113,7 @@ func (s *Server) indexObjects(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The flags before the objects, under the same config, as
-	// Engine.Answer reads them: never "synced" of objects read before the
+	// Inspector.Answer reads them: never "synced" of objects read before the
 	// resource synced.
 	a, err := s.engine.AnswerIndexFields(index, key)
 	objs, synced, stale := a.Objects, a.Synced, a.Stale

@@ -16,7 +16,7 @@ import (
 // An entry holds one engine subscription per part it reads (the whole
 // answer, the zone's, and of a config with a home cluster the home's),
 // and the assignment encoded once, from
-// one state of the engine (Engine.Answers), published for its followers
+// one state of the engine (Inspector.Answers), published for its followers
 // to read. A change of the answer re-encodes that entry alone and wakes
 // its followers alone. An entry lives while some client follows it.
 type cache struct {
@@ -291,7 +291,7 @@ func (e *entry) current() *assignment {
 }
 
 // parts is what an assignment is encoded from, read from one state of
-// the engine (Engine.Answers): the whole answer, its zone's narrowing
+// the engine (Inspector.Answers): the whole answer, its zone's narrowing
 // (local, for a client of zone), and the home cluster's part (home, of
 // a config with a home cluster).
 type parts struct {
