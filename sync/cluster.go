@@ -89,7 +89,7 @@ func (e *Engine) checkCluster(ctx context.Context, cluster string) (follow.Verdi
 		v0, _ := e.view()
 		for _, w := range v0.watchers {
 			// Restored, or carried over a reload from restored data.
-			if w.ClusterName == cluster && w.Unverified() && !w.Dropped.Swap(true) {
+			if w.ClusterName == cluster && w.Unverified() && !w.SnapshotDropped.Swap(true) {
 				w.Src.ReplaceWithin(w.KeyPrefix, nil)
 				w.RV.Store(nil)
 				w.Count.Store(0)

@@ -24,14 +24,14 @@ type Projected struct {
 	// initialEnd marks the bookmark that ends a watch's initial events
 	// (see listByWatch).
 	initialEnd bool
-	// ix is the object as the indexer takes it: key, entries and payload
+	// Ix is the object as the indexer takes it: key, entries and payload
 	// (the projected fields as compact JSON, a string), already prepared.
 	Ix indexer.Object
-	// skipped holds what the rules that skipped the object said, for the
+	// Skipped holds what the rules that skipped the object said, for the
 	// Feed (NewOffline), which reports them (a watch logs and counts them, and
 	// records nothing here).
 	Skipped []error
-	// failed holds the rules that fail for the object, for the set of
+	// Failed holds the rules that fail for the object, for the set of
 	// objects failing now (failingSet), nil when none does.
 	Failed []Failure
 }
@@ -87,7 +87,7 @@ func unsafeString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// codec decodes the apiserver's JSON straight into projected objects, with
+// Codec decodes the apiserver's JSON straight into projected objects, with
 // gjson on the raw bytes: no map[string]any, no reflection. Status objects
 // (errors) decode into *metav1.Status, as the reflector expects.
 type Codec struct {
@@ -141,7 +141,7 @@ func (c *Codec) Encode(runtime.Object, io.Writer) error {
 
 func (c *Codec) Identifier() runtime.Identifier { return "metasync-projection" }
 
-// watchEventCodec decodes the envelope of one watch event.
+// WatchEventCodec decodes the envelope of one watch event.
 type WatchEventCodec struct{}
 
 func (WatchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into runtime.Object) (runtime.Object, *k8sschema.GroupVersionKind, error) {
@@ -166,7 +166,7 @@ func (WatchEventCodec) Decode(data []byte, _ *k8sschema.GroupVersionKind, into r
 	return ev, nil, nil
 }
 
-// splitEvent returns the type and the object of a watch event framed as
+// SplitEvent returns the type and the object of a watch event framed as
 // the apiserver writes one, {"type":"...","object":{...}} (and any
 // whitespace after), without reading the object: codec's Decode checks it
 // with gjson.Valid. ok is false for any other shape, which gjson reads.
@@ -205,7 +205,7 @@ const (
 	keyOther                   // any other
 )
 
-// streamList reads one LIST response page from r and projects each item
+// StreamList reads one LIST response page from r and projects each item
 // as soon as its bytes have arrived, so that decoding overlaps the
 // transfer, and the page is never held whole in memory. project must copy
 // whatever it keeps: the buffer is reused.

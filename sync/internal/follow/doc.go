@@ -12,7 +12,7 @@
 // it comes in as fields (Cluster, Changed, Recovered, Freshened).
 //
 // Where a watcher stands in an outage of its apiserver (failing, cut off,
-// its cluster's part dropped, over) is one value, its Phase, changed only
+// its cluster's part dropped) is one value, its Phase, changed only
 // by the transitions that phase.go draws.
 //
 // Files stand in one direction: watcher.go holds the Watcher's state and

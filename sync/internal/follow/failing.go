@@ -34,7 +34,7 @@ type RuleFailure struct {
 	Cluster string
 }
 
-// failingSet holds, per public index, the objects whose rule fails now.
+// FailingSet holds, per public index, the objects whose rule fails now.
 // The reflector writes it (put, Delete, Replace), readers read counts.
 type FailingSet struct {
 	mu gosync.Mutex
@@ -46,7 +46,7 @@ type FailingSet struct {
 	some atomic.Bool
 }
 
-// note sets what fails now for the object key: failed, possibly none.
+// Note sets what fails now for the object key: failed, possibly none.
 // An event of a resource none of whose objects fails takes no lock.
 func (f *FailingSet) Note(key string, failed []Failure) {
 	if len(failed) == 0 && !f.some.Load() {
@@ -61,7 +61,7 @@ func (f *FailingSet) Note(key string, failed []Failure) {
 	f.add(key, failed, time.Now())
 }
 
-// replace sets what fails now for a complete list: every object not in
+// Replace sets what fails now for a complete list: every object not in
 // it fails no more.
 func (f *FailingSet) Replace(failed map[string][]Failure) {
 	f.mu.Lock()
@@ -148,14 +148,14 @@ func (f *FailingSet) remove(index, key string) {
 	}
 }
 
-// any reports whether an object fails a rule now.
+// Any reports whether an object fails a rule now.
 func (f *FailingSet) Any() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.objects) > 0
 }
 
-// counts returns, per index with failures, how many objects fail and the
+// Counts returns, per index with failures, how many objects fail and the
 // last failure.
 func (f *FailingSet) Counts() (map[string]int, map[string]RuleFailure) {
 	f.mu.Lock()

@@ -139,7 +139,7 @@ func (sc *frameScanner) scan(b []byte) bool {
 	return true
 }
 
-// bracketScanner follows the nesting of JSON text, as the framer and
+// BracketScanner follows the nesting of JSON text, as the framer and
 // streamList both need it: it counts the brackets and braces open, and
 // skips the strings, escapes included, so that a bracket or quote inside
 // a string counts for nothing. It does not validate: its callers need the
@@ -152,7 +152,7 @@ type BracketScanner struct {
 	Escaped  bool // the previous byte was a backslash in a string
 }
 
-// scan advances over b from index i and stops at the next byte that
+// Scan advances over b from index i and stops at the next byte that
 // shapes the structure at depth limit or less, returning its index, or
 // len(b) if there is none. Those bytes are a quote that opens or closes a
 // string, a comma, a bracket or brace that opens with depth limit or less

@@ -18,29 +18,29 @@ import (
 // apiserver's.
 type Verdict int
 
-// identity is the engine's knowledge of its cluster.
+// Identity is the engine's knowledge of its cluster.
 type Identity struct {
-	// fetch reads the cluster's identity, from etcd, or, cached, as the
-	// apiserver's cache has it (see rebuilt.go); nil for an engine
+	// Fetch reads the cluster's identity, from etcd, or, cached, as the
+	// apiserver's cache has it (see sync/rebuilt.go); nil for an engine
 	// without a cluster.
 	Fetch func(ctx context.Context, cached bool) (string, error)
 
 	Mu gosync.Mutex
-	// snapshot: the identity recorded in the snapshot the engine was
+	// Snapshot: the identity recorded in the snapshot the engine was
 	// restored from ("" for none or an unknown one).
 	Snapshot string
-	// known: id was read from the apiserver; unreadable: it cannot be
+	// Known: id was read from the apiserver; unreadable: it cannot be
 	// (an answer that no retry changes), with why.
 	Known      bool
 	ID         string
 	Unreadable error
 	Verdict    *Verdict // once decided
-	// rereadAt: when reread last read it (see rebuilt.go); started,
+	// RereadAt: when reread last read it (see sync/rebuilt.go); started,
 	// landed: the sequence of the readings begun, and of the last one
 	// taken (an older one that lands later is dropped).
 	RereadAt        time.Time
 	Started, Landed uint64
-	// pending: the cluster changed behind its address, and its
+	// Pending: the cluster changed behind its address, and its
 	// resources have not listed from scratch yet; toldStale: its
 	// apiserver's cache serving the old one was logged; settling is
 	// held by the one look at a time at the cache (see settleChange).
@@ -48,7 +48,7 @@ type Identity struct {
 	Settling           gosync.Mutex
 }
 
-// forget makes the identity be read again: the cluster's connection
+// Forget makes the identity be read again: the cluster's connection
 // changed, and may reach another cluster. What was decided of the
 // snapshot stays.
 func (id *Identity) Forget() {
@@ -59,10 +59,10 @@ func (id *Identity) Forget() {
 	id.Landed = id.Started // a reading under way went through the old connection
 }
 
-// clusterIDNamespace is the namespace whose UID names a cluster.
+// ClusterIDNamespace is the namespace whose UID names a cluster.
 const ClusterIDNamespace = "kube-system"
 
-// fetchClusterID returns a function that reads the UID of the
+// FetchClusterID returns a function that reads the UID of the
 // kube-system namespace with client, a client of the core API group:
 // from etcd (a GET without resourceVersion), or, cached, from the
 // apiserver's cache (resourceVersion=0).
@@ -86,7 +86,7 @@ func FetchClusterID(client rest.Interface) func(ctx context.Context, cached bool
 	}
 }
 
-// permanent reports an answer to the identity's GET that no retry
+// Permanent reports an answer to the identity's GET that no retry
 // changes: forbidden, unauthorized for it, or no such namespace.
 func Permanent(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) ||
@@ -95,7 +95,7 @@ func Permanent(err error) bool {
 
 var errNoUID = errors.New("no metadata.uid")
 
-// read reads the identity once it is known or known to be unreadable;
+// Read reads the identity once it is known or known to be unreadable;
 // under id.mu.
 func (id *Identity) Read(ctx context.Context) error {
 	if id.Known || id.Unreadable != nil || id.Fetch == nil {
@@ -121,7 +121,7 @@ var errClusterChanged = errors.New("the cluster behind the address changed: list
 // every resource of the cluster that checks it.
 const rereadEvery = 2 * time.Second
 
-// reread reads the identity of the cluster from etcd again, unless it was
+// Reread reads the identity of the cluster from etcd again, unless it was
 // read less than maxAge ago, and returns the one read before (was) and now; the
 // same when it did not change or cannot be told (RBAC forbids the read).
 // The first reading only records the identity. kube-system gone where it
@@ -167,17 +167,17 @@ func (id *Identity) Reread(ctx context.Context, maxAge time.Duration) (was, now 
 	return was, got, nil
 }
 
-// changing reports a cluster that changed behind its address and whose
+// Changing reports a cluster that changed behind its address and whose
 // resources have not listed from scratch yet (its apiserver's cache
 // still served the old one at the last look): its answers are stale.
 func (id *Identity) Changing() bool { return id != nil && id.Pending.Load() }
 
-// identityWhy says what changed of a cluster's identity.
+// IdentityWhy says what changed of a cluster's identity.
 func IdentityWhy(was, now string) string {
 	return fmt.Sprintf("its identity changed: the UID of namespace %s was %q, is %q (a cluster rebuilt behind the same address?)", ClusterIDNamespace, was, now)
 }
 
-// bothReadings reads the cluster's identity from etcd and from the
+// BothReadings reads the cluster's identity from etcd and from the
 // apiserver's cache; a namespace not found reads as "". An error says
 // neither can be compared (permanent: never, see permanent).
 func (id *Identity) BothReadings(ctx context.Context) (inEtcd, cached string, err error) {

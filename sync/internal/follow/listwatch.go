@@ -137,7 +137,7 @@ func (w *Watcher) watchWithContext(ctx context.Context, opts metav1.ListOptions)
 	return w.track(ctx, wi, timeout), nil
 }
 
-// checkGone clears the resource's keys when the apiserver stops serving it
+// CheckGone clears the resource's keys when the apiserver stops serving it
 // (its CRD was deleted, say): nothing can be known of it any more, and
 // stale answers would route calls to what is gone. The next successful
 // list brings everything back.
@@ -337,7 +337,7 @@ func (w *Watcher) follow(ctx context.Context, t *trackedWatch, timeout time.Dura
 	}
 }
 
-// fail records a list or watch error. Status shows it until a watch is
+// Fail records a list or watch error. Status shows it until a watch is
 // established again, and the resource turns stale once that has not
 // happened for staleAfter since the first error.
 func (w *Watcher) Fail(err error) {
@@ -360,11 +360,11 @@ func (w *Watcher) Fail(err error) {
 		// that long already: the outage is counted from its start.
 		silent := silentFor(err)
 		w.FailingSince = time.Now().Add(-silent)
-		if w.StaleAfter > 0 && w.Phase() != PhaseOver {
+		if w.StaleAfter > 0 && !w.over {
 			since := w.FailingSince
 			w.cutTimer = time.AfterFunc(max(w.StaleAfter-silent, 0), func() { w.cutOff(since) })
 		}
-		if w.DropAfter > 0 && w.Phase() != PhaseOver {
+		if w.DropAfter > 0 && !w.over {
 			// Stale may come early (the safe side); removing answers may
 			// not: dropAfter counts from the failure seen, not from the
 			// silence before it.
@@ -400,7 +400,7 @@ func silentFor(err error) time.Duration {
 // later, for as long as that outage lasts.
 func (w *Watcher) cutOff(since time.Time) {
 	w.Mu.Lock()
-	still := w.FailingSince.Equal(since) && w.lastErr != nil && w.Phase() != PhaseOver
+	still := w.FailingSince.Equal(since) && w.lastErr != nil && !w.over
 	var reason string
 	if still {
 		reason = w.lastErr.Error()
@@ -428,7 +428,7 @@ func (w *Watcher) cutOff(since time.Time) {
 // (a watch resumed without a list would not).
 func (w *Watcher) dropPart(since time.Time) {
 	w.Mu.Lock()
-	still := w.FailingSince.Equal(since) && w.lastErr != nil && w.Phase() != PhaseOver
+	still := w.FailingSince.Equal(since) && w.lastErr != nil && !w.over
 	reason := ""
 	if still {
 		reason = w.lastErr.Error()
@@ -451,7 +451,7 @@ func (w *Watcher) dropPart(since time.Time) {
 	w.NoteFresh()
 }
 
-// watchEstablished records a watch that works: the resource is fresh.
+// WatchEstablished records a watch that works: the resource is fresh.
 func (w *Watcher) WatchEstablished() {
 	now := time.Now()
 	w.established.CompareAndSwap(0, now.UnixNano())

@@ -17,11 +17,13 @@ import "slices"
 //	DroppedCut--a watch established----> Dropped     (the part waits for a list)
 //	Dropped   --a list that worked-----> Failing, or Healthy once a watch was established since the failure
 //	DroppedCut--a list that worked-----> Cut
-//	any       --Run returned-----------> Over        (no timer acts after)
 //
 // A Failing resource answers as fresh, a Cut one as stale; a Dropped
 // one's part has left the answers (the engine's other clusters answer),
-// and DroppedCut is both.
+// and DroppedCut is both. The phase outlives the run: a resource whose
+// run ended while cut off stays stale, for a reload's watcher that takes
+// over (Inherit) and for the snapshot written at the stop; once the run
+// is over, no timer moves it.
 type Phase uint32
 
 // The phases of a watcher (see Phase).
@@ -31,10 +33,9 @@ const (
 	PhaseCut
 	PhaseDropped
 	PhaseDroppedCut
-	PhaseOver
 )
 
-var phaseNames = [...]string{"healthy", "failing", "cut", "dropped", "dropped, cut", "over"}
+var phaseNames = [...]string{"healthy", "failing", "cut", "dropped", "dropped, cut"}
 
 func (p Phase) String() string {
 	if int(p) < len(phaseNames) {

@@ -38,9 +38,9 @@ func TestPhaseLadder(t *testing.T) {
 	step("dropAfter", func() { w.dropPart(since) }, PhaseDropped)
 	step("staleAfter", func() { w.cutOff(since) }, PhaseDroppedCut)
 	step("a watch established", w.WatchEstablished, PhaseDropped)
-	step("the run over", w.ended, PhaseOver)
-	step("a failure after the run", func() { w.Fail(errTest) }, PhaseOver)
-	step("a timer after the run", func() { w.cutOff(w.FailingSince) }, PhaseOver)
+	step("the run over", w.ended, PhaseDropped)
+	step("a failure after the run", func() { w.Fail(errTest) }, PhaseDropped)
+	step("a timer after the run", func() { w.cutOff(w.FailingSince) }, PhaseDropped)
 }
 
 var errTest = testError("connection refused")

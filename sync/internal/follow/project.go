@@ -16,7 +16,7 @@ import (
 // The projection: an object's JSON in, its key, index entries and
 // fields out (the raw object is never kept).
 
-// project reduces one object's JSON to its object key, entries and payload.
+// Project reduces one object's JSON to its object key, entries and payload.
 // It never fails: a rule that cannot be evaluated on this object is counted
 // and the object contributes nothing to that index.
 func (w *Watcher) Project(raw string) *Projected {

@@ -144,7 +144,7 @@ func (w *Watcher) resume(ctx context.Context) bool {
 	}
 }
 
-// resumeOrList runs resume with a context that relistNow ends (the
+// ResumeOrList runs resume with a context that relistNow ends (the
 // cluster changed behind its address, or its others came back: list at
 // once), and reports whether run goes on: to list, or, false, ctx ended.
 func (w *Watcher) ResumeOrList(ctx context.Context) bool {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// inherit takes over the counts and the synced state of the halted
+// Inherit takes over the counts and the synced state of the halted
 // watcher of the resource's previous definition, so that its metrics go on
 // counting and its indexes, which keep that one's answers until the first
 // list, do not read as "not known yet". Until then, warm-start files keep what
@@ -70,7 +70,7 @@ func (w *Watcher) Inherit(old *Watcher) {
 	w.Failing.keep(&old.Failing, func(index string) bool { return w.kept[index] })
 }
 
-// rotate makes c the watcher's client and lists again through it at
+// Rotate makes c the watcher's client and lists again through it at
 // once; nothing leaves the answers meanwhile.
 func (w *Watcher) Rotate(c rest.Interface) {
 	w.Reconnected.Store(true)
@@ -97,7 +97,7 @@ func (w *Watcher) objects(snap *indexer.Snapshot) int {
 	return int(max(w.Count.Load(), 0))
 }
 
-// run keeps the resource listed and watched until ctx ends. A resync period
+// Run keeps the resource listed and watched until ctx ends. A resync period
 // relists the resource that often.
 //
 // A run (one list, then watches) that ends for any other reason than a
@@ -188,7 +188,7 @@ func (w *Watcher) Run(ctx context.Context) {
 func (w *Watcher) ended() {
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
-	w.phase.Store(uint32(PhaseOver))
+	w.over = true // the phase stays: a cut-off resource stays stale, a dropped part dropped
 	if w.cutTimer != nil {
 		w.cutTimer.Stop()
 	}
@@ -197,7 +197,7 @@ func (w *Watcher) ended() {
 	}
 }
 
-// lastError returns the last error since a watch was last established.
+// LastError returns the last error since a watch was last established.
 func (w *Watcher) LastError() error {
 	w.Mu.Lock()
 	defer w.Mu.Unlock()
@@ -225,7 +225,7 @@ func (w *Watcher) resyncAfter(ctx context.Context, resync func()) {
 	}
 }
 
-// status reports the watcher's state. A resource is ready once it has
+// Status reports the watcher's state. A resource is ready once it has
 // synced, for as long as it has not gone staleAfter without an established
 // watch since its first error: a list that works while the watch keeps
 // failing does not make it fresh.
@@ -311,7 +311,7 @@ func (w *Watcher) Halt() {
 	}
 }
 
-// publicFailures returns failures of w's set (a copy the caller owns, as
+// PublicFailures returns failures of w's set (a copy the caller owns, as
 // counts returns) as the engine gives them: each object's key without
 // w's cluster prefix, w's cluster beside it.
 func (w *Watcher) PublicFailures(last map[string]RuleFailure) map[string]RuleFailure {

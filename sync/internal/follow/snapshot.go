@@ -25,7 +25,7 @@ func (w *Watcher) ForSnapshot(verified bool) (rv string, relist, ok bool) {
 		// Data of a snapshot whose cluster was not found to be this
 		// one: listed, never resumed, at the next start.
 		return rv, w.RestoredRelist || !verified || failing, true
-	case c != nil && !w.Dropped.Load():
+	case c != nil && !w.SnapshotDropped.Load():
 		return c.RV, c.Relist || c.Unverified && !verified || failing, true
 	}
 	return "", false, false

@@ -53,7 +53,7 @@ type Status struct {
 	Relists int64
 	// ClusterChanges counts the lists from scratch because the cluster
 	// behind the address changed: rebuilt (another kube-system UID) or
-	// gone back in time (etcd restored from a backup); see rebuilt.go.
+	// gone back in time (etcd restored from a backup); see sync/rebuilt.go.
 	ClusterChanges int64
 	// Failed list and watch requests; WatchErrors also counts watches
 	// that ended with an ERROR event or before they were established.

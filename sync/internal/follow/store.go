@@ -53,7 +53,7 @@ func (w *Watcher) bookmark(rv string) {
 // touch records that the apiserver was heard from now.
 func (w *Watcher) touch() { w.contact.Store(time.Now().UnixNano()) }
 
-// lastContact is when the apiserver was last heard from: a list, an
+// LastContact is when the apiserver was last heard from: a list, an
 // event, a bookmark or an established watch; zero before.
 func (w *Watcher) LastContact() time.Time {
 	if at := w.contact.Load(); at != 0 {
@@ -124,13 +124,14 @@ func (w *Watcher) Replace(list []any, rv string) error {
 		w.NoteFresh()
 	}
 	if w.Phase().Dropped() {
-		w.Mu.Lock()
+		w.Mu.Lock()          // held over the move: Fail moves under it too
 		back := PhaseHealthy // a watch was established since the failure
 		if w.lastErr != nil {
 			back = PhaseFailing
 		}
+		_, moved := w.move([2]Phase{PhaseDropped, back}, [2]Phase{PhaseDroppedCut, PhaseCut})
 		w.Mu.Unlock()
-		if _, moved := w.move([2]Phase{PhaseDropped, back}, [2]Phase{PhaseDroppedCut, PhaseCut}); moved {
+		if moved {
 			w.Log.Info("the cluster's part is back in the answers", "objects", len(objs))
 		}
 	}
@@ -155,56 +156,56 @@ func (w *Watcher) Replace(list []any, rv string) error {
 	return nil
 }
 
-// isSynced reports whether the resource has data to answer with: its
+// IsSynced reports whether the resource has data to answer with: its
 // first complete list is done, or, for a restarted resource, was done by
 // its previous definition's watcher, or it was restored from a snapshot.
 func (w *Watcher) IsSynced() bool {
-	if (w.inherited && !w.Dropped.Load()) || w.Warm() {
+	if (w.inherited && !w.SnapshotDropped.Load()) || w.Warm() {
 		return true
 	}
 	return w.Listed1()
 }
 
-// warm reports a resource restored from a snapshot whose data is still
+// Warm reports a resource restored from a snapshot whose data is still
 // there (not dropped as another cluster's).
-func (w *Watcher) Warm() bool { return w.Restored && !w.Dropped.Load() }
+func (w *Watcher) Warm() bool { return w.Restored && !w.SnapshotDropped.Load() }
 
-// stale reports a resource whose answers may be behind the apiserver:
+// Stale reports a resource whose answers may be behind the apiserver:
 // from a snapshot it has not caught up with yet, or cut off from the
 // apiserver (its watch failing for staleAfter, see cutOff).
 func (w *Watcher) Stale() bool {
 	return w.Phase().cut() || w.Changing() || w.staleSnapshot()
 }
 
-// changing reports a resource whose cluster changed behind its address
-// and that has not listed from scratch since (see rebuilt.go): a reload
+// Changing reports a resource whose cluster changed behind its address
+// and that has not listed from scratch since (see sync/rebuilt.go): a reload
 // that restarts it meanwhile does not make its answers fresh.
 func (w *Watcher) Changing() bool { return w.Rebuilt.Load() || w.Identity.Changing() }
 
 // staleSnapshot reports a resource that answers from a snapshot and has
 // not caught up with the apiserver yet.
 func (w *Watcher) staleSnapshot() bool {
-	return (w.Warm() || w.staleFrom && !w.Dropped.Load()) && !w.Listed1()
+	return (w.Warm() || w.staleFrom && !w.SnapshotDropped.Load()) && !w.Listed1()
 }
 
-// unverified reports data from a snapshot that no list has replaced yet:
+// Unverified reports data from a snapshot that no list has replaced yet:
 // restored, or carried over a reload from such data.
 func (w *Watcher) Unverified() bool {
-	if w.Listed1() || w.Dropped.Load() {
+	if w.Listed1() || w.SnapshotDropped.Load() {
 		return false
 	}
 	return w.Restored || w.Carried != nil && w.Carried.Unverified
 }
 
-// indexSynced reports whether one index of the resource answers from a
+// IndexSynced reports whether one index of the resource answers from a
 // complete list: this watcher's, or, for an index that the previous
 // definition had too, that one's. An index that a restart added (or moved
 // here from another resource) is empty until this watcher's first list.
 func (w *Watcher) IndexSynced(index string) bool {
-	return w.Listed1() || w.kept[index] && !w.Dropped.Load() || w.Warm()
+	return w.Listed1() || w.kept[index] && !w.SnapshotDropped.Load() || w.Warm()
 }
 
-// listed1 reports whether this watcher's first complete list is done, or,
+// Listed1 reports whether this watcher's first complete list is done, or,
 // for a restored resource, its watch has caught up (see resume).
 func (w *Watcher) Listed1() bool {
 	select {

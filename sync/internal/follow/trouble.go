@@ -66,7 +66,7 @@ func (w *Watcher) wentBack(rv string) {
 	go w.Changed(ctx, why)
 }
 
-// listFromScratch makes the watcher list again at once, asking for the
+// ListFromScratch makes the watcher list again at once, asking for the
 // current state; its answers stay stale (rebuilt) until that list is
 // done.
 func (w *Watcher) ListFromScratch() {
@@ -88,7 +88,7 @@ func (w *Watcher) answeredAgain() {
 	}
 }
 
-// probe lists one object of w's resource through client, as w's lists
+// Probe lists one object of w's resource through client, as w's lists
 // do (its namespace, with its selectors), then opens a watch of it (of
 // one made-up name, ended at once), and reports why either could not be
 // done: a reader that may list but not watch would leave the cluster's

@@ -36,15 +36,15 @@ type Watcher struct {
 	// resourceVersion the reflector last saw (one of another cluster's,
 	// after a rotation, may be far ahead of this one's).
 	listFresh atomic.Bool
-	// reconnected: rotate gave the watcher a new connection, and no list
+	// Reconnected: rotate gave the watcher a new connection, and no list
 	// through it has completed since: its data may be another cluster's,
 	// which a snapshot marks to be listed, not resumed.
 	Reconnected atomic.Bool
 	Src         *indexer.Source // set when the engine publishes the watcher
-	// cluster checks the cluster against the snapshot's (see
+	// Cluster checks the cluster against the snapshot's (see
 	// Engine.checkCluster); set with client.
 	Cluster func(context.Context) (Verdict, error)
-	// clusterName is the cluster the watcher reads, of a plan that
+	// ClusterName is the cluster the watcher reads, of a plan that
 	// reads several ("" otherwise); keyPrefix, "NAME:" then, begins the
 	// key of each of its objects in the source, which the watchers of
 	// the resource's other clusters share; required: the resource is
@@ -52,13 +52,13 @@ type Watcher struct {
 	// before the watcher is used.
 	ClusterName, KeyPrefix string
 	Required               bool
-	// count is the number of the watcher's objects, kept where the
+	// Count is the number of the watcher's objects, kept where the
 	// source holds other watchers' objects too (clusterName != "").
 	Count atomic.Int64
 	// contact: unix nanos when the apiserver was last heard from (see
 	// lastContact).
 	contact atomic.Int64
-	// reportSkipped: the Feed (NewOffline) reads which rules skipped an
+	// ReportSkipped: the Feed (NewOffline) reads which rules skipped an
 	// object (object.skipped); set before the watcher is used.
 	ReportSkipped atomic.Bool
 
@@ -66,7 +66,7 @@ type Watcher struct {
 	// is closed when it has returned.
 	Cancel context.CancelFunc
 	Done   chan struct{}
-	// reloaded: a reload started this watcher (Status.Syncing
+	// Reloaded: a reload started this watcher (Status.Syncing
 	// until its first list); inherited: it restarts a resource whose
 	// previous watcher had synced, so that the indexes the two share
 	// (kept) hold that one's answers until the first list. Set before
@@ -74,25 +74,25 @@ type Watcher struct {
 	Reloaded, inherited bool
 	kept                map[string]bool
 
-	// restored: the resource's objects came from a snapshot (see
-	// warmstart.go), and resumeRV is the resourceVersion its watch resumes
+	// Restored: the resource's objects came from a snapshot (see
+	// sync/warmstart.go), and resumeRV is the resourceVersion its watch resumes
 	// from ("" when the snapshot's data must be listed: restoredRelist).
 	// Set before Start. Until the watch has caught up (synced is closed),
-	// the resource is stale. dropped: the snapshot turned out to be of
+	// the resource is stale. SnapshotDropped: the snapshot turned out to be of
 	// another cluster, and its data was cleared (see Engine.checkCluster).
 	Restored, RestoredRelist bool
 	ResumeRV                 string
-	Dropped                  atomic.Bool
-	// carried: the source holds what a previous definition of the resource entry
+	SnapshotDropped          atomic.Bool
+	// Carried: the source holds what a previous definition of the resource entry
 	// answered, and this watcher has not listed yet (see inherit); nil
 	// otherwise. Snapshots write it until the first list.
 	Carried *carried
-	// restoredAt is when the snapshot the data came from was written;
+	// RestoredAt is when the snapshot the data came from was written;
 	// staleFrom: a reload restarted a resource that was stale, whose data
 	// this one answers with until its first list.
 	RestoredAt time.Time
 	staleFrom  bool
-	// loaded is closed once a restored source can be written (see
+	// Loaded is closed once a restored source can be written (see
 	// indexer.Source.Load); nil when not restored.
 	Loaded <-chan struct{}
 	// rv is the resourceVersion of the last write to the source (an
@@ -106,7 +106,7 @@ type Watcher struct {
 
 	Mu      gosync.Mutex
 	lastErr error // the last list or watch error since a watch was last established
-	// failingSince is the time of the first error since a watch was last
+	// FailingSince is the time of the first error since a watch was last
 	// established: a successful list does not reset it, an established
 	// watch does.
 	FailingSince time.Time
@@ -114,30 +114,31 @@ type Watcher struct {
 	// failed for staleAfter since FailingSince, none established since:
 	// the answers keep what the resource last knew, marked stale, until a
 	// watch is established again), its part dropped (DropAfter passed:
-	// the part comes back with the next list), or its run over (no timer
-	// acts after). cutTimer and dropTimer make the first two moves.
+	// the part comes back with the next list). cutTimer and dropTimer
+	// make those moves.
 	phase     atomic.Uint32
+	over      bool // run returned: no timer acts after (under Mu)
 	cutTimer  *time.Timer
 	DropAfter time.Duration // the cluster's dropAfter; 0: never
 	dropTimer *time.Timer
-	// relistNow ends the current run to list again at once (as a resync).
+	// RelistNow ends the current run to list again at once (as a resync).
 	RelistNow atomic.Pointer[func()]
 	// troubled: a list or watch failed, or a watch ended before its
 	// timeout, since the cluster was last checked; the next watch checks
-	// it first (see rebuilt.go). rebuilt: the cluster changed behind its
+	// it first (see sync/rebuilt.go). rebuilt: the cluster changed behind its
 	// address, and the list from scratch is not done yet (stale until
 	// then). identity is the cluster's (nil for an engine without one);
 	// changed relists every resource of the cluster from scratch;
 	// recovered wakes the cluster's other resources (wake) once this one
 	// is answered again. Set before the watcher is used.
 	troubled, Rebuilt atomic.Bool
-	// listing: a list is under way (recovered leaves it be); kicked: the
+	// Listing: a list is under way (recovered leaves it be); kicked: the
 	// watcher woke the cluster's others in this outage (see
 	// answeredAgain); runCtx is its run's context, which requests made
 	// on its behalf end with.
 	Listing, kicked atomic.Bool
 	runCtx          atomic.Pointer[context.Context]
-	// answered: the last request to the apiserver worked (a list, or a
+	// Answered: the last request to the apiserver worked (a list, or a
 	// watch established); fail clears it. Clusters reports a cluster
 	// connected by it, where Error keeps the trouble until a watch is
 	// established.
@@ -157,9 +158,9 @@ type Watcher struct {
 	*totals                   // the resource's, shared with the watchers it restarts
 	ruleErrors []atomic.Int64 // per index of the resource
 	ruleLog    rate.Sometimes
-	// failing: the objects whose rule fails now, per index.
+	// Failing: the objects whose rule fails now, per index.
 	Failing FailingSet
-	// freshened, if set, is called when the resource may no longer be
+	// Freshened, if set, is called when the resource may no longer be
 	// stale: its first list or catch-up, a snapshot dropped.
 	Freshened func()
 }
@@ -172,15 +173,15 @@ type totals struct {
 	watches  atomic.Int64 // watch requests that started
 
 	Added, updated, Deleted, relists, listErrors, watchErrors atomic.Int64
-	// clusterChanges: lists from scratch because the cluster behind the
-	// address changed (see rebuilt.go).
+	// ClusterChanges: lists from scratch because the cluster behind the
+	// address changed (see sync/rebuilt.go).
 	ClusterChanges atomic.Int64
 	// Requests that ended, and how long they took, in nanoseconds: lists
 	// (all pages of one) and watches (from their start to their end).
 	lists, listNanos, watchesEnded, watchNanos atomic.Int64
 }
 
-// noteFresh calls freshened, if set.
+// NoteFresh calls freshened, if set.
 func (w *Watcher) NoteFresh() {
 	if w.Freshened != nil {
 		w.Freshened()
@@ -250,10 +251,10 @@ type restClient struct{ rest.Interface }
 // rest returns the watcher's REST client.
 func (w *Watcher) rest() rest.Interface { return w.client.Load().Interface }
 
-// setClient makes c the watcher's REST client.
+// SetClient makes c the watcher's REST client.
 func (w *Watcher) SetClient(c rest.Interface) { w.client.Store(&restClient{c}) }
 
-// resourceVersion returns the resourceVersion the source is as of, at
+// ResourceVersion returns the resourceVersion the source is as of, at
 // least: every write before it is in the source.
 func (w *Watcher) ResourceVersion() string {
 	if p := w.RV.Load(); p != nil {
