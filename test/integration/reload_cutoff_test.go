@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	msync "github.com/iidp/metasync/sync"
 	mschema "github.com/iidp/metasync/schema"
+	msync "github.com/iidp/metasync/sync"
 	"github.com/iidp/metasync/test/testenv"
 )
 
