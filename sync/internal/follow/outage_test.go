@@ -121,3 +121,25 @@ func TestListRacesFailure(t *testing.T) {
 		t.Fail()
 	}
 }
+
+// TestRunAgainGoesStale: a watcher whose run ended and that runs again
+// (relaunched after a reload that failed) arms its timers in the next
+// outage, and goes stale after staleAfter.
+func TestRunAgainGoesStale(t *testing.T) {
+	w := outageWatcher(t, &logBuf{})
+	if err := w.Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	w.ended()
+	w.begin() // Run again
+	w.WatchEstablished()
+	w.Fail(errTest)
+	w.Mu.Lock()
+	armed := w.cutTimer != nil
+	w.Mu.Unlock()
+	w.cutOff(w.FailingSince)
+	if !armed || !w.Stale() {
+		t.Errorf("a watcher run again: stale timer armed %v, stale after staleAfter %v", armed, w.Stale())
+	}
+	w.ended()
+}

@@ -106,6 +106,7 @@ func (w *Watcher) objects(snap *indexer.Snapshot) int {
 // waits for the backoff. A 410 Gone (compaction) is relisted at once, but
 // only as the first failure since the backoff was reset.
 func (w *Watcher) Run(ctx context.Context) {
+	w.begin()
 	defer w.ended()
 	w.runCtx.Store(&ctx)
 	logger := logr.FromSlogHandler(w.Log.Handler())
@@ -181,6 +182,15 @@ func (w *Watcher) Run(ctx context.Context) {
 		case <-w.Wake: // another resource of the cluster is answered again
 		}
 	}
+}
+
+// begin lets the timers of the outages to come act again: a watcher
+// that runs again (relaunched after a reload that failed) goes stale and
+// drops its part as one that runs for the first time.
+func (w *Watcher) begin() {
+	w.Mu.Lock()
+	defer w.Mu.Unlock()
+	w.over = false
 }
 
 // ended stops the stale timer once run has returned: a watch that
