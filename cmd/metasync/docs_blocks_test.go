@@ -145,6 +145,8 @@ func TestDocsShellBlocks(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(root, args[2])); err != nil {
 					t.Errorf("%s: %v", what, err)
 				}
+			case args[0] == "go" && len(args) > 2 && args[1] == "test":
+				goTestLine(t, root, what, args)
 			case args[0] == "bin/metasync" && len(args) > 1 && dd.metasyncLine(t, what, cmd, args):
 			case args[0] == "curl":
 				dd.curlLine(t, what, args, after[i])
@@ -252,4 +254,37 @@ func (dd *docsDaemon) curlLine(t *testing.T, what string, args []string, after s
 	if a.code != 200 || shown && strings.TrimSpace(a.raw) != "{"+want {
 		t.Errorf("%s = %d %s, the page shows %s", what, a.code, a.raw, after)
 	}
+}
+
+// goTestLine checks a page's go test line: its package folder exists,
+// and the benchmark it names is one of that folder's tests.
+func goTestLine(t *testing.T, root, what string, args []string) {
+	t.Helper()
+	dir, bench := "", ""
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "./"):
+			dir = filepath.Join(root, a)
+		case a == "-bench" && i+1 < len(args):
+			bench = strings.Trim(args[i+1], "'^$")
+		}
+	}
+	if dir == "" {
+		t.Errorf("%s: no package folder", what)
+		return
+	}
+	tests, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil || len(tests) == 0 {
+		t.Errorf("%s: no tests in %s", what, dir)
+		return
+	}
+	if bench == "" || bench == "." {
+		return
+	}
+	for _, f := range tests {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "func "+bench+"(") {
+			return
+		}
+	}
+	t.Errorf("%s: no func %s in %s", what, bench, dir)
 }
